@@ -1,0 +1,144 @@
+"""Per-attribute (and two-attribute joint) query types and their explicit matrices.
+
+A query group is the Kronecker product of its factors' matrices, in the group's attribute order.
+Conventions follow the QuerySmasher paper (Sec. 7, Table "query types"):
+
+* ``identity`` (marginal cells, n rows), ``total`` (1 row), ``prefix`` (row c = [A <= c], n rows),
+  ``allrange`` (every interval [s, e], n(n+1)/2 rows), ``range`` (intervals of fixed ``width``),
+  ``circular`` (start s, length l, cells s..s+l-1 mod n: n^2 rows), ``explicit`` (a user matrix).
+* joint over two attributes: ``affine`` (row c = [A_i + A_j <= c]), ``abs-diff``
+  (row c = [|A_i - A_j| <= c]), ``random`` (3K Bernoulli(0.3) rows over the K cells, seeded).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from privcube.errors import WorkloadError
+
+PER_ATTRIBUTE = ("identity", "total", "prefix", "allrange", "range", "circular", "explicit")
+JOINT = ("affine", "abs-diff", "random")
+ALIASES = {"marginal": "identity", "all-range": "allrange", "absdiff": "abs-diff", "abs_diff": "abs-diff",
+           "ranges": "allrange", "circular-range": "circular"}
+
+
+@dataclass(frozen=True)
+class QueryType:
+    """A named query type with hashable parameters (e.g. ``range`` with ``width=5``)."""
+
+    name: str
+    params: tuple[tuple[str, Any], ...] = field(default=())
+
+    @property
+    def joint(self) -> bool:
+        return self.name in JOINT
+
+    def param(self, key: str, default: Any = None) -> Any:
+        return dict(self.params).get(key, default)
+
+    def to_config(self) -> str | dict[str, Any]:
+        if not self.params:
+            return self.name
+        out: dict[str, Any] = {"type": self.name}
+        for k, v in self.params:
+            out[k] = np.asarray(v).tolist() if k == "matrix" else v
+        return out
+
+    def __str__(self) -> str:
+        if not self.params:
+            return self.name
+        return self.name + "(" + ",".join(f"{k}={v}" for k, v in self.params if k != "matrix") + ")"
+
+
+def parse_query_type(spec: Any, where: str) -> QueryType:
+    """Read a query type from config: a name, or a mapping ``{type: name, **params}``."""
+    if isinstance(spec, QueryType):
+        return spec
+    if isinstance(spec, str):
+        name, params = spec, {}
+    elif isinstance(spec, Mapping):
+        params = dict(spec)
+        name = params.pop("type", None)
+        if not isinstance(name, str):
+            raise WorkloadError(f"{where}: a query-type mapping needs a 'type' name, got {spec!r}")
+    else:
+        raise WorkloadError(f"{where}: query type must be a name or a mapping, got {spec!r}")
+    name = ALIASES.get(name.strip().lower(), name.strip().lower())
+    if name not in PER_ATTRIBUTE + JOINT:
+        raise WorkloadError(
+            f"{where}: unknown query type {name!r}; known types: {', '.join(PER_ATTRIBUTE + JOINT)}"
+        )
+    frozen = []
+    for k, v in sorted(params.items()):
+        if k == "matrix":
+            m = np.asarray(v, dtype=float)
+            if m.ndim != 2:
+                raise WorkloadError(f"{where}: explicit 'matrix' must be 2-D, got shape {m.shape}")
+            v = tuple(tuple(float(x) for x in row) for row in m)
+        elif isinstance(v, list):
+            v = tuple(v)
+        frozen.append((str(k), v))
+    if name == "range" and "width" not in dict(frozen):
+        raise WorkloadError(f"{where}: query type 'range' needs a 'width' parameter")
+    if name == "explicit" and "matrix" not in dict(frozen):
+        raise WorkloadError(f"{where}: query type 'explicit' needs a 'matrix' parameter")
+    return QueryType(name, tuple(frozen))
+
+
+def attribute_matrix(qt: QueryType, n: int) -> np.ndarray:
+    """Explicit matrix (rows = queries, columns = the n codes) of a per-attribute query type."""
+    if qt.joint:
+        raise WorkloadError(f"query type {qt.name!r} is joint over two attributes")
+    if qt.name == "identity":
+        return np.eye(n)
+    if qt.name == "total":
+        return np.ones((1, n))
+    if qt.name == "prefix":
+        return np.tril(np.ones((n, n)))
+    if qt.name == "allrange":
+        rows = [(s, e) for s in range(n) for e in range(s, n)]
+        return _intervals(rows, n)
+    if qt.name == "range":
+        w = int(qt.param("width"))
+        if not 1 <= w <= n:
+            raise WorkloadError(f"range width {w} must lie in [1, {n}]")
+        return _intervals([(s, s + w - 1) for s in range(n - w + 1)], n)
+    if qt.name == "circular":
+        m = np.zeros((n * n, n))
+        r = 0
+        for s in range(n):
+            for length in range(1, n + 1):
+                m[r, [(s + j) % n for j in range(length)]] = 1.0
+                r += 1
+        return m
+    if qt.name == "explicit":
+        m = np.asarray(qt.param("matrix"), dtype=float)
+        if m.shape[1] != n:
+            raise WorkloadError(f"explicit matrix has {m.shape[1]} columns but the attribute has size {n}")
+        return m
+    raise WorkloadError(f"no matrix for query type {qt.name!r}")
+
+
+def joint_matrix(qt: QueryType, n1: int, n2: int) -> np.ndarray:
+    """Explicit matrix over the n1*n2 cells (C order) of a two-attribute joint query type."""
+    a = np.repeat(np.arange(n1), n2)
+    b = np.tile(np.arange(n2), n1)
+    if qt.name == "affine":
+        return (a[None, :] + b[None, :] <= np.arange(n1 + n2 - 1)[:, None]).astype(float)
+    if qt.name == "abs-diff":
+        return (np.abs(a - b)[None, :] <= np.arange(max(n1, n2))[:, None]).astype(float)
+    if qt.name == "random":
+        k = n1 * n2
+        rng = np.random.default_rng(int(qt.param("seed", 0)))
+        return (rng.random((int(qt.param("rows_per_cell", 3)) * k, k)) < float(qt.param("p", 0.3))).astype(float)
+    raise WorkloadError(f"query type {qt.name!r} is not joint")
+
+
+def _intervals(rows: list[tuple[int, int]], n: int) -> np.ndarray:
+    m = np.zeros((len(rows), n))
+    for r, (s, e) in enumerate(rows):
+        m[r, s : e + 1] = 1.0
+    return m

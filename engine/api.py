@@ -1,0 +1,181 @@
+"""Python entry points used by the CLI: plan, run, exact (non-private) marginals, demo.
+
+``run`` validates everything it can before writing anything, reads the private data only through a
+marginal oracle (one batched pass per request), and writes the run directory atomically, marking it
+complete last. Bad input leaves no partial output behind.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privcube.config import JobConfig, load_config
+from privcube.errors import (
+    ConfigError,
+    DataError,
+    DomainError,
+    MemoryLimitError,
+    PrivcubeError,
+    WorkloadError,
+)
+from privcube.mechanisms import get_mechanism
+from privcube.mechanisms.base import MechanismResult, PlanSummary, RunContext
+
+INPUT_ERRORS = (ConfigError, DataError, DomainError, MemoryLimitError, WorkloadError)
+
+
+@dataclass
+class RunSummary:
+    """Where a run wrote its outputs and what it spent."""
+
+    out_dir: Path
+    ledger: dict[str, Any]
+    report: dict[str, Any]
+    result: MechanismResult
+
+
+def plan(config: str | Path | Mapping[str, Any] | JobConfig) -> PlanSummary:
+    """Data-independent plan of a batch mechanism: expected error and measurements; reads no data."""
+    cfg = config if isinstance(config, JobConfig) else load_config(config, need_data=False)
+    mech = get_mechanism(cfg.mechanism)(cfg.mechanism_params)
+    return mech.plan(cfg.workload, cfg.budget)
+
+
+def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, seed: int | None = None,
+        resume: bool = False, scheduler_address: str | None = None, scheduler_file: str | None = None,
+        workers: int | None = None, client: Any = None, quiet: bool = False) -> RunSummary:
+    """Run the configured mechanism on the configured data and write the run directory ``out``."""
+    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.marginals import DataOracle
+    from privcube.privacy.ledger import PrivacyLedger
+    from privcube.privacy.noise import NoiseSource
+    from privcube.storage.ingest import open_table
+    from privcube.storage.outputs import RunDirectory
+
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ConfigError(f"--seed must be a non-negative integer, got {seed!r}")
+    cfg = config if isinstance(config, JobConfig) else load_config(config)
+    if cfg.data_path is None:
+        raise ConfigError("data.path is missing: a run needs the data's location")
+    rundir = RunDirectory(out)
+    rundir.check_usable(resume)
+    mech = get_mechanism(cfg.mechanism)(cfg.mechanism_params)
+    table = open_table(cfg.data_path, cfg.schema)  # checks columns against the schema eagerly
+    _set_quiet(quiet)
+
+    timings: dict[str, float] = {}
+    t_start = time.perf_counter()
+    cluster_ctx = contextlib.nullcontext(client) if client is not None else resolve_cluster(
+        cfg.cluster, scheduler_address=scheduler_address, scheduler_file=scheduler_file, workers=workers)
+    with cluster_ctx as cl:
+        frame, weight = table.frame, None
+        if cfg.compress:
+            from privcube.storage.distinct import compress
+
+            frame, weight = compress(frame), "count"
+        oracle = DataOracle(frame, cfg.domain, weight=weight, client=cl)
+        rundir.create()
+        try:
+            ledger = PrivacyLedger(cfg.budget)
+            noise = NoiseSource(seed)
+            checkpoint = _open_checkpoint(rundir, cfg, seed)
+            ctx = RunContext(client=cl, checkpoint=checkpoint, progress=_progress_callback(quiet), resume=resume)
+            t0 = time.perf_counter()
+            result = mech.run(oracle, cfg.workload, cfg.budget, ledger, noise, ctx)
+            timings["mechanism_s"] = time.perf_counter() - t0
+        except INPUT_ERRORS:
+            if not resume:
+                rundir.discard_if_created()
+            raise
+
+    t0 = time.perf_counter()
+    ledger_dict = ledger.to_dict()
+    ledger_dict["noise"] = noise.to_dict()
+    try:
+        expected = mech.plan(cfg.workload, cfg.budget).to_dict()
+    except PrivcubeError:
+        expected = None
+    rundir.write_answers(result.answers, cfg.domain, cfg.schema, labels=cfg.output.get("labels", True))
+    if result.synthetic:
+        rundir.write_synthetic(result.synthetic)
+    if result.tensors:
+        from privcube.storage.zarr_store import TensorStore
+
+        store = TensorStore(rundir.store_path)
+        for name, arr in result.tensors.items():
+            store.write(name, np.asarray(arr))
+    rundir.write_json("ledger.json", ledger_dict)
+    rundir.write_config(cfg.resolved())
+    timings["write_s"] = time.perf_counter() - t0
+    timings["total_s"] = time.perf_counter() - t_start
+    report = {
+        "mechanism": cfg.mechanism,
+        "timings": timings,
+        "sizes": {
+            "attributes": len(cfg.domain),
+            "domain_cells": float(cfg.domain.size()),
+            "groups": len(cfg.workload),
+            "answers": int(sum(np.asarray(a.estimate).size for a in result.answers)),
+            "partitions": int(table.npartitions),
+        },
+        "expected_error": expected,
+        "noise": noise.to_dict(),
+        "mechanism_report": result.report,
+    }
+    rundir.write_json("report.json", report)
+    rundir.mark_complete()
+    return RunSummary(rundir.path, ledger_dict, report, result)
+
+
+def exact_marginals(data: str, schema: Any, attrs: Sequence[str], *, client: Any = None) -> np.ndarray:
+    """EXACT, NON-PRIVATE marginal counts of ``attrs`` (axes in the order given); for testing/evaluation."""
+    from privcube.graphs.marginals import compute_marginals
+    from privcube.storage.ingest import open_table
+    from privcube.storage.schema import load_schema
+
+    schema = load_schema(schema) if not hasattr(schema, "domain") else schema
+    attrs = list(attrs)
+    if not attrs:
+        raise WorkloadError("--attrs: give at least one attribute")
+    for a in attrs:
+        if a not in schema.domain:
+            raise WorkloadError(f"--attrs: unknown attribute {a!r}; the schema has {list(schema.domain)}")
+    if len(set(attrs)) != len(attrs):
+        raise WorkloadError(f"--attrs repeats an attribute: {attrs}")
+    table = open_table(data, schema, columns=attrs)
+    clique = schema.domain.canonical(attrs)
+    mu = compute_marginals(table.frame, table.domain, [clique], client=client)[clique]
+    return np.transpose(np.asarray(mu), [clique.index(a) for a in attrs])
+
+
+def _open_checkpoint(rundir: Any, cfg: JobConfig, seed: int | None) -> Any:
+    try:
+        from privcube.storage.checkpoint import RunCheckpoint
+    except ImportError:
+        return None
+    return RunCheckpoint(rundir.store_path, identity={"mechanism": cfg.mechanism, "seed": seed})
+
+
+def _set_quiet(quiet: bool) -> None:
+    with contextlib.suppress(ImportError):
+        from privcube.graphs import progress
+
+        progress.set_quiet(quiet)
+
+
+def _progress_callback(quiet: bool) -> Any:
+    if quiet:
+        return None
+    import sys
+
+    def report(label: str, fraction: float) -> None:
+        sys.stderr.write(f"\r{label}: {100 * fraction:5.1f}%" + ("\n" if fraction >= 1 else ""))
+        sys.stderr.flush()
+
+    return report

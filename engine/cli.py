@@ -1,0 +1,171 @@
+"""Command line: ``privcube marginals | plan | run | schema | demo``. Thin: parse, call the API, print.
+
+Any ``PrivcubeError`` becomes one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from privcube import __version__
+from privcube.errors import PrivcubeError
+
+
+def _cluster_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--scheduler-address", metavar="A", help="connect to an existing Dask scheduler")
+    g.add_argument("--scheduler-file", metavar="F", help="connect through a scheduler file (HPC)")
+    p.add_argument("--workers", type=int, metavar="N", help="workers for a LocalCluster (overrides the config)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="privcube", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"privcube {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    m = sub.add_parser("marginals", help="EXACT, NON-PRIVATE marginal counts (testing/evaluation only)",
+                       description="Exact, non-private marginal counts as a tidy Parquet table: one row per "
+                                   "cell (empty cells included), the attribute codes, then 'count'.")
+    m.add_argument("data", help="Parquet/CSV file, directory, glob or URL")
+    m.add_argument("--schema", required=True, help="domain JSON {column: size} or rich schema YAML/JSON")
+    m.add_argument("--attrs", required=True, help="comma-separated attribute names, e.g. age,sex")
+    m.add_argument("--out", required=True, help="output Parquet file")
+    _cluster_flags(m)
+
+    pl = sub.add_parser("plan", help="expected error of a batch mechanism, without reading data")
+    pl.add_argument("config", help="job config (YAML or JSON)")
+    pl.add_argument("--json", action="store_true", help="machine-readable output")
+
+    r = sub.add_parser("run", help="run a job: measure privately and write the run directory")
+    r.add_argument("config", help="job config (YAML or JSON)")
+    r.add_argument("--out", required=True, help="run directory (refused if it holds a finished run)")
+    r.add_argument("--seed", type=int, help="seed the noise (reproducible; recorded in the outputs)")
+    r.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
+    _cluster_flags(r)
+
+    s = sub.add_parser("schema", help="inspect a schema, or infer one (NON-PRIVATE) from data")
+    ssub = s.add_subparsers(dest="schema_command", required=True, metavar="ACTION")
+    sh = ssub.add_parser("show", help="print a schema/domain with its attribute sizes")
+    sh.add_argument("schema")
+    inf = ssub.add_parser("infer", help="NON-PRIVATE: propose a schema from the data itself")
+    inf.add_argument("data")
+    inf.add_argument("--out", help="write the proposed schema (YAML) here")
+
+    d = sub.add_parser("demo", help="generate a seeded census-like table and run the main job on it")
+    d.add_argument("--out", help="folder for the demo data and run (default: ./privcube-demo)")
+    d.add_argument("--rows", type=int, default=200_000, help="rows of demo data (default 200000)")
+    d.add_argument("--seed", type=int, default=None, help="seed the noise")
+    d.add_argument("--workers", type=int, default=None, help="LocalCluster workers")
+    d.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except PrivcubeError as e:
+        print(f"privcube: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("privcube: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from privcube import api
+
+    if args.command == "marginals":
+        return _marginals(args)
+    if args.command == "plan":
+        summary = api.plan(args.config)
+        if args.json:
+            print(summary.to_json())
+        else:
+            _print_plan(summary)
+        return 0
+    if args.command == "run":
+        res = api.run(args.config, args.out, seed=args.seed, resume=args.resume,
+                      scheduler_address=args.scheduler_address, scheduler_file=args.scheduler_file,
+                      workers=args.workers, quiet=args.quiet)
+        spent = res.ledger["spent"]
+        print(f"outputs: {res.out_dir}")
+        print(f"privacy spent: rho={spent['rho']:.6g} epsilon={spent['epsilon']:.6g} delta={spent['delta']:.3g}")
+        return 0
+    if args.command == "schema":
+        return _schema(args)
+    if args.command == "demo":
+        from privcube.demo import run_demo
+
+        run_demo(out=args.out, rows=args.rows, seed=args.seed, workers=args.workers, quiet=args.quiet)
+        return 0
+    raise AssertionError(args.command)
+
+
+def _marginals(args: argparse.Namespace) -> int:
+    import contextlib
+
+    import numpy as np
+    import pandas as pd
+
+    from privcube import api
+    from privcube.graphs.cluster import resolve_cluster
+    from privcube.storage.outputs import atomic_write_parquet
+
+    attrs = [a.strip() for a in args.attrs.split(",") if a.strip()]
+    spec = {"type": "threads"} if not (args.scheduler_address or args.scheduler_file or args.workers) else {"type": "local"}
+    with resolve_cluster(spec, scheduler_address=args.scheduler_address, scheduler_file=args.scheduler_file,
+                         workers=args.workers) as client, contextlib.nullcontext():
+        mu = api.exact_marginals(args.data, args.schema, attrs, client=client)
+    grids = np.indices(mu.shape).reshape(len(attrs), -1)
+    frame = pd.DataFrame({a: g.astype(np.int64) for a, g in zip(attrs, grids)})
+    frame["count"] = np.asarray(mu, dtype=np.int64).ravel()
+    atomic_write_parquet(Path(args.out), frame)
+    print(f"NON-PRIVATE exact counts written to {args.out} ({len(frame)} cells); do not publish them.")
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from privcube.storage.schema import load_schema
+
+    if args.schema_command == "show":
+        schema = load_schema(args.schema)
+        for a in schema.attributes:
+            print(f"{a.name}\t{a.kind}\t{a.size}")
+        print(f"cells: {schema.domain.size():.6g}")
+        return 0
+    from privcube.storage.infer import infer_schema
+
+    schema, warning = infer_schema(args.data)
+    print(warning, file=sys.stderr)
+    import yaml
+
+    text = yaml.safe_dump(schema.to_dict(), sort_keys=False)
+    if args.out:
+        Path(args.out).write_text(f"# {warning}\n" + text)
+        print(f"proposed schema written to {args.out}")
+    else:
+        print(text)
+    return 0
+
+
+def _print_plan(summary) -> None:  # noqa: ANN001
+    print(f"mechanism: {summary.mechanism}")
+    print(f"expected RMSE (all queries): {summary.rmse:.6g}")
+    print("privacy: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
+                                  for k, v in summary.privacy.items()))
+    print(f"query groups: {len(summary.groups)}")
+    for g in summary.groups[:20]:
+        print(f"  {','.join(g['attributes']) or '(total)'}: rmse {g['rmse']:.6g}")
+    if len(summary.groups) > 20:
+        print(f"  ... {len(summary.groups) - 20} more (use --json)")
+    if summary.measurements:
+        print(f"measurements: {len(summary.measurements)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

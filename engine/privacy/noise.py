@@ -1,0 +1,131 @@
+"""The run's one noise source: OS entropy or a seed, split into streams keyed by measurement identity.
+
+A stream is a pure function of (root entropy, key), so retries, task order and the number of
+workers never change the noise a measurement receives. The object pickles with its root entropy:
+shipping it to a dask worker lets the worker derive exactly the stream the scheduler would. That
+entropy is secret for unseeded runs; ``to_dict`` (what goes into ``ledger.json``) never shows it.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from privcube.errors import BudgetError
+
+KeyPart = str | int | Sequence[Any]
+
+
+def _encode_key(parts: Sequence[Any]) -> bytes:
+    """Unambiguous, type-tagged byte encoding of a key (nested tuples/lists of str and int)."""
+    out: list[bytes] = []
+    for p in parts:
+        if isinstance(p, bool):
+            raise BudgetError(f"noise key parts must be str, int or tuples of them, got bool {p!r}")
+        if isinstance(p, str):
+            b = p.encode("utf-8")
+            out.append(b"s" + len(b).to_bytes(8, "big") + b)
+        elif isinstance(p, (int, np.integer)):
+            b = str(int(p)).encode("ascii")
+            out.append(b"i" + len(b).to_bytes(8, "big") + b)
+        elif isinstance(p, (tuple, list)):
+            b = _encode_key(p)
+            out.append(b"t" + len(b).to_bytes(8, "big") + b)
+        else:
+            raise BudgetError(f"noise key parts must be str, int or tuples of them, got {type(p).__name__} {p!r}")
+    return b"".join(out)
+
+
+def _spawn_key(parts: Sequence[Any]) -> tuple[int, ...]:
+    """Eight 32-bit words of SHA-256 of the encoded key: a stable spawn_key (unlike hash())."""
+    digest = hashlib.sha256(b"privcube-noise-v1\x00" + _encode_key(parts)).digest()
+    return tuple(int.from_bytes(digest[i : i + 4], "little") for i in range(0, 32, 4))
+
+
+class NoiseSource:
+    """Root of all randomness in a run; ``generator(*key)`` gives an independent, reproducible stream."""
+
+    __slots__ = ("_entropy", "_seed")
+
+    def __init__(self, seed: int | None = None) -> None:
+        """Seeded (recorded, reproducible) or, with ``seed=None``, 128 bits of OS entropy (not recorded)."""
+        if seed is None:
+            self._entropy: int = secrets.randbits(128)
+            self._seed: int | None = None
+        else:
+            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or int(seed) < 0:
+                raise BudgetError(f"seed must be a non-negative integer or None, got {seed!r}")
+            self._entropy = int(seed)
+            self._seed = int(seed)
+
+    @property
+    def seeded(self) -> bool:
+        """Whether the run is reproducible from a recorded seed."""
+        return self._seed is not None
+
+    @property
+    def seed(self) -> int | None:
+        """The user's seed, or None for OS entropy."""
+        return self._seed
+
+    def generator(self, *key: KeyPart) -> np.random.Generator:
+        """A PCG64 generator determined by (root entropy, key) alone; distinct keys give independent streams."""
+        if not key:
+            raise BudgetError("noise key must name the measurement, e.g. ('aim', round, 'age,sex'); got none")
+        ss = np.random.SeedSequence(entropy=self._entropy, spawn_key=_spawn_key(key))
+        return np.random.Generator(np.random.PCG64(ss))
+
+    def gaussian(self, key: KeyPart | Sequence[Any], shape: int | tuple[int, ...], sigma: float) -> np.ndarray:
+        """N(0, σ²) noise of the given shape from the stream named by ``key``."""
+        if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.floating)) or not math.isfinite(sigma) or sigma < 0:
+            raise BudgetError(f"sigma must be a non-negative finite number, got {sigma!r}")
+        return self.generator(*_as_key(key)).normal(0.0, float(sigma), size=shape)
+
+    def laplace(self, key: KeyPart | Sequence[Any], shape: int | tuple[int, ...], scale: float) -> np.ndarray:
+        """Laplace(0, b) noise of the given shape from the stream named by ``key``."""
+        if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not math.isfinite(scale) or scale < 0:
+            raise BudgetError(f"scale must be a non-negative finite number, got {scale!r}")
+        return self.generator(*_as_key(key)).laplace(0.0, float(scale), size=shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Public record for ledger.json: whether seeded, and the seed; never the OS entropy."""
+        return {"seeded": self.seeded, "seed": self._seed}
+
+    def state(self) -> dict[str, Any]:
+        """Full state including the secret root entropy, for shipping to workers; never write it to disk."""
+        return {"entropy": self._entropy, "seed": self._seed}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> NoiseSource:
+        """Rebuild the source from :meth:`state` (on a worker), yielding identical streams."""
+        obj = cls.__new__(cls)
+        obj._entropy = int(state["entropy"])
+        obj._seed = None if state.get("seed") is None else int(state["seed"])
+        return obj
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle with the root entropy so dask workers derive the same streams."""
+        return self.state()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore from :meth:`__getstate__`."""
+        self._entropy = int(state["entropy"])
+        self._seed = state.get("seed")
+
+    def __repr__(self) -> str:
+        """Show the seed only; the OS entropy stays hidden."""
+        return f"NoiseSource(seed={self._seed!r})" if self.seeded else "NoiseSource(<os entropy>)"
+
+
+def _as_key(key: KeyPart | Sequence[Any]) -> tuple[Any, ...]:
+    """A key given as one str/int, or as a tuple/list of parts, becomes the part tuple."""
+    if isinstance(key, (tuple, list)):
+        return tuple(key)
+    return (key,)
+
+
+__all__ = ["NoiseSource"]

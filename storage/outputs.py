@@ -1,0 +1,224 @@
+"""The run directory: owner-only, written atomically, refusing to overwrite a finished run.
+
+Layout (the contract users and checks rely on)::
+
+    DIR/ledger.json     budget, spent, charges
+    DIR/config.yaml     the resolved config
+    DIR/answers/        index.json + one Parquet file per workload query group
+    DIR/synthetic/      one Parquet file per synthetic table (mechanisms that make records)
+    DIR/store.zarr      tensors and checkpoints
+    DIR/report.json     timings, sizes, expected errors
+    DIR/.complete       written last: marks a finished run
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from privcube.errors import RunDirectoryError
+
+COMPLETE_MARKER = ".complete"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, default=_json_default) + "\n").encode())
+
+
+def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
+    """Write a pandas frame as Parquet atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class RunDirectory:
+    """One run's output folder."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._created = False
+
+    # lifecycle --------------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        return (self.path / COMPLETE_MARKER).exists()
+
+    @property
+    def started(self) -> bool:
+        return self.path.exists() and any(self.path.iterdir())
+
+    def check_usable(self, resume: bool) -> None:
+        """Refuse a finished run, a started run without ``resume``, or a file in the way."""
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirectoryError(f"output {str(self.path)!r} exists and is not a directory")
+        if self.finished:
+            raise RunDirectoryError(
+                f"output directory {str(self.path)!r} holds a finished run; choose a new --out"
+            )
+        if self.started and not resume:
+            raise RunDirectoryError(
+                f"output directory {str(self.path)!r} is not empty (an interrupted run?); "
+                "pass --resume to continue it or choose a new --out"
+            )
+        if resume and not self.started:
+            raise RunDirectoryError(f"--resume: {str(self.path)!r} holds no run to resume")
+
+    def create(self) -> None:
+        """Create the folder with owner-only permissions."""
+        if not self.path.exists():
+            try:
+                self.path.mkdir(parents=True, mode=0o700)
+            except OSError as e:
+                raise RunDirectoryError(f"cannot create output directory {str(self.path)!r}: {e}") from None
+            self._created = True
+        os.chmod(self.path, 0o700)
+        if not os.access(self.path, os.W_OK):
+            raise RunDirectoryError(f"output directory {str(self.path)!r} is not writable")
+
+    def discard_if_created(self) -> None:
+        """Remove the folder if this run created it (bad input: write nothing partial)."""
+        if self._created and self.path.exists():
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def mark_complete(self) -> None:
+        atomic_write_json(self.path / COMPLETE_MARKER, {"complete": True})
+
+    @property
+    def store_path(self) -> Path:
+        return self.path / "store.zarr"
+
+    # writers ----------------------------------------------------------------------------------
+    def write_json(self, name: str, obj: Any) -> Path:
+        p = self.path / name
+        atomic_write_json(p, obj)
+        return p
+
+    def write_config(self, resolved: Mapping[str, Any]) -> Path:
+        p = self.path / "config.yaml"
+        atomic_write_bytes(p, yaml.safe_dump(_plain(resolved), sort_keys=False).encode())
+        return p
+
+    def write_answers(self, answers: Iterable[Any], domain: Any, schema: Any = None,
+                      labels: bool = True) -> Path:
+        """Write each GroupAnswer as Parquet plus ``answers/index.json``."""
+        folder = self.path / "answers"
+        folder.mkdir(exist_ok=True, mode=0o700)
+        index = []
+        for i, ans in enumerate(answers):
+            g = ans.group
+            frame = answer_frame(ans, domain, schema if labels else None)
+            fname = f"group-{i:04d}-{_safe(g.label())}.parquet"
+            atomic_write_parquet(folder / fname, frame)
+            index.append({
+                "attributes": list(g.attributes),
+                "queries": g.query_types(),
+                "weight": g.weight,
+                "marginal": bool(g.is_marginal),
+                "file": fname,
+                "rows": int(len(frame)),
+            })
+        atomic_write_json(folder / "index.json", {"groups": index})
+        return folder
+
+    def write_synthetic(self, tables: Mapping[str, pd.DataFrame]) -> Path:
+        folder = self.path / "synthetic"
+        folder.mkdir(exist_ok=True, mode=0o700)
+        for name, frame in tables.items():
+            atomic_write_parquet(folder / f"{_safe(name)}.parquet", frame)
+        return folder
+
+
+def answer_frame(ans: Any, domain: Any, schema: Any = None) -> pd.DataFrame:
+    """Tidy table of one group's answers: attribute codes (or ``query``), ``estimate``, ``variance``."""
+    g = ans.group
+    est = np.asarray(ans.estimate, dtype=float).ravel()
+    cols: dict[str, Any] = {}
+    if g.is_marginal:
+        shape = domain.shape_of(g.attributes)
+        if int(np.prod(shape)) != est.size:
+            raise ValueError(f"group {g.label()}: {est.size} estimates for {int(np.prod(shape))} cells")
+        grids = np.indices(shape).reshape(len(shape), -1) if shape else np.zeros((0, 1), dtype=int)
+        for a, codes in zip(g.attributes, grids):
+            cols[a] = codes.astype(np.int64)
+    else:
+        cols["query"] = np.arange(est.size, dtype=np.int64)
+    cols["estimate"] = est
+    if ans.variance is not None:
+        var = np.broadcast_to(np.asarray(ans.variance, dtype=float).ravel(), est.shape)
+        cols["variance"] = np.array(var)
+    frame = pd.DataFrame(cols)
+    if schema is not None and g.is_marginal and hasattr(schema, "labels"):
+        for a in g.attributes:
+            try:
+                labels = schema.labels(a)
+            except Exception:  # noqa: BLE001 - labels are a convenience
+                continue
+            if labels is not None and getattr(schema.attribute(a), "kind", "integer") != "integer":
+                frame[f"{a}_label"] = np.asarray(labels, dtype=object)[frame[a].to_numpy()]
+    return frame
+
+
+def _safe(s: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in s)[:80]
+
+
+def _plain(o: Any) -> Any:
+    if isinstance(o, Mapping):
+        return {str(k): _plain(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_plain(v) for v in o]
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    return o
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (tuple, set)):
+        return list(o)
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"cannot serialise {type(o).__name__}")

@@ -1,0 +1,77 @@
+"""Config loading: every key validated, errors name the key, paths resolved, budgets parsed."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from privcube.config import load_config
+from privcube.errors import BudgetError, ConfigError, WorkloadError
+
+
+def base(**over):
+    cfg = {
+        "domain": {"a": 3, "b": 4, "c": 2},
+        "mechanism": {"name": "residual-planner"},
+        "workload": [{"kway": 2}],
+        "privacy": {"epsilon": 1.0, "delta": 1e-9},
+    }
+    cfg.update(over)
+    return cfg
+
+
+def test_inline_domain_plans_without_data():
+    cfg = load_config(base(), need_data=False)
+    assert cfg.domain.attributes == ("a", "b", "c")
+    assert len(cfg.workload) == 3
+    assert cfg.budget.rho == pytest.approx(0.014973, rel=1e-3)
+    assert cfg.data_path is None
+
+
+def test_run_needs_data_path():
+    with pytest.raises(ConfigError, match="data.path"):
+        load_config(base())
+
+
+def test_domain_file_and_relative_path(tmp_path):
+    (tmp_path / "dom.json").write_text(json.dumps({"x": 2, "y": 5}))
+    (tmp_path / "cfg.yaml").write_text(
+        "data: {path: d.parquet, domain: dom.json}\nmechanism: residual-planner\n"
+        "workload: [{kway: 1}]\nprivacy: {rho: 0.5}\n"
+    )
+    cfg = load_config(tmp_path / "cfg.yaml")
+    assert cfg.domain.to_dict() == {"x": 2, "y": 5}
+    assert cfg.data_path == str((tmp_path / "d.parquet").resolve())
+    assert cfg.budget.rho == 0.5
+    assert cfg.resolved()["resolved"]["domain"] == {"x": 2, "y": 5}
+
+
+@pytest.mark.parametrize(
+    ("over", "err", "needle"),
+    [
+        ({"mechanism": {"name": "nope"}}, ConfigError, "nope"),
+        ({"bogus": 1}, ConfigError, "bogus"),
+        ({"privacy": {"epsilon": 0}}, BudgetError, "epsilon"),
+        ({"privacy": {"epsilon": -1, "delta": 1e-6}}, BudgetError, "epsilon"),
+        ({"privacy": {"epsilon": 1, "delta": 1.5}}, BudgetError, "delta"),
+        ({"privacy": {"epsilon": 1, "delta": 0}}, BudgetError, "delta"),
+        ({"privacy": {"rho": 0}}, BudgetError, "rho"),
+        ({"workload": [{"attributes": ["a", "zz"]}]}, WorkloadError, "zz"),
+        ({"workload": [{"kway": 2, "queries": "wavelets"}]}, WorkloadError, "wavelets"),
+        ({"workload": [{"kway": 2, "queries": {"qq": "prefix"}}]}, WorkloadError, "qq"),
+        ({"workload": []}, WorkloadError, "non-empty"),
+    ],
+)
+def test_bad_config_names_the_culprit(over, err, needle):
+    with pytest.raises(err, match=needle):
+        load_config(base(**over), need_data=False)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_pure_epsilon_budget():
+    cfg = load_config(base(privacy={"epsilon": 2.0}), need_data=False)
+    assert cfg.budget.pure and cfg.budget.epsilon == 2.0 and cfg.budget.delta == 0.0

@@ -1,0 +1,213 @@
+"""GReM-MLE state (AIM+GReM Alg. 3, Prop. 4.2): residual estimates, precisions, marginal estimates.
+
+For every residual τ in the downward closure W↓ we keep the inverse-variance weighted estimate z_τ
+and its precision λ_τ (z_τ has noise covariance V_τ/λ_τ; an unmeasured τ has z_τ = 0, λ_τ = 0). The
+marginal estimate of a clique γ is μ̂_γ = Σ_{τ⊆γ} Recon(z_τ, τ, γ). Marginal estimates are kept for a
+chosen set of cliques (the workload W and every selection candidate in W↓ \\ {∅}) in a *table*
+that also holds the true marginals used by selection scores, so the heavy arrays can live in memory
+(:class:`LocalMarginals`) or on dask workers (``privcube.graphs.lazy_update.DistributedMarginals``).
+When a residual changes, ``lazy`` adds Recon(z' − z, τ, γ) into each kept γ ⊇ τ; ``full`` rebuilds every
+kept γ from all its residuals. Both give the same estimates up to round-off.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from privcube.errors import ConfigError, DomainError
+from privcube.residuals import Sizes, recon_add, residual_shape, size_of, subsets, v_coef
+
+Clique = tuple[str, ...]
+UPDATES = ("lazy", "full")
+
+
+def measurable(tau: Sequence[str], sizes: Sizes) -> bool:
+    """Whether τ has a non-empty residual (all its attributes have size ≥ 2)."""
+    return all(size_of(sizes, a) >= 2 for a in tau)
+
+
+def residual_subsets(gamma: Sequence[str], sizes: Sizes) -> list[Clique]:
+    """Subsets of γ with a non-empty residual, by size then γ order."""
+    return [t for t in subsets(tuple(gamma)) if measurable(t, sizes)]
+
+
+def reconstruct(gamma: Clique, z: Mapping[Clique, np.ndarray], sizes: Sizes) -> np.ndarray:
+    """GReM-MLE step 2 for one clique: Σ_{τ⊆γ} Recon(z_τ, τ, γ) (absent τ contribute zero)."""
+    out = np.zeros(tuple(size_of(sizes, a) for a in gamma), dtype=float)
+    for t in residual_subsets(gamma, sizes):
+        zt = z.get(t)
+        if zt is not None:
+            recon_add(out, zt, t, gamma, sizes)
+    return out
+
+
+def apply_deltas(mu: Mapping[Clique, np.ndarray], deltas: Sequence[tuple[Clique, np.ndarray]], sizes: Sizes) -> None:
+    """Lazy update (Prop. 4.2): μ̂_γ += Recon(Δz_τ, τ, γ) for every γ in ``mu`` with τ ⊆ γ, in place."""
+    for g, arr in mu.items():
+        gs = set(g)
+        for t, dz in deltas:
+            if gs.issuperset(t):
+                recon_add(arr, dz, t, g, sizes)
+
+
+def l1_errors(truth: Mapping[Clique, np.ndarray], mu: Mapping[Clique, np.ndarray],
+              cliques: Sequence[Clique]) -> np.ndarray:
+    """‖μ_γ − μ̂_γ‖₁ for each clique (the selection score's data term)."""
+    return np.array([float(np.abs(truth[c] - mu[c]).sum()) for c in cliques], dtype=float)
+
+
+class MarginalTable(Protocol):
+    """Holds true marginals and estimates of the kept cliques; answers scores and applies updates."""
+
+    cliques: list[Clique]
+
+    def apply(self, deltas: Sequence[tuple[Clique, np.ndarray]]) -> None:
+        """Lazy update with the residual changes of one round."""
+
+    def rebuild(self, z: Mapping[Clique, np.ndarray]) -> None:
+        """Full GReM-MLE: recompute every kept estimate from the residual estimates."""
+
+    def get(self, gamma: Clique) -> np.ndarray:
+        """A copy of the current estimate of a kept clique."""
+
+    def l1_errors(self, cliques: Sequence[Clique]) -> np.ndarray:
+        """‖μ_γ − μ̂_γ‖₁ per clique."""
+
+    def snapshot(self) -> dict[Clique, np.ndarray]:
+        """All estimates (for answers and checkpoints)."""
+
+    def load(self, mu: Mapping[Clique, np.ndarray]) -> None:
+        """Replace the estimates (resume from a checkpoint)."""
+
+    def close(self) -> None:
+        """Release any remote resources."""
+
+
+class LocalMarginals:
+    """In-memory marginal table (numpy, float64 estimates)."""
+
+    def __init__(self, sizes: Sizes, cliques: Iterable[Clique], truth: Mapping[Clique, np.ndarray] | None) -> None:
+        """Zero estimates for ``cliques``; ``truth`` (exact marginals) is needed only for scores."""
+        self.sizes = sizes
+        self.cliques = list(cliques)
+        self.truth = truth
+        self.mu = {c: np.zeros(tuple(size_of(sizes, a) for a in c), dtype=float) for c in self.cliques}
+        self._index: dict[Clique, list[Clique]] = {}
+        for c in self.cliques:
+            for t in residual_subsets(c, sizes):
+                self._index.setdefault(t, []).append(c)
+
+    def containing(self, tau: Clique) -> list[Clique]:
+        """Kept cliques γ ⊇ τ (the inverted index of the lazy update)."""
+        return self._index.get(tuple(tau), [])
+
+    def apply(self, deltas: Sequence[tuple[Clique, np.ndarray]]) -> None:
+        """Lazy update: only the kept cliques that contain a changed residual are touched."""
+        for t, dz in deltas:
+            for g in self._index.get(tuple(t), ()):
+                recon_add(self.mu[g], dz, t, g, self.sizes)
+
+    def rebuild(self, z: Mapping[Clique, np.ndarray]) -> None:
+        """Full reconstruction of every kept clique."""
+        for c in self.cliques:
+            self.mu[c] = reconstruct(c, z, self.sizes)
+
+    def get(self, gamma: Clique) -> np.ndarray:
+        """Copy of the estimate of ``gamma``."""
+        return self.mu[tuple(gamma)].copy()
+
+    def l1_errors(self, cliques: Sequence[Clique]) -> np.ndarray:
+        """‖μ_γ − μ̂_γ‖₁ per clique."""
+        if self.truth is None:
+            raise ConfigError("marginal table has no true marginals; scores cannot be computed")
+        return l1_errors(self.truth, self.mu, cliques)
+
+    def snapshot(self) -> dict[Clique, np.ndarray]:
+        """The estimates themselves (not copies)."""
+        return self.mu
+
+    def load(self, mu: Mapping[Clique, np.ndarray]) -> None:
+        """Replace estimates, checking shapes."""
+        for c in self.cliques:
+            arr = np.asarray(mu[c], dtype=float)
+            if arr.shape != self.mu[c].shape:
+                raise DomainError(f"estimate of {list(c)} has shape {arr.shape}, expected {self.mu[c].shape}")
+            self.mu[c] = arr.copy()
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class GReMState:
+    """Residual estimates z_τ and precisions λ_τ over W↓, plus a table of marginal estimates."""
+
+    def __init__(self, sizes: Sizes, residuals: Iterable[Clique], table: MarginalTable, update: str = "lazy") -> None:
+        """Zero estimates and precisions for every measurable residual in ``residuals``."""
+        if update not in UPDATES:
+            raise ConfigError(f"update must be one of {UPDATES}, got {update!r}")
+        self.sizes = sizes
+        self.update = update
+        self.residuals = [tuple(t) for t in residuals if measurable(t, sizes)]
+        self.z: dict[Clique, np.ndarray] = {t: np.zeros(residual_shape(t, sizes)) for t in self.residuals}
+        self.lam: dict[Clique, float] = {t: 0.0 for t in self.residuals}
+        self.table = table
+        self._kept = set(table.cliques)
+        self._pending: list[tuple[Clique, np.ndarray]] = []
+
+    def combine(self, tau: Clique, z_new: np.ndarray, sigma2: float) -> np.ndarray:
+        """Inverse-variance combine a measurement (variance σ² V_τ) into z_τ; return Δz = z' − z."""
+        tau = tuple(tau)
+        if tau not in self.z:
+            raise DomainError(f"residual {list(tau)} is not in the downward closure being tracked")
+        if not (math.isfinite(sigma2) and sigma2 > 0):
+            raise ConfigError(f"measurement variance sigma2 must be positive and finite, got {sigma2!r}")
+        z_new = np.asarray(z_new, dtype=float)
+        if z_new.shape != self.z[tau].shape:
+            raise DomainError(f"measurement of {list(tau)} has shape {z_new.shape}, expected {self.z[tau].shape}")
+        prec = 1.0 / sigma2
+        lam = self.lam[tau]
+        z_old = self.z[tau]
+        z_upd = (lam * z_old + prec * z_new) / (lam + prec)
+        delta = z_upd - z_old
+        self.z[tau] = z_upd
+        self.lam[tau] = lam + prec
+        self._pending.append((tau, delta))
+        return delta
+
+    def flush(self) -> None:
+        """Propagate pending residual changes to the marginal table (lazy or full)."""
+        if not self._pending:
+            return
+        if self.update == "lazy":
+            self.table.apply(self._pending)
+        else:
+            self.table.rebuild(self.z)
+        self._pending = []
+
+    def estimate(self, gamma: Clique) -> np.ndarray:
+        """Current μ̂_γ: from the table if kept, else reconstructed from the residuals."""
+        gamma = tuple(gamma)
+        self.flush()
+        if gamma in self._kept:
+            return self.table.get(gamma)
+        return reconstruct(gamma, self.z, self.sizes)
+
+    def variance(self, gamma: Clique) -> float:
+        """Per-cell noise variance of μ̂_γ: Σ_{measured τ⊆γ} v_τ/λ_τ (unmeasured τ are biased, not noisy)."""
+        out = 0.0
+        for t in residual_subsets(gamma, self.sizes):
+            lam = self.lam.get(t, 0.0)
+            if lam > 0:
+                out += v_coef(t, gamma, self.sizes) / lam
+        return out
+
+    def unmeasured(self, gamma: Clique) -> list[Clique]:
+        """Residuals of γ never measured (their estimate is the zero 'no interaction' default)."""
+        return [t for t in residual_subsets(gamma, self.sizes) if self.lam.get(t, 0.0) == 0.0]
+
+
+__all__ = ["GReMState", "LocalMarginals", "MarginalTable", "UPDATES", "apply_deltas", "l1_errors",
+           "measurable", "reconstruct", "residual_subsets"]

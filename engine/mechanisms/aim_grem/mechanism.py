@@ -1,0 +1,359 @@
+"""AIM+GReM (Alg. 4 with Algs. 5-7): select (exp. mech.) → CRP → measure residuals → lazy GReM update.
+
+Privacy: initialisation measures every 1-way marginal in W↓ (as its residual and the total) with
+σ0² = K/(0.9ρ) (K = |W↓ \\ {∅}|); each round charges ε_t²/8 for the selection and 1/(2σ_t²) for the
+measurement (CRP never spends more than that; dropped residuals are not reallocated). When fewer than
+two rounds of budget remain, the next round spends exactly what is left (10% selection) and the loop
+ends. Annealing compares the selected clique's estimate before and after the update, never the true
+marginal. Every noise draw is keyed by ("aim-grem", round, ...) so a seed reproduces the run bit for
+bit and a resumed run continues identically. True marginals of all of W↓ are read once, in batches.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from privcube.domain import Domain
+from privcube.errors import BudgetError, CheckpointError, ConfigError, MemoryLimitError, WorkloadError
+from privcube.mechanisms.aim_grem import annealing, crp, selection
+from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals, MarginalTable, measurable
+from privcube.mechanisms.aim_grem.state import AIMState, normalise
+from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, RunContext
+from privcube.oracle import MarginalOracle
+from privcube.residuals import decomp
+from privcube.workload import Workload
+
+Clique = tuple[str, ...]
+TAG = "aim-grem"
+
+
+@dataclass
+class Problem:
+    """Validated inputs: domain, workload cliques and weights, W↓, candidates and their constants."""
+
+    domain: Domain
+    cliques: list[Clique]
+    weights: dict[Clique, float]
+    closure: list[Clique]
+    candidates: list[Clique]
+    cand_weights: np.ndarray
+    cand_cells: np.ndarray
+    sensitivity: float
+    kept: list[Clique]
+    cells_kept: int
+
+
+def _cells(domain: Domain, c: Clique) -> int:
+    """n_γ."""
+    return math.prod(domain[a] for a in c)
+
+
+class AIMGReM(Mechanism):
+    """AIM with residual measurements (CRP or IID), GReM-MLE reconstruction and lazy/full updates."""
+
+    name: ClassVar[str] = TAG
+    PARAMS: ClassVar[Mapping[str, Any]] = {
+        "measure": "crp",            # crp | iid
+        "update": "lazy",            # lazy | full
+        "max_rounds": None,          # stop after this many rounds (leaves budget unspent; for checkpoint tests)
+        "memory_limit_bytes": None,  # None: 80% of the memory available when the run starts
+        "crp_solver": "exact",       # exact (water-filling) | cvxpy (Clarabel, the paper's fallback)
+        "eta": crp.ETA,              # drop residuals whose budget share p_τ x_τ is below eta
+        "oracle_batch_cells": 50_000_000,   # true marginals are requested in batches of at most this many cells
+        "distribute_min_cells": 20_000_000,  # with a client, keep estimates on workers from this many cells
+    }
+
+    def __init__(self, params: Mapping[str, Any] | None = None) -> None:
+        """Validate parameters (ConfigError naming the key)."""
+        super().__init__(params)
+        p = self.params
+        if p["measure"] not in ("crp", "iid"):
+            raise ConfigError(f"aim-grem: measure must be 'crp' or 'iid', got {p['measure']!r}")
+        if p["update"] not in ("lazy", "full"):
+            raise ConfigError(f"aim-grem: update must be 'lazy' or 'full', got {p['update']!r}")
+        if p["crp_solver"] not in crp.SOLVERS:
+            raise ConfigError(f"aim-grem: crp_solver must be one of {crp.SOLVERS}, got {p['crp_solver']!r}")
+        mr = p["max_rounds"]
+        if mr is not None and (isinstance(mr, bool) or not isinstance(mr, int) or mr < 0):
+            raise ConfigError(f"aim-grem: max_rounds must be None or a non-negative integer, got {mr!r}")
+        eta = p["eta"]
+        if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 <= eta < 1:
+            raise ConfigError(f"aim-grem: eta must lie in [0, 1), got {eta!r}")
+        for key in ("memory_limit_bytes", "oracle_batch_cells", "distribute_min_cells"):
+            v = p[key]
+            if key == "memory_limit_bytes" and v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise ConfigError(f"aim-grem: {key} must be a positive number, got {v!r}")
+
+    # ----------------------------------------------------------------------------- validation
+    def problem(self, domain: Domain, workload: Workload) -> Problem:
+        """Validate the workload against the data domain and the memory limit; build W↓ and candidates."""
+        if not isinstance(workload, Workload) or len(workload) == 0:
+            raise WorkloadError("aim-grem: workload must be a non-empty Workload")
+        for g in workload.groups:
+            for a in g.attributes:
+                if a not in domain:
+                    raise WorkloadError(f"aim-grem: workload names unknown attribute {a!r}; the data has {list(domain)}")
+                if workload.domain[a] != domain[a]:
+                    raise WorkloadError(f"aim-grem: attribute {a!r} has size {workload.domain[a]} in the workload "
+                                        f"but {domain[a]} in the data")
+        if not workload.is_marginal:
+            bad = next(g for g in workload.groups if not g.is_marginal)
+            raise ConfigError(f"aim-grem answers marginal workloads only; group {bad.label()!r} has query types "
+                              f"{bad.query_types()}")
+        cliques = [domain.canonical(c) for c in workload.cliques()]
+        weights: dict[Clique, float] = {}
+        for c, w in workload.weights().items():
+            key = domain.canonical(c)
+            weights[key] = weights.get(key, 0.0) + float(w)
+        closure = selection.downward_closure(cliques, domain.attributes)
+        candidates = [c for c in closure if c]
+        limit = self.params["memory_limit_bytes"]
+        if limit is None:
+            import psutil
+
+            limit = 0.8 * psutil.virtual_memory().available
+        for c in closure:
+            if 8 * _cells(domain, c) > limit:
+                raise MemoryLimitError(f"aim-grem: the marginal on {list(c)} has {_cells(domain, c)} cells "
+                                       f"({8 * _cells(domain, c)} bytes), over memory_limit_bytes={int(limit)}")
+        cells_kept = sum(_cells(domain, c) for c in closure)
+        resid = sum(math.prod(domain[a] - 1 for a in c) for c in closure if measurable(c, domain))
+        total = 8 * (2 * cells_kept + resid)  # exact int64 marginals + float estimates + residuals
+        if total > limit:
+            raise MemoryLimitError(f"aim-grem: W↓ needs about {total} bytes (true marginals, estimates, residuals "
+                                   f"over {len(closure)} cliques), over memory_limit_bytes={int(limit)}")
+        cw = selection.candidate_weights(candidates, weights)
+        return Problem(domain, cliques, weights, closure, candidates, cw, selection.cells(candidates, domain),
+                       float(cw.max()) if cw.size else 1.0, list(closure), cells_kept)
+
+    def _identity(self, prob: Problem, rho_total: float, noise: Any) -> dict[str, Any]:
+        """What a checkpoint must match to be resumed by this run."""
+        return normalise({
+            "mechanism": TAG, "domain": prob.domain.to_dict(),
+            "workload": [[list(c), prob.weights[c]] for c in prob.cliques], "rho": rho_total,
+            "measure": self.params["measure"], "update": self.params["update"],
+            "crp_solver": self.params["crp_solver"], "eta": self.params["eta"],
+            "noise": noise.to_dict() if hasattr(noise, "to_dict") else None,
+        })
+
+    # ------------------------------------------------------------------------------ data access
+    def _truth(self, oracle: MarginalOracle, prob: Problem) -> dict[Clique, np.ndarray]:
+        """Exact marginals of every clique in W↓, requested in batches of bounded total size."""
+        out: dict[Clique, np.ndarray] = {}
+        batch: list[Clique] = []
+        cells = 0
+        cap = self.params["oracle_batch_cells"]
+        for c in prob.closure:
+            n = _cells(prob.domain, c)
+            if batch and cells + n > cap:
+                out.update(oracle.marginals(batch))
+                batch, cells = [], 0
+            batch.append(c)
+            cells += n
+        if batch:
+            out.update(oracle.marginals(batch))
+        for c in prob.closure:
+            arr = np.asarray(out[c])
+            want = prob.domain.shape_of(c)
+            if arr.shape != want:
+                raise ConfigError(f"aim-grem: the oracle returned shape {arr.shape} for {list(c)}, expected {want}")
+            out[c] = arr
+        return out
+
+    def _table(self, prob: Problem, truth: Mapping[Clique, np.ndarray], ctx: RunContext) -> MarginalTable:
+        """Estimates in memory, or on dask workers when a client is set and the problem is large."""
+        if ctx.client is not None and prob.cells_kept >= self.params["distribute_min_cells"]:
+            from privcube.graphs.lazy_update import DistributedMarginals
+
+            return DistributedMarginals(ctx.client, prob.domain, prob.kept, truth)
+        return LocalMarginals(prob.domain, prob.kept, truth)
+
+    # -------------------------------------------------------------------------------------- run
+    def run(self, oracle: MarginalOracle, workload: Workload, budget: Any, ledger: Any, noise: Any,
+            context: RunContext | None = None) -> MechanismResult:
+        """Run AIM+GReM against ``oracle``; resumes from ``context.checkpoint`` when ``context.resume``."""
+        ctx = context or RunContext()
+        prob = self.problem(oracle.domain, workload)
+        if ledger is None or noise is None:
+            raise ConfigError("aim-grem: a PrivacyLedger and a NoiseSource are required")
+        rho_total = float(min(budget.rho, ledger.budget.rho))
+        identity = self._identity(prob, rho_total, noise)
+        payload = None
+        if ctx.resume and ctx.checkpoint is not None:
+            loaded = ctx.checkpoint.load()
+            if loaded is not None:
+                payload = loaded[1]
+        if payload is None and ledger.remaining_rho <= 0:
+            raise BudgetError("aim-grem: the privacy ledger has no budget left")
+
+        truth = self._truth(oracle, prob)
+        table = self._table(prob, truth, ctx)
+        try:
+            grem = GReMState(prob.domain, prob.closure, table, self.params["update"])
+            if payload is not None:
+                st = AIMState.from_checkpoint(payload, grem, identity)
+                self._restore_ledger(ledger, payload["meta"].get("ledger"))
+            else:
+                if ledger.remaining_rho < rho_total * (1 - 1e-12):
+                    rho_total = ledger.remaining_rho
+                    identity = self._identity(prob, rho_total, noise)
+                st = self._initialise(prob, truth, grem, ledger, noise, rho_total)
+                self._save(ctx, st, grem, ledger, identity)
+            self._loop(prob, truth, grem, st, ledger, noise, ctx, identity)
+            return self._result(workload, prob, grem, st)
+        finally:
+            table.close()
+
+    def _restore_ledger(self, ledger: Any, saved: Mapping[str, Any] | None) -> None:
+        """Bring the caller's ledger to the checkpoint's charges (replayed into a fresh ledger)."""
+        if saved is None:
+            raise CheckpointError("checkpoint has no ledger record")
+        charges = list(saved.get("charges", []))
+        have = normalise(ledger.charges)
+        if have == normalise(charges):
+            return
+        if have:
+            raise CheckpointError("resume: the ledger already holds charges that differ from the checkpoint's")
+        for c in charges:
+            c = dict(c)
+            label, r = c.pop("label"), c.pop("rho")
+            c.pop("epsilon", None)
+            c.pop("delta", None)
+            ledger.charge(label, rho=r, **c)
+
+    def _save(self, ctx: RunContext, st: AIMState, grem: GReMState, ledger: Any, identity: Mapping[str, Any]) -> None:
+        """Checkpoint after a round when the context asks for it."""
+        if ctx.checkpoint is not None:
+            grem.flush()
+            ctx.checkpoint.save(st.round, st.to_checkpoint(grem, ledger, identity))
+
+    def _initialise(self, prob: Problem, truth: Mapping[Clique, np.ndarray], grem: GReMState, ledger: Any,
+                    noise: Any, rho: float) -> AIMState:
+        """Alg. 6: each 1-way marginal with σ0² = K/(0.9ρ), split into its residual and the total."""
+        k = len(prob.candidates)
+        if k == 0:  # workload is only the total: measure it with the whole budget
+            sigma2 = 1.0 / (2.0 * rho)
+            ledger.charge(f"{TAG} total", rho=rho, sigma=math.sqrt(sigma2), clique=[])
+            y = float(truth[()]) + float(noise.gaussian((TAG, 0, "total"), (), math.sqrt(sigma2)))
+            grem.combine((), np.asarray(y), sigma2)
+            grem.flush()
+            return AIMState(0, annealing.RoundBudget(0.0, 0.0, True), done=True, rho_used=rho, rho_total=rho,
+                            init={"sigma0": math.sqrt(sigma2), "k": 0})
+        sigma0_2 = k / (0.9 * rho)
+        rho_init = 1.0 / (2.0 * sigma0_2)
+        ones = [c for c in prob.closure if len(c) == 1]
+        used = 0.0
+        for c in ones:
+            a = c[0]
+            ledger.charge(f"{TAG} init {a}", rho=rho_init, sigma=math.sqrt(sigma0_2), clique=[a], round=0)
+            used += rho_init
+            y = truth[c] + noise.gaussian((TAG, 0, "init", a), truth[c].shape, math.sqrt(sigma0_2))
+            if measurable(c, prob.domain):
+                grem.combine(c, decomp(y, c, c), sigma0_2)
+            grem.combine((), np.asarray(y.sum()), prob.domain[a] * sigma0_2)
+        grem.flush()
+        first = annealing.final_check(annealing.initial_budget(rho, k), rho - used)
+        return AIMState(0, first, rho_used=used, rho_total=rho,
+                        init={"sigma0": math.sqrt(sigma0_2), "rho_init": rho_init, "attributes": len(ones), "k": k})
+
+    def _loop(self, prob: Problem, truth: Mapping[Clique, np.ndarray], grem: GReMState, st: AIMState, ledger: Any,
+              noise: Any, ctx: RunContext, identity: Mapping[str, Any]) -> None:
+        """Rounds until the budget is spent (or max_rounds): select, plan, measure, update, anneal."""
+        max_rounds = self.params["max_rounds"]
+        rounds_here = 0
+        while not st.done:
+            if max_rounds is not None and rounds_here >= max_rounds:
+                break
+            b = st.budget
+            if b.rho_select <= 0 or b.rho_measure <= 0:
+                st.done = True
+                break
+            t = st.round + 1
+            # ---- select
+            ledger.charge(f"{TAG} round {t} select", rho=b.rho_select, round=t, em_epsilon=b.epsilon)
+            st.rho_used += b.rho_select
+            errors = grem.table.l1_errors(prob.candidates)
+            rho_meas = b.rho_measure
+            if b.final:
+                rho_meas = min(st.rho_total - st.rho_used, ledger.remaining_rho)
+            sigma2 = 1.0 / (2.0 * rho_meas)
+            score = selection.scores(errors, prob.cand_weights, prob.cand_cells, math.sqrt(sigma2))
+            idx = selection.select(score, b.epsilon, prob.sensitivity, noise.generator(TAG, t, "select"))
+            gamma = prob.candidates[idx]
+            # ---- plan and measure
+            if self.params["measure"] == "crp":
+                plan = crp.plan_crp(gamma, prob.domain, grem.lam, sigma2, eta=self.params["eta"],
+                                    solver=self.params["crp_solver"])
+            else:
+                plan = crp.plan_iid(gamma, prob.domain, sigma2)
+            realized = plan.budget_fraction * rho_meas
+            ledger.charge(f"{TAG} round {t} measure", rho=rho_meas, round=t, clique=list(gamma),
+                          sigma=math.sqrt(sigma2), residuals=len(plan.sigma2), realized_rho=realized)
+            st.rho_used += rho_meas
+            before = grem.estimate(gamma)
+            self._measure(gamma, plan, sigma2, truth, grem, noise, t)
+            grem.flush()
+            after = grem.estimate(gamma)
+            annealed = annealing.should_anneal(before, after, math.sqrt(sigma2))
+            st.trace.append({
+                "round": t, "clique": list(gamma), "rho_select": b.rho_select, "rho_measure": rho_meas,
+                "epsilon": b.epsilon, "sigma": math.sqrt(sigma2), "measured": [list(x) for x in plan.sigma2],
+                "dropped": len(plan.dropped), "method": plan.method, "annealed": bool(annealed), "final": b.final,
+            })
+            st.round = t
+            rounds_here += 1
+            if b.final:
+                st.done = True
+            else:
+                remaining = min(st.rho_total - st.rho_used, ledger.remaining_rho)
+                st.budget = annealing.next_budget(b, annealed, remaining)
+            self._save(ctx, st, grem, ledger, identity)
+            if ctx.progress is not None:
+                ctx.progress(TAG, min(1.0, st.rho_used / st.rho_total))
+
+    def _measure(self, gamma: Clique, plan: crp.CRPPlan, sigma2: float, truth: Mapping[Clique, np.ndarray], grem: GReMState,
+                 noise: Any, t: int) -> None:
+        """Alg. 5 per residual (CRP), or one isotropic draw on μ_γ decomposed into all its residuals (IID)."""
+        if plan.method == "iid":
+            y = truth[gamma] + noise.gaussian((TAG, t, "measure", list(gamma)), truth[gamma].shape, math.sqrt(sigma2))
+            for tau, s2 in plan.sigma2.items():
+                grem.combine(tau, decomp(y, gamma, tau), s2)
+            return
+        for tau, s2 in plan.sigma2.items():
+            y = truth[tau] + noise.gaussian((TAG, t, "measure", list(tau)), truth[tau].shape, math.sqrt(s2))
+            grem.combine(tau, decomp(y, tau, tau), s2)
+
+    # ---------------------------------------------------------------------------------- output
+    def _result(self, workload: Workload, prob: Problem, grem: GReMState, st: AIMState) -> MechanismResult:
+        """Answers per workload group, the report with the selection trace, residual tensors."""
+        grem.flush()
+        answers = []
+        cache: dict[Clique, tuple[np.ndarray, float]] = {}
+        for g in workload.groups:
+            c = prob.domain.canonical(g.attributes)
+            if c not in cache:
+                cache[c] = (grem.estimate(c), grem.variance(c))
+            est, var = cache[c]
+            est = np.asarray(est, dtype=float)
+            answers.append(GroupAnswer(g, est.ravel().copy(), np.full(est.size, var)))
+        tensors: dict[str, np.ndarray] = {f"aim_grem.residual.{i:05d}": grem.z[t] for i, t in enumerate(grem.residuals)}
+        tensors["aim_grem.precision"] = np.array([grem.lam[t] for t in grem.residuals])
+        report = {
+            "mechanism": TAG, "measure": self.params["measure"], "update": self.params["update"],
+            "rounds": st.round, "done": st.done, "rho_total": st.rho_total, "rho_used": st.rho_used,
+            "init": st.init, "candidates": len(prob.candidates), "closure": len(prob.closure),
+            "trace": st.trace, "residuals": [list(t) for t in grem.residuals],
+            "unmeasured_residuals": {"-".join(c) or "total": len(grem.unmeasured(c)) for c in prob.cliques},
+            "variance_note": "per-cell noise variance from measured residuals; unmeasured residuals are estimated "
+                             "as zero (a bias not included in the variance)",
+        }
+        return MechanismResult(answers=answers, report=report, tensors=tensors)
+
+
+__all__ = ["AIMGReM", "Problem"]

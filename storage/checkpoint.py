@@ -1,0 +1,206 @@
+"""Atomic, validated checkpoints of an iterative mechanism inside the run's zarr store.
+
+Layout under ``<store>/checkpoint/`` (a zarr v3 subgroup; the JSON files beside the arrays are not zarr
+nodes, so this module never lists the subgroup through zarr)::
+
+    <name>-v<round>      one zarr array per saved array version (written via TensorStore)
+    manifest-<round>.json  round, identity, JSON meta, and per array: version, shape, dtype, checksum
+    CURRENT              the name of the committed manifest (replaced atomically with os.replace)
+
+``save`` writes only arrays whose content changed since the last save (checksum), then a new manifest,
+then switches ``CURRENT``; only after the switch are unreferenced versions and old manifests removed.
+A crash at any point leaves the previous checkpoint intact. ``load`` validates the pointer, the
+manifest, the identity and every array (shape, dtype, BLAKE2 checksum) and raises
+:class:`~privcube.errors.CheckpointError` on any mismatch.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from privcube.errors import CheckpointError
+from privcube.storage.zarr_store import TensorStore
+
+FORMAT = "privcube-checkpoint-v1"
+
+
+def checksum(array: np.ndarray) -> str:
+    """BLAKE2b-128 of dtype, shape and C-order bytes."""
+    a = np.ascontiguousarray(array)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{a.dtype.str}|{a.shape}|".encode())
+    h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to a temp file in the same directory, fsync, then os.replace."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, allow_nan=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+class RunCheckpoint:
+    """Checkpoint of one run: ``save(round, state)`` after every round, ``load()`` to resume."""
+
+    def __init__(self, path: str | os.PathLike[str], identity: Mapping[str, Any] | None = None) -> None:
+        """Checkpoints under ``<path>/checkpoint``; ``identity`` must match on load (mechanism, seed, ...)."""
+        p = str(path)
+        if "://" in p:
+            raise CheckpointError(f"checkpoint path {p!r}: atomic checkpoints need a local filesystem path")
+        self.root = Path(p)
+        self.dir = self.root / "checkpoint"
+        self.identity = json.loads(json.dumps(dict(identity or {}), default=str))
+        self._store: TensorStore | None = None
+        self._known: dict[str, dict[str, Any]] | None = None  # name -> manifest entry of the last save
+
+    # ------------------------------------------------------------------------------------ helpers
+    @property
+    def store(self) -> TensorStore:
+        """The zarr subgroup holding array versions (created on first use)."""
+        if self._store is None:
+            self.root.mkdir(parents=True, exist_ok=True)
+            TensorStore(self.root)  # make sure the parent group exists
+            self._store = TensorStore(self.dir)
+        return self._store
+
+    def _pointer(self) -> Path:
+        return self.dir / "CURRENT"
+
+    def exists(self) -> bool:
+        """Whether a committed checkpoint exists."""
+        return self._pointer().exists()
+
+    def _read_manifest(self) -> dict[str, Any] | None:
+        """The committed manifest (validated structurally), or None when no checkpoint exists."""
+        ptr = self._pointer()
+        if not ptr.exists():
+            return None
+        try:
+            name = ptr.read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise CheckpointError(f"checkpoint pointer {str(ptr)!r} cannot be read: {e}") from None
+        if not name.startswith("manifest-") or "/" in name:
+            raise CheckpointError(f"checkpoint pointer {str(ptr)!r} is corrupt: {name!r}")
+        mpath = self.dir / name
+        try:
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise CheckpointError(f"checkpoint manifest {str(mpath)!r} is missing") from None
+        except (OSError, json.JSONDecodeError) as e:
+            raise CheckpointError(f"checkpoint manifest {str(mpath)!r} is corrupt: {e}") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise CheckpointError(f"checkpoint manifest {str(mpath)!r} has an unknown format")
+        for key in ("round", "identity", "meta", "arrays"):
+            if key not in manifest:
+                raise CheckpointError(f"checkpoint manifest {str(mpath)!r} lacks key {key!r}")
+        if not isinstance(manifest["arrays"], dict) or not isinstance(manifest["round"], int):
+            raise CheckpointError(f"checkpoint manifest {str(mpath)!r} is malformed")
+        manifest["_file"] = name
+        return manifest
+
+    # -------------------------------------------------------------------------------- save / load
+    def save(self, round: int, state: Mapping[str, Any]) -> None:
+        """Commit ``state`` = {"meta": JSON mapping, "arrays": {name: ndarray}} as checkpoint ``round``."""
+        if isinstance(round, bool) or not isinstance(round, (int, np.integer)) or round < 0:
+            raise CheckpointError(f"checkpoint round must be a non-negative integer, got {round!r}")
+        round = int(round)
+        arrays = state.get("arrays", {})
+        meta = state.get("meta", {})
+        store = self.store
+        if self._known is None:
+            old = self._read_manifest() if self.exists() else None
+            self._known = dict(old["arrays"]) if old else {}
+        entries: dict[str, dict[str, Any]] = {}
+        for name, arr in arrays.items():
+            if not isinstance(name, str) or not name or "/" in name:
+                raise CheckpointError(f"checkpoint array name {name!r} must be a non-empty string without '/'")
+            a = np.asarray(arr)
+            digest = checksum(a)
+            prev = self._known.get(name)
+            if prev is not None and prev["checksum"] == digest:
+                entries[name] = prev
+                continue
+            version = f"{name}-v{round}"
+            store.write(version, a)
+            entries[name] = {"version": version, "shape": list(a.shape), "dtype": a.dtype.str, "checksum": digest}
+        manifest = {"format": FORMAT, "round": round, "identity": self.identity,
+                    "meta": json.loads(json.dumps(meta, allow_nan=True)), "arrays": entries}
+        mname = f"manifest-{round}.json"
+        _write_json_atomic(self.dir / mname, manifest)
+        fd, tmp = tempfile.mkstemp(prefix=".CURRENT.", suffix=".tmp", dir=self.dir)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(mname)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self._pointer())  # the commit point
+        self._known = entries
+        self._collect(entries, keep_manifest=mname)
+
+    def _collect(self, entries: Mapping[str, Mapping[str, Any]], keep_manifest: str) -> None:
+        """Remove array versions and manifests the committed checkpoint no longer references."""
+        live = {e["version"] for e in entries.values()}
+        with os.scandir(self.dir) as it:  # not a zarr listing: it would warn about the manifest files
+            for d in it:
+                if d.is_dir() and d.name not in live and not d.name.startswith(".tmp-"):
+                    shutil.rmtree(d.path, ignore_errors=True)
+        for f in self.dir.glob("manifest-*.json"):
+            if f.name != keep_manifest:
+                f.unlink(missing_ok=True)
+
+    def load(self) -> tuple[int, dict[str, Any]] | None:
+        """(round, {"meta", "arrays"}) of the committed checkpoint, None if none; CheckpointError if corrupt."""
+        manifest = self._read_manifest()
+        if manifest is None:
+            return None
+        if self.identity and manifest["identity"] != self.identity:
+            raise CheckpointError(
+                f"checkpoint belongs to a different run: identity {manifest['identity']} != {self.identity}")
+        arrays: dict[str, np.ndarray] = {}
+        for name, e in manifest["arrays"].items():
+            try:
+                version, shape, dtype, digest = e["version"], tuple(e["shape"]), np.dtype(e["dtype"]), e["checksum"]
+            except (KeyError, TypeError) as exc:
+                raise CheckpointError(f"checkpoint entry {name!r} is malformed: {exc}") from None
+            if not (self.dir / version).is_dir():
+                raise CheckpointError(f"checkpoint array {name!r} (version {version!r}) is missing")
+            try:
+                a = np.asarray(zarr.open_array(str(self.dir / version), mode="r")[...])
+            except Exception as exc:  # zarr raises many types on damaged data
+                raise CheckpointError(f"checkpoint array {name!r} cannot be read: {exc}") from None
+            if a.shape != shape or a.dtype != dtype:
+                raise CheckpointError(
+                    f"checkpoint array {name!r} has shape {a.shape}/{a.dtype}, manifest says {shape}/{dtype}")
+            if checksum(a) != digest:
+                raise CheckpointError(f"checkpoint array {name!r} fails its checksum (corrupt data)")
+            arrays[name] = a
+        self._known = dict(manifest["arrays"])
+        return manifest["round"], {"meta": manifest["meta"], "arrays": arrays}
+
+    def clear(self) -> None:
+        """Delete every checkpoint of this run."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self._store = None
+        self._known = None
+
+
+__all__ = ["FORMAT", "RunCheckpoint", "checksum"]

@@ -221,9 +221,12 @@ def test_discrete_noise_source_interface() -> None:
     var = discrete_gaussian_variance(Fraction(9, 4))
     assert abs(np.mean(g**2) - var) <= Z_TOL * var * math.sqrt(2 / g.size)
     assert np.array_equal(src.gaussian("z", 3, 0.0), np.zeros(3))
-    # unseeded: OS CSPRNG, fresh every call
+    # unseeded: secret OS entropy; a retry of one measurement redraws the same noise, other
+    # measurements and other sources differ
     u = DiscreteNoiseSource()
-    assert not np.array_equal(u.gaussian("k", 200, 3.0), u.gaussian("k", 200, 3.0))
+    assert np.array_equal(u.gaussian("k", 200, 3.0), u.gaussian("k", 200, 3.0))
+    assert not np.array_equal(u.gaussian("k", 200, 3.0), u.gaussian("k2", 200, 3.0))
+    assert not np.array_equal(u.gaussian("k", 200, 3.0), DiscreteNoiseSource().gaussian("k", 200, 3.0))
     assert src.to_dict() == {"seeded": True, "seed": 11, "sampler": "discrete"}
     assert "entropy" not in str(u.to_dict()) and u.to_dict()["sampler"] == "discrete"
     # pickles (to workers) with the same streams; the generator() interface is inherited

@@ -350,21 +350,20 @@ def discrete_laplace_epsilon(t: Fraction | float, l1: float = 1.0) -> float:
 class DiscreteNoiseSource(NoiseSource):
     """A NoiseSource whose gaussian/laplace are exact discrete samplers (integer-valued float arrays).
 
-    Seeded: each ``key`` gets a keyed SHAKE-256 DRBG stream over (seed, key), so reruns reproduce.
-    Unseeded: draws come from the OS CSPRNG (retries draw fresh noise). ``generator(*key)`` (used by
-    the exponential mechanism and sampling) is inherited unchanged.
+    Each ``key`` gets a keyed SHAKE-256 DRBG stream over (root entropy, key): the user's seed when
+    seeded (reruns reproduce), else 128 secret bits from the OS CSPRNG. Keying by the measurement
+    identity means a retried task redraws the *same* noise, so a retry never releases a second,
+    independent sample of one measurement. ``generator(*key)`` is inherited unchanged.
     """
 
     __slots__ = ()
 
     def _bits(self, tag: str, key: KeyPart | Any) -> RandomBits:
-        """The uniform source for one measurement: keyed DRBG when seeded, else the OS CSPRNG."""
+        """The uniform source for one measurement: a DRBG keyed by (root entropy, measurement key)."""
         parts = _as_key(key)
         if not parts:
             raise BudgetError("noise key must name the measurement, e.g. ('aim', round, 'age,sex'); got none")
-        if self.seeded:
-            return RandomBits.keyed(self._entropy, "discrete", tag, parts)
-        return RandomBits.os()
+        return RandomBits.keyed(self._entropy, "discrete", tag, parts)
 
     def gaussian(self, key: KeyPart | Any, shape: int | tuple[int, ...], sigma: float) -> np.ndarray:
         """Discrete Gaussian noise with σ² = sigma² rounded up to a rational, as a float array of integers."""

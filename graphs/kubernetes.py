@@ -1,0 +1,488 @@
+"""Kubernetes: the config's ``cluster: {type: kubernetes, ...}`` section as dask-operator resources.
+
+``render_kubernetes_manifests(spec)`` builds plain dicts (no cluster, no dask-kubernetes needed):
+a ``DaskCluster`` (long-lived scheduler + workers) and a ``DaskJob`` (the same cluster plus a runner
+pod that executes ``privcube run CONFIG --out DIR --scheduler-address $(DASK_SCHEDULER_ADDRESS)``;
+the operator injects that variable and deletes the cluster when the runner exits). They are
+alternatives: apply one. ``kube_cluster_from_spec(spec)`` starts the ``DaskCluster`` from the laptop
+through ``dask_kubernetes.operator.KubeCluster(custom_cluster_spec=...)``.
+
+The pods run ``dask scheduler`` / ``dask worker``: the installed dask-kubernetes still emits the
+hyphenated ``dask-scheduler`` / ``dask-worker`` commands, which distributed >= 2026.6 removed, so
+the specs are always rendered here rather than by ``dask_kubernetes.make_cluster_spec``.
+
+Spec keys (``cluster.<key>``): ``image`` (required), ``name`` (default ``privcube``), ``namespace``,
+``n_workers`` (default 2), ``resources`` and ``scheduler_resources`` ({requests, limits}),
+``env`` ({NAME: value} or a Kubernetes env list), ``worker_threads``, ``worker_memory_limit``,
+``image_pull_policy``, ``image_pull_secrets``, ``service_account``, ``node_selector``,
+``tolerations``, ``volumes``, ``volume_mounts``, ``idle_timeout``, ``scheduler_service_type``,
+``resource_timeout``, ``job`` ({config, out, args, resources}: the DaskJob runner).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from privcube.errors import ConfigError
+
+API_VERSION = "kubernetes.dask.org/v1"
+SCHEDULER_PORT = 8786
+DASHBOARD_PORT = 8787
+WORKER_DASHBOARD_PORT = 8788
+CONFIG_MOUNT = "/etc/privcube"
+DEFAULT_JOB_CONFIG = f"{CONFIG_MOUNT}/config.yaml"
+DEFAULT_JOB_OUT = "/privcube/runs/run"
+# The scheduler Service is "<name>-scheduler" and must fit in 63 characters (as dask-kubernetes checks).
+_NAME = re.compile(r"^(?=.{1,53}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL = re.compile(r"^(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+_SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
+
+KUBERNETES_KEYS = frozenset({
+    "type", "name", "image", "namespace", "n_workers", "resources", "scheduler_resources", "env",
+    "worker_threads", "worker_memory_limit", "image_pull_policy", "image_pull_secrets",
+    "service_account", "node_selector", "tolerations", "volumes", "volume_mounts", "idle_timeout",
+    "scheduler_service_type", "resource_timeout", "job",
+})
+JOB_KEYS = frozenset({"config", "out", "args", "resources"})
+
+
+@dataclass(frozen=True)
+class KubeSpec:
+    """A validated ``cluster: {type: kubernetes}`` section with defaults filled in."""
+
+    image: str
+    name: str = "privcube"
+    name_given: bool = False
+    namespace: str | None = None
+    n_workers: int = 2
+    resources: dict[str, dict[str, str]] | None = None
+    scheduler_resources: dict[str, dict[str, str]] | None = None
+    env: list[dict[str, Any]] = field(default_factory=list)
+    worker_threads: int | None = None
+    worker_memory_limit: str | None = None
+    image_pull_policy: str = "IfNotPresent"
+    image_pull_secrets: list[str] = field(default_factory=list)
+    service_account: str | None = None
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+    volume_mounts: list[dict[str, Any]] = field(default_factory=list)
+    idle_timeout: int = 0
+    scheduler_service_type: str = "ClusterIP"
+    resource_timeout: int | None = None
+    job_config: str = DEFAULT_JOB_CONFIG
+    job_out: str = DEFAULT_JOB_OUT
+    job_args: list[str] = field(default_factory=list)
+    job_resources: dict[str, dict[str, str]] | None = None
+
+
+# ------------------------------------------------------------------------------------- validation
+def _fail(key: str, msg: str) -> ConfigError:
+    """A ConfigError naming ``cluster.<key>``."""
+    return ConfigError(f"cluster.{key} (kubernetes): {msg}")
+
+
+def _str(key: str, value: Any) -> str:
+    """A non-empty string option."""
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(key, f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _int(key: str, value: Any, minimum: int) -> int:
+    """An integer option of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(key, f"expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _quantity(key: str, value: Any) -> str:
+    """A Kubernetes quantity (``"2"``, ``"500m"``, ``"4Gi"``, 2, 0.5) as a string."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise _fail(key, f"expected a quantity such as '2', '500m' or '4Gi', got {value!r}")
+    text = str(value)
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?([eE][0-9]+|[mkMGTPE]|[KMGTPE]i)?", text):
+        raise _fail(key, f"{text!r} is not a Kubernetes quantity (e.g. '2', '500m', '4Gi')")
+    return text
+
+
+def _resources(key: str, value: Any) -> dict[str, dict[str, str]] | None:
+    """``{requests: {cpu, memory, ...}, limits: {...}}`` with quantities as strings."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise _fail(key, "expected a mapping with 'requests' and/or 'limits'")
+    out: dict[str, dict[str, str]] = {}
+    for part, amounts in value.items():
+        if part not in ("requests", "limits"):
+            raise _fail(f"{key}.{part}", "unknown key; allowed: ['limits', 'requests']")
+        if not isinstance(amounts, Mapping):
+            raise _fail(f"{key}.{part}", "expected a mapping such as {cpu: '2', memory: 8Gi}")
+        out[part] = {str(r): _quantity(f"{key}.{part}.{r}", q) for r, q in amounts.items()}
+    return out
+
+
+def _env(value: Any) -> list[dict[str, Any]]:
+    """``{NAME: value}`` or a Kubernetes env list, as a Kubernetes env list."""
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        items = [{"name": k, "value": v} for k, v in value.items()]
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        items = [dict(v) if isinstance(v, Mapping) else v for v in value]
+    else:
+        raise _fail("env", "expected {NAME: value} or a list of {name, value}")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise _fail(f"env[{i}]", f"expected {{name, value}}, got {item!r}")
+        if not _ENV_NAME.match(item["name"]):
+            raise _fail(f"env.{item['name']}", "not a valid environment variable name")
+        bad = set(item) - {"name", "value", "valueFrom"}
+        if bad:
+            raise _fail(f"env.{item['name']}", f"unknown key(s) {sorted(bad)}; allowed: name, value, valueFrom")
+        if "value" in item:
+            v = item["value"]
+            if isinstance(v, (Mapping, list)) or v is None:
+                raise _fail(f"env.{item['name']}", f"value must be a scalar, got {v!r}")
+            item["value"] = str(v).lower() if isinstance(v, bool) else str(v)
+        out.append(item)
+    return out
+
+
+def _mappings(key: str, value: Any) -> list[dict[str, Any]]:
+    """A list of mappings (tolerations, volumes, volume mounts), copied."""
+    if value is None:
+        return []
+    if not isinstance(value, Sequence) or isinstance(value, str) or \
+            not all(isinstance(v, Mapping) for v in value):
+        raise _fail(key, "expected a list of mappings")
+    return [copy.deepcopy(dict(v)) for v in value]
+
+
+def _strings(key: str, value: Any) -> list[str]:
+    """A list of strings."""
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        raise _fail(key, f"expected a list of strings, got {value!r}")
+    return list(value)
+
+
+def _choice(key: str, value: Any, choices: Sequence[str]) -> str:
+    """One of ``choices``."""
+    if value not in choices:
+        raise _fail(key, f"expected one of {list(choices)}, got {value!r}")
+    return str(value)
+
+
+def validate_kubernetes_spec(spec: Mapping[str, Any] | None) -> KubeSpec:
+    """Check a ``cluster: {type: kubernetes}`` section; every error names the key at fault."""
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"cluster: expected a mapping such as {{type: kubernetes, image: ...}}, got {spec!r}")
+    if spec.get("type", "kubernetes") != "kubernetes":
+        raise _fail("type", f"expected 'kubernetes', got {spec.get('type')!r}")
+    unknown = sorted(set(spec) - KUBERNETES_KEYS)
+    if unknown:
+        raise ConfigError(f"cluster: unknown key {unknown[0]!r} for cluster type 'kubernetes'; "
+                          f"allowed: {sorted(KUBERNETES_KEYS)}")
+    if "image" not in spec:
+        raise _fail("image", "missing: the container image with privcube installed (see deploy/docker)")
+    kw: dict[str, Any] = {"image": _str("image", spec["image"])}
+    if "name" in spec:
+        name = _str("name", spec["name"])
+        if not _NAME.match(name):
+            raise _fail("name", f"{name!r} must be lowercase letters, digits and '-', at most 53 characters")
+        kw["name"], kw["name_given"] = name, True
+    if spec.get("namespace") is not None:
+        ns = _str("namespace", spec["namespace"])
+        if not _LABEL.match(ns):
+            raise _fail("namespace", f"{ns!r} is not a valid Kubernetes namespace name")
+        kw["namespace"] = ns
+    if "n_workers" in spec:
+        kw["n_workers"] = _int("n_workers", spec["n_workers"], 0)
+    kw["resources"] = _resources("resources", spec.get("resources"))
+    kw["scheduler_resources"] = _resources("scheduler_resources", spec.get("scheduler_resources"))
+    kw["env"] = _env(spec.get("env"))
+    if spec.get("worker_threads") is not None:
+        kw["worker_threads"] = _int("worker_threads", spec["worker_threads"], 1)
+    if spec.get("worker_memory_limit") is not None:
+        m = spec["worker_memory_limit"]
+        if isinstance(m, bool) or not isinstance(m, (str, int)):
+            raise _fail("worker_memory_limit", f"expected bytes or a string such as '6GB', got {m!r}")
+        if isinstance(m, str) and m != "auto":
+            from dask.utils import parse_bytes
+
+            try:
+                parse_bytes(m)
+            except ValueError:
+                raise _fail("worker_memory_limit", f"{m!r} is not a size such as '6GB' or 'auto'") from None
+        kw["worker_memory_limit"] = str(m)
+    if "image_pull_policy" in spec:
+        kw["image_pull_policy"] = _choice("image_pull_policy", spec["image_pull_policy"], _PULL_POLICIES)
+    kw["image_pull_secrets"] = _strings("image_pull_secrets", spec.get("image_pull_secrets"))
+    if spec.get("service_account") is not None:
+        kw["service_account"] = _str("service_account", spec["service_account"])
+    ns_sel = spec.get("node_selector") or {}
+    if not isinstance(ns_sel, Mapping):
+        raise _fail("node_selector", "expected a mapping {label: value}")
+    kw["node_selector"] = {str(k): str(v) for k, v in ns_sel.items()}
+    for key in ("tolerations", "volumes", "volume_mounts"):
+        kw[key] = _mappings(key, spec.get(key))
+    if "idle_timeout" in spec:
+        kw["idle_timeout"] = _int("idle_timeout", spec["idle_timeout"], 0)
+    if "scheduler_service_type" in spec:
+        kw["scheduler_service_type"] = _choice("scheduler_service_type", spec["scheduler_service_type"],
+                                               _SERVICE_TYPES)
+    if spec.get("resource_timeout") is not None:
+        kw["resource_timeout"] = _int("resource_timeout", spec["resource_timeout"], 1)
+    job = spec.get("job") or {}
+    if not isinstance(job, Mapping):
+        raise _fail("job", "expected a mapping {config, out, args, resources}")
+    bad = sorted(set(job) - JOB_KEYS)
+    if bad:
+        raise _fail(f"job.{bad[0]}", f"unknown key; allowed: {sorted(JOB_KEYS)}")
+    if "config" in job:
+        kw["job_config"] = _str("job.config", job["config"])
+    if "out" in job:
+        kw["job_out"] = _str("job.out", job["out"])
+    kw["job_args"] = _strings("job.args", job.get("args"))
+    kw["job_resources"] = _resources("job.resources", job.get("resources"))
+    return KubeSpec(**kw)
+
+
+# ---------------------------------------------------------------------------------------- rendering
+def scheduler_args() -> list[str]:
+    """Container args of the scheduler pod (``dask scheduler``, distributed >= 2026.6)."""
+    return ["dask", "scheduler", "--host", "0.0.0.0", "--port", str(SCHEDULER_PORT),
+            "--dashboard-address", f":{DASHBOARD_PORT}"]
+
+
+def worker_args(ks: KubeSpec) -> list[str]:
+    """Container args of a worker pod; the operator sets DASK_WORKER_NAME and DASK_SCHEDULER_ADDRESS."""
+    args = ["dask", "worker", "--name", "$(DASK_WORKER_NAME)", "--dashboard",
+            "--dashboard-address", str(WORKER_DASHBOARD_PORT)]
+    if ks.worker_threads is not None:
+        args += ["--nthreads", str(ks.worker_threads)]
+    if ks.worker_memory_limit is not None:
+        args += ["--memory-limit", ks.worker_memory_limit]
+    return args
+
+
+def runner_args(ks: KubeSpec) -> list[str]:
+    """Container args of the DaskJob runner pod: the job itself, against the job's own scheduler."""
+    return ["privcube", "run", ks.job_config, "--out", ks.job_out,
+            "--scheduler-address", "$(DASK_SCHEDULER_ADDRESS)", "--quiet", *ks.job_args]
+
+
+def _container(ks: KubeSpec, name: str, args: list[str], resources: dict[str, Any] | None,
+               ports: list[dict[str, Any]], mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One container of a pod template."""
+    c: dict[str, Any] = {"name": name, "image": ks.image, "imagePullPolicy": ks.image_pull_policy,
+                         "args": args}
+    if ks.env:
+        c["env"] = copy.deepcopy(ks.env)
+    if resources:
+        c["resources"] = copy.deepcopy(resources)
+    if ports:
+        c["ports"] = ports
+    if mounts:
+        c["volumeMounts"] = mounts
+    return c
+
+
+def _pod(ks: KubeSpec, container: dict[str, Any], volumes: list[dict[str, Any]],
+         restart_policy: str | None = None) -> dict[str, Any]:
+    """A PodSpec around one container, with the spec's scheduling options."""
+    pod: dict[str, Any] = {"containers": [container]}
+    if restart_policy:
+        pod["restartPolicy"] = restart_policy
+    if ks.service_account:
+        pod["serviceAccountName"] = ks.service_account
+    if ks.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": s} for s in ks.image_pull_secrets]
+    if ks.node_selector:
+        pod["nodeSelector"] = dict(ks.node_selector)
+    if ks.tolerations:
+        pod["tolerations"] = copy.deepcopy(ks.tolerations)
+    if volumes:
+        pod["volumes"] = volumes
+    return pod
+
+
+def _port(name: str, port: int) -> dict[str, Any]:
+    return {"name": name, "containerPort": port, "protocol": "TCP"}
+
+
+def _cluster_spec(ks: KubeSpec) -> dict[str, Any]:
+    """The ``spec`` of a DaskCluster (also embedded in a DaskJob)."""
+    sched = _container(ks, "scheduler", scheduler_args(), ks.scheduler_resources or ks.resources,
+                       [_port("tcp-comm", SCHEDULER_PORT), _port("http-dashboard", DASHBOARD_PORT)],
+                       copy.deepcopy(ks.volume_mounts))
+    sched["readinessProbe"] = {"httpGet": {"port": "http-dashboard", "path": "/health"},
+                               "initialDelaySeconds": 0, "periodSeconds": 1, "timeoutSeconds": 300}
+    sched["livenessProbe"] = {"httpGet": {"port": "http-dashboard", "path": "/health"},
+                              "initialDelaySeconds": 15, "periodSeconds": 20}
+    worker = _container(ks, "worker", worker_args(ks), ks.resources,
+                        [_port("http-dashboard", WORKER_DASHBOARD_PORT)], copy.deepcopy(ks.volume_mounts))
+    return {
+        "idleTimeout": ks.idle_timeout,
+        "worker": {"replicas": ks.n_workers, "spec": _pod(ks, worker, copy.deepcopy(ks.volumes))},
+        "scheduler": {
+            "spec": _pod(ks, sched, copy.deepcopy(ks.volumes)),
+            "service": {
+                "type": ks.scheduler_service_type,
+                "selector": {"dask.org/cluster-name": ks.name, "dask.org/component": "scheduler"},
+                "ports": [
+                    {"name": "tcp-comm", "protocol": "TCP", "port": SCHEDULER_PORT, "targetPort": "tcp-comm"},
+                    {"name": "http-dashboard", "protocol": "TCP", "port": DASHBOARD_PORT,
+                     "targetPort": "http-dashboard"},
+                ],
+            },
+        },
+    }
+
+
+def _metadata(ks: KubeSpec, name: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/name": "privcube"}}
+    if ks.namespace:
+        meta["namespace"] = ks.namespace
+    return meta
+
+
+def daskcluster_manifest(spec: Mapping[str, Any] | KubeSpec) -> dict[str, Any]:
+    """The ``DaskCluster`` resource for a cluster spec."""
+    ks = spec if isinstance(spec, KubeSpec) else validate_kubernetes_spec(spec)
+    return {"apiVersion": API_VERSION, "kind": "DaskCluster", "metadata": _metadata(ks, ks.name),
+            "spec": _cluster_spec(ks)}
+
+
+def daskjob_manifest(spec: Mapping[str, Any] | KubeSpec, *, config_map: str | None = None) -> dict[str, Any]:
+    """The ``DaskJob`` resource: the cluster plus a runner pod executing ``privcube run``.
+
+    With ``config_map``, that ConfigMap is mounted read-only at ``/etc/privcube`` in the runner.
+    """
+    ks = spec if isinstance(spec, KubeSpec) else validate_kubernetes_spec(spec)
+    mounts, volumes = copy.deepcopy(ks.volume_mounts), copy.deepcopy(ks.volumes)
+    if config_map is not None:
+        mounts.append({"name": "privcube-config", "mountPath": CONFIG_MOUNT, "readOnly": True})
+        volumes.append({"name": "privcube-config", "configMap": {"name": config_map}})
+    runner = _container(ks, "job", runner_args(ks), ks.job_resources, [], mounts)
+    return {"apiVersion": API_VERSION, "kind": "DaskJob", "metadata": _metadata(ks, ks.name),
+            "spec": {"job": {"spec": _pod(ks, runner, volumes, restart_policy="Never")},
+                     "cluster": {"spec": _cluster_spec(ks)}}}
+
+
+def render_kubernetes_manifests(spec: Mapping[str, Any], *, job_config: Mapping[str, Any] | None = None,
+                                kinds: Sequence[str] = ("DaskCluster", "DaskJob")) -> list[dict[str, Any]]:
+    """DaskCluster and/or DaskJob resources (alternatives: apply one) for a ``cluster`` section.
+
+    With ``job_config`` (the whole job config as a mapping), a ConfigMap ``<name>-config`` holding
+    it (minus its ``cluster`` section) as ``config.yaml`` comes first and the DaskJob runner reads
+    it from ``/etc/privcube``. Data paths in it must be reachable from the pods (URL or volume).
+    """
+    import yaml
+
+    ks = validate_kubernetes_spec(spec)
+    unknown = [k for k in kinds if k not in ("DaskCluster", "DaskJob")]
+    if unknown or not kinds:
+        raise ConfigError(f"kinds: expected DaskCluster and/or DaskJob, got {list(kinds)!r}")
+    out: list[dict[str, Any]] = []
+    config_map = None
+    if job_config is not None and "DaskJob" in kinds:
+        if ks.job_config != DEFAULT_JOB_CONFIG:
+            raise _fail("job.config", f"must stay {DEFAULT_JOB_CONFIG!r} when the config is shipped "
+                                      "as a ConfigMap")
+        # The runner is pointed at its scheduler by --scheduler-address; the shipped config drops
+        # its cluster section so the pod can never try to start a cluster of its own.
+        shipped = {k: v for k, v in dict(job_config).items() if k != "cluster"}
+        config_map = f"{ks.name}-config"
+        out.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(ks, config_map),
+                    "data": {"config.yaml": yaml.safe_dump(shipped, sort_keys=False)}})
+    if "DaskCluster" in kinds:
+        out.append(daskcluster_manifest(ks))
+    if "DaskJob" in kinds:
+        out.append(daskjob_manifest(ks, config_map=config_map))
+    return out
+
+
+# --------------------------------------------------------------------------------------- KubeCluster
+def kube_cluster_from_spec(spec: Mapping[str, Any], **kwargs: Any) -> Any:
+    """Start (or connect to) the spec's DaskCluster with dask-kubernetes; returns a ``KubeCluster``.
+
+    Without ``cluster.name`` a unique ``privcube-<random>`` name is used so runs never share a
+    cluster by accident. ``kwargs`` pass through to ``KubeCluster`` (e.g. ``asynchronous``).
+    """
+    ks = validate_kubernetes_spec(spec)
+    try:
+        from dask_kubernetes.operator import KubeCluster
+    except ImportError:
+        raise ConfigError("cluster.type 'kubernetes' needs dask-kubernetes: "
+                          "pip install 'privcube[kubernetes]'") from None
+    if not ks.name_given:
+        ks = dataclasses.replace(ks, name=f"privcube-{uuid.uuid4().hex[:8]}")
+    manifest = daskcluster_manifest(ks)
+    manifest["metadata"].pop("namespace", None)  # KubeCluster takes the namespace separately
+    options: dict[str, Any] = {"custom_cluster_spec": manifest, "quiet": True}
+    if ks.namespace:
+        options["namespace"] = ks.namespace
+    if ks.resource_timeout is not None:
+        options["resource_timeout"] = ks.resource_timeout
+    options.update(kwargs)
+    return KubeCluster(**options)
+
+
+def manifests_to_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
+    """Multi-document YAML for ``kubectl apply -f -``; multi-line strings as literal blocks."""
+    import yaml
+
+    class _Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    _Dumper.add_representer(str, _str)
+    return yaml.dump_all([dict(d) for d in docs], Dumper=_Dumper, sort_keys=False)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m privcube.graphs.kubernetes CONFIG [--kind K] [--no-config-map]``: print manifests."""
+    import argparse
+
+    from privcube.config import read_config_file
+    from privcube.errors import PrivcubeError
+
+    p = argparse.ArgumentParser(prog="python -m privcube.graphs.kubernetes",
+                                description="Render dask-operator resources for a job config.")
+    p.add_argument("config", help="job config whose cluster section has type: kubernetes")
+    p.add_argument("--kind", action="append", choices=["DaskCluster", "DaskJob"],
+                   help="resource(s) to render (default: DaskJob with its ConfigMap)")
+    p.add_argument("--no-config-map", action="store_true", help="do not ship the config as a ConfigMap")
+    args = p.parse_args(argv)
+    try:
+        raw, _ = read_config_file(args.config)
+        cluster = raw.get("cluster") or {}
+        if not isinstance(cluster, Mapping) or cluster.get("type") != "kubernetes":
+            raise ConfigError("cluster.type: expected 'kubernetes' to render Kubernetes resources")
+        docs = render_kubernetes_manifests(cluster, kinds=args.kind or ["DaskJob"],
+                                           job_config=None if args.no_config_map else raw)
+    except PrivcubeError as e:
+        print(f"privcube: error: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(manifests_to_yaml(docs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

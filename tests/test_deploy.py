@@ -1,0 +1,594 @@
+"""Deployment files and cluster builders: operator resources, Dockerfile/compose, jobqueue, sbatch.
+
+Resources are checked against the CRDs the installed dask-kubernetes ships (when importable) and,
+always, against the commands the installed distributed accepts (``dask scheduler`` / ``dask worker``
+parsed by their own click commands).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from privcube.errors import ConfigError
+from privcube.graphs import hpc
+from privcube.graphs.kubernetes import (
+    daskcluster_manifest,
+    kube_cluster_from_spec,
+    manifests_to_yaml,
+    render_kubernetes_manifests,
+    validate_kubernetes_spec,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "kubernetes"
+HPC = DEPLOY / "hpc"
+DOCKER = DEPLOY / "docker"
+
+SPEC: dict[str, Any] = {
+    "type": "kubernetes", "image": "registry.example/privcube:0.1.0", "name": "dp-job", "namespace": "dp",
+    "n_workers": 3, "worker_threads": 2, "worker_memory_limit": "7GiB",
+    "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": 2, "memory": "8Gi"}},
+    "env": {"OMP_NUM_THREADS": 1, "FLAG": True},
+    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "dp-data"}}],
+    "volume_mounts": [{"name": "data", "mountPath": "/data"}],
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "dask", "effect": "NoSchedule"}],
+    "node_selector": {"pool": "dask"}, "image_pull_secrets": ["regcred"], "service_account": "privcube",
+    "job": {"out": "/data/runs/r1", "args": ["--seed", "7"]},
+}
+SLURM: dict[str, Any] = {
+    "type": "slurm", "queue": "normal", "account": "proj42", "cores": 8, "memory": "32GB", "processes": 2,
+    "walltime": "02:00:00", "job_extra_directives": ["--exclusive", "--constraint=cpu"],
+    "job_script_prologue": ["module load python/3.11"], "local_directory": "/scratch/$USER",
+    "job_name": "privcube-w",
+}
+
+
+# --------------------------------------------------------------------------- helpers: schemas, CLIs
+def walk_strings(obj: Any) -> Iterator[str]:
+    """Every string inside a nested structure."""
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from walk_strings(k)
+            yield from walk_strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from walk_strings(v)
+
+
+def check_openapi(value: Any, schema: dict[str, Any], path: str = "$") -> list[str]:
+    """Structural OpenAPI v3 check as the API server applies it to a CRD: types, required, unknown fields."""
+    errors: list[str] = []
+    if path == "$" and isinstance(value, dict):  # the API server handles these for every kind itself
+        value = {k: v for k, v in value.items() if k not in ("apiVersion", "kind", "metadata")}
+    if value is None:
+        return [] if schema.get("nullable") else [f"{path}: null"]
+    if "anyOf" in schema or schema.get("x-kubernetes-int-or-string"):
+        if schema.get("x-kubernetes-int-or-string") and not isinstance(value, (int, str)):
+            return [f"{path}: expected int or string, got {value!r}"]
+        return []
+    t = schema.get("type")
+    kinds = {"object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": (int, float)}
+    if t in kinds:
+        if not isinstance(value, kinds[t]) or (t in ("integer", "number") and isinstance(value, bool)):
+            return [f"{path}: expected {t}, got {type(value).__name__} {value!r}"]
+    if t == "object" or isinstance(value, dict):
+        for req in schema.get("required", []):
+            if req not in value:
+                errors.append(f"{path}: missing required field {req!r}")
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for k, v in value.items():
+            if props is not None and k in props:
+                errors += check_openapi(v, props[k], f"{path}.{k}")
+            elif isinstance(extra, dict):
+                errors += check_openapi(v, extra, f"{path}.{k}")
+            elif props is not None and not schema.get("x-kubernetes-preserve-unknown-fields"):
+                errors.append(f"{path}: unknown field {k!r} (the API server would drop it)")
+    if t == "array" and "items" in schema:
+        for i, v in enumerate(value):
+            errors += check_openapi(v, schema["items"], f"{path}[{i}]")
+    return errors
+
+
+@pytest.fixture(scope="module")
+def crds() -> dict[str, dict[str, Any]]:
+    """openAPIV3Schema of each dask-operator CRD, from the Helm chart shipped with dask-kubernetes."""
+    dk = pytest.importorskip("dask_kubernetes", reason="CRD schemas come with the optional dask-kubernetes")
+    folder = Path(dk.__file__).parent / "operator" / "deployment" / "helm" / "dask-kubernetes-operator" / "crds"
+    out = {}
+    for f in folder.glob("*.yaml"):
+        crd = yaml.load(f.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        assert crd["spec"]["group"] == "kubernetes.dask.org"
+        (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+        out[crd["spec"]["names"]["kind"]] = version["schema"]["openAPIV3Schema"]
+    assert {"DaskCluster", "DaskJob"} <= set(out)
+    return out
+
+
+def dask_cli(name: str, args: list[str]) -> dict[str, Any]:
+    """Parse ``dask <name> ARGS`` with the installed distributed's own click command; returns its params."""
+    from importlib.metadata import entry_points
+
+    (ep,) = [e for e in entry_points(group="dask_cli") if e.name == name]
+    assert ep.value.startswith("distributed.cli."), ep.value
+    command = ep.load()
+    ctx = command.make_context(f"dask {name}", list(args))
+    return ctx.params
+
+
+def check_dask_command(argv: list[str]) -> dict[str, Any]:
+    """``argv`` is ``dask scheduler|worker ...`` that the installed distributed accepts."""
+    assert argv[0] == "dask" and argv[1] in ("scheduler", "worker"), argv
+    return dask_cli(argv[1], argv[2:])
+
+
+def check_privcube_run(argv: list[str]) -> Any:
+    """``argv`` is ``privcube run ...`` that the privcube CLI accepts; returns the parsed namespace."""
+    from privcube.cli import build_parser
+
+    assert argv[0] == "privcube", argv
+    ns = build_parser().parse_args(argv[1:])
+    assert ns.command == "run"
+    return ns
+
+
+def containers(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Role -> container of a DaskCluster or DaskJob."""
+    spec = manifest["spec"]
+    cluster = spec["cluster"]["spec"] if manifest["kind"] == "DaskJob" else spec
+    out = {"scheduler": cluster["scheduler"]["spec"]["containers"][0],
+           "worker": cluster["worker"]["spec"]["containers"][0]}
+    if manifest["kind"] == "DaskJob":
+        out["job"] = spec["job"]["spec"]["containers"][0]
+    return out
+
+
+def check_resource(doc: dict[str, Any]) -> None:
+    """Operator expectations every DaskCluster/DaskJob we produce must meet."""
+    assert doc["apiVersion"] == "kubernetes.dask.org/v1"
+    assert doc["kind"] in ("DaskCluster", "DaskJob")
+    name = doc["metadata"]["name"]
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 53
+    cluster = doc["spec"]["cluster"]["spec"] if doc["kind"] == "DaskJob" else doc["spec"]
+    assert {"scheduler", "worker"} <= set(cluster)
+    assert {"spec", "service"} <= set(cluster["scheduler"])
+    assert cluster["scheduler"]["service"]["selector"] == {"dask.org/cluster-name": name,
+                                                           "dask.org/component": "scheduler"}
+    c = containers(doc)
+    port_names = {p["name"] for p in c["scheduler"]["ports"]}
+    assert {p["targetPort"] for p in cluster["scheduler"]["service"]["ports"]} <= port_names
+    assert {"tcp-comm", "http-dashboard"} <= port_names  # the operator looks these names up
+    assert c["scheduler"]["readinessProbe"]["httpGet"]["path"] == "/health"
+    sched = check_dask_command(c["scheduler"]["args"])
+    assert str(sched["port"]) == "8786" and sched["host"] == "0.0.0.0"
+    wk = check_dask_command(c["worker"]["args"])
+    assert wk["name"] == "$(DASK_WORKER_NAME)" and wk["scheduler"] is None  # from DASK_SCHEDULER_ADDRESS
+    for s in walk_strings(doc):
+        assert not re.search(r"\bdask-(scheduler|worker)\b", s) or s.startswith("dask.org"), s
+    if doc["kind"] == "DaskJob":
+        assert doc["spec"]["job"]["spec"]["restartPolicy"] == "Never"
+        ns = check_privcube_run(c["job"]["args"])
+        assert ns.scheduler_address == "$(DASK_SCHEDULER_ADDRESS)" and ns.scheduler_file is None
+
+
+# ------------------------------------------------------------------------------ kubernetes resources
+def test_rendered_resources_meet_operator_expectations():
+    docs = render_kubernetes_manifests(SPEC)
+    assert [d["kind"] for d in docs] == ["DaskCluster", "DaskJob"]
+    for d in docs:
+        check_resource(d)
+        assert d["metadata"]["namespace"] == "dp"
+    c = containers(docs[1])
+    params = check_dask_command(c["worker"]["args"])
+    assert params["nthreads"] == 2 and params["memory_limit"] == "7GiB"
+    assert c["worker"]["resources"] == {"requests": {"cpu": "2", "memory": "8Gi"},
+                                        "limits": {"cpu": "2", "memory": "8Gi"}}
+    assert c["worker"]["env"] == [{"name": "OMP_NUM_THREADS", "value": "1"}, {"name": "FLAG", "value": "true"}]
+    assert c["worker"]["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
+    ns = check_privcube_run(c["job"]["args"])
+    assert ns.config == "/etc/privcube/config.yaml" and ns.out == "/data/runs/r1" and ns.seed == 7
+    worker_pod = docs[0]["spec"]["worker"]["spec"]
+    assert worker_pod["nodeSelector"] == {"pool": "dask"} and worker_pod["serviceAccountName"] == "privcube"
+    assert worker_pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert docs[0]["spec"]["worker"]["replicas"] == 3
+
+
+def test_rendered_resources_validate_against_crds(crds):
+    job_config = {"mechanism": "residual-planner", "cluster": dict(SPEC)}
+    docs = render_kubernetes_manifests(SPEC, job_config=job_config)
+    assert [d["kind"] for d in docs] == ["ConfigMap", "DaskCluster", "DaskJob"]
+    for d in docs[1:]:
+        assert check_openapi(d, crds[d["kind"]]) == []
+    # the validator itself catches what the API server would reject or silently drop
+    bad = daskcluster_manifest(SPEC)
+    bad["spec"]["worker"]["replicas"] = "3"
+    bad["spec"]["worker"]["spec"]["containers"][0]["argz"] = []
+    del bad["spec"]["scheduler"]["service"]
+    errors = check_openapi(bad, crds["DaskCluster"])
+    assert any("replicas" in e for e in errors) and any("argz" in e for e in errors)
+    assert any("'service'" in e for e in errors)
+
+
+def test_config_map_ships_config_without_cluster_and_is_mounted():
+    job_config = {"data": {"path": "/data/x"}, "mechanism": "residual-planner", "cluster": dict(SPEC)}
+    cm, _, job = render_kubernetes_manifests(SPEC, job_config=job_config)
+    assert cm["apiVersion"] == "v1" and cm["kind"] == "ConfigMap" and cm["metadata"]["name"] == "dp-job-config"
+    shipped = yaml.safe_load(cm["data"]["config.yaml"])
+    assert shipped == {"data": {"path": "/data/x"}, "mechanism": "residual-planner"}
+    pod = job["spec"]["job"]["spec"]
+    assert {"name": "privcube-config", "configMap": {"name": "dp-job-config"}} in pod["volumes"]
+    mount = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "privcube-config"]
+    assert mount == [{"name": "privcube-config", "mountPath": "/etc/privcube", "readOnly": True}]
+    with pytest.raises(ConfigError, match=r"cluster\.job\.config"):
+        render_kubernetes_manifests({**SPEC, "job": {"config": "/elsewhere.yaml"}}, job_config=job_config)
+
+
+def test_static_kubernetes_files_are_the_rendered_example(crds):
+    raw = yaml.safe_load((K8S / "privcube-job.yaml").read_text())
+    job_docs = render_kubernetes_manifests(raw["cluster"], job_config=raw, kinds=["DaskJob"])
+    assert list(yaml.safe_load_all((K8S / "daskjob.yaml").read_text())) == job_docs
+    cluster_docs = render_kubernetes_manifests(raw["cluster"], kinds=["DaskCluster"])
+    assert list(yaml.safe_load_all((K8S / "daskcluster.yaml").read_text())) == cluster_docs
+    for d in job_docs + cluster_docs:
+        if d["kind"] != "ConfigMap":
+            check_resource(d)
+            assert check_openapi(d, crds[d["kind"]]) == []
+    pvc = yaml.safe_load((K8S / "pvc.yaml").read_text())
+    claim = job_docs[-1]["spec"]["cluster"]["spec"]["worker"]["spec"]["volumes"][0]
+    assert pvc["kind"] == "PersistentVolumeClaim"
+    assert claim["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+    assert "ReadWriteMany" in pvc["spec"]["accessModes"]
+
+
+def test_operator_helm_values_use_chart_keys():
+    dk = pytest.importorskip("dask_kubernetes", reason="the operator chart comes with dask-kubernetes")
+    chart = Path(dk.__file__).parent / "operator" / "deployment" / "helm" / "dask-kubernetes-operator"
+    defaults = yaml.safe_load((chart / "values.yaml").read_text())
+    ours = yaml.safe_load((K8S / "operator-values.yaml").read_text())
+
+    def check(mine: dict[str, Any], theirs: dict[str, Any], path: str) -> None:
+        for k, v in mine.items():
+            assert k in theirs, f"{path}{k} is not a value of the dask-kubernetes-operator chart"
+            if isinstance(v, dict) and isinstance(theirs[k], dict) and theirs[k]:
+                check(v, theirs[k], f"{path}{k}.")
+
+    check(ours, defaults, "")
+
+
+def test_render_cli_prints_apply_ready_yaml(capsys):
+    from privcube.graphs.kubernetes import main
+
+    assert main([str(K8S / "privcube-job.yaml"), "--kind", "DaskCluster", "--kind", "DaskJob"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "DaskCluster", "DaskJob"]
+    assert main([str(HPC / "slurm-job.yaml")]) == 2
+    assert "cluster.type" in capsys.readouterr().err
+    text = manifests_to_yaml(render_kubernetes_manifests(SPEC))
+    assert "&id" not in text and "*id" not in text  # no YAML aliases: kubectl-friendly
+
+
+@pytest.mark.parametrize("spec, key", [
+    ({"n_worker": 2}, "n_worker"),
+    ({"resources": {"limit": {"cpu": "1"}}}, "resources.limit"),
+    ({"resources": {"limits": {"cpu": "two"}}}, "resources.limits.cpu"),
+    ({"job": {"output": "/x"}}, "job.output"),
+    ({"env": [{"name": "A", "valu": "1"}]}, "env.A"),
+    ({"n_workers": -1}, "n_workers"),
+    ({"name": "Bad_Name"}, "name"),
+    ({"image_pull_policy": "Sometimes"}, "image_pull_policy"),
+    ({"worker_memory_limit": "lots"}, "worker_memory_limit"),
+    ({"volumes": {"name": "x"}}, "volumes"),
+])
+def test_bad_kubernetes_keys_raise_config_error_naming_the_key(spec, key):
+    with pytest.raises(ConfigError) as e:
+        validate_kubernetes_spec({"type": "kubernetes", "image": "x:1", **spec})
+    assert key in str(e.value)
+
+
+def test_kubernetes_image_is_required():
+    with pytest.raises(ConfigError, match=r"cluster\.image"):
+        render_kubernetes_manifests({"type": "kubernetes"})
+
+
+def test_kube_cluster_from_spec_hands_our_spec_to_kubecluster(monkeypatch):
+    """KubeCluster receives the rendered DaskCluster (dask scheduler/worker), never its own template."""
+    op = pytest.importorskip("dask_kubernetes.operator", reason="optional extra 'kubernetes'")
+    from dask_kubernetes.operator.kubecluster.kubecluster import make_cluster_spec
+
+    upstream = make_cluster_spec(name="x", image="img")
+    assert upstream["spec"]["scheduler"]["spec"]["containers"][0]["args"][0] == "dask-scheduler"  # why we override
+
+    seen: list[dict[str, Any]] = []
+
+    class Recorder:
+        def __init__(self, **kwargs: Any) -> None:
+            seen.append(kwargs)
+
+    monkeypatch.setattr(op, "KubeCluster", Recorder)
+    spec = {k: v for k, v in SPEC.items() if k != "name"}
+    kube_cluster_from_spec({**spec, "resource_timeout": 120})
+    kube_cluster_from_spec(spec)
+    a, b = seen
+    assert a["namespace"] == "dp" and a["resource_timeout"] == 120 and a["quiet"] is True
+    manifest = a["custom_cluster_spec"]
+    assert "namespace" not in manifest["metadata"]
+    check_resource(manifest)
+    assert re.fullmatch(r"privcube-[0-9a-f]{8}", manifest["metadata"]["name"])
+    assert manifest["metadata"]["name"] != b["custom_cluster_spec"]["metadata"]["name"]
+
+
+def test_kubernetes_extra_missing_is_a_config_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "dask_kubernetes.operator", None)  # import fails as if not installed
+    with pytest.raises(ConfigError, match=r"privcube\[kubernetes\]"):
+        kube_cluster_from_spec(SPEC)
+    assert render_kubernetes_manifests(SPEC)  # rendering never needs dask-kubernetes
+
+
+@pytest.mark.cluster
+def test_kube_cluster_on_a_real_cluster():
+    """Needs a Kubernetes context with the dask operator installed and PRIVCUBE_TEST_IMAGE pushed."""
+    pytest.importorskip("dask_kubernetes", reason="optional extra 'kubernetes'")
+    from distributed import Client
+
+    image = os.environ.get("PRIVCUBE_TEST_IMAGE")
+    if not image:
+        pytest.skip("set PRIVCUBE_TEST_IMAGE to an image built from deploy/docker/Dockerfile")
+    cluster = kube_cluster_from_spec({"type": "kubernetes", "image": image, "n_workers": 1,
+                                      "resource_timeout": 300})
+    try:
+        with Client(cluster) as client:
+            client.wait_for_workers(1, timeout=300)
+            assert client.submit(sum, [1, 2, 3]).result() == 6
+    finally:
+        cluster.close()
+
+
+# ------------------------------------------------------------------------------------ docker/compose
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+    out, buf = [], ""
+    for line in text.splitlines():
+        if not buf and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if buf and line.lstrip().startswith("#"):
+            continue
+        buf += line.rstrip()
+        if buf.endswith("\\"):
+            buf = buf[:-1] + " "
+            continue
+        word, _, rest = buf.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+        buf = ""
+    assert not buf, "dangling continuation line"
+    return out
+
+
+def test_dockerfile_pins_dask_and_installs_privcube():
+    import distributed
+
+    ins = dockerfile_instructions((DOCKER / "Dockerfile").read_text())
+    known = {"FROM", "ARG", "ENV", "WORKDIR", "COPY", "RUN", "USER", "EXPOSE", "CMD", "ENTRYPOINT", "LABEL"}
+    assert {i for i, _ in ins} <= known
+    first = next(i for i, (w, _) in enumerate(ins) if w != "ARG")
+    assert ins[first][0] == "FROM" and [w for w, _ in ins].count("FROM") == 1
+    args = dict(a.split("=", 1) for w, a in ins if w == "ARG" and "=" in a)
+    assert args["DASK_VERSION"] == distributed.__version__  # the image runs the version the tests run
+    run = " ".join(a for w, a in ins if w == "RUN")
+    assert '"distributed==${DASK_VERSION}"' in run and '"dask[array,dataframe]==${DASK_VERSION}"' in run
+    assert '".[${PRIVCUBE_EXTRAS}]"' in run and "dask scheduler --help" in run and "dask worker --help" in run
+    for w, a in ins:
+        if w == "COPY":
+            *sources, _ = a.split()
+            for s in sources:
+                assert (ROOT / s).exists(), f"COPY source {s} missing from the build context (repo root)"
+    ignore = (DOCKER / "Dockerfile.dockerignore").read_text().split()
+    for keep in ("!pyproject.toml", "!README.md", "!engine/**", "!graphs/**", "!storage/**"):
+        assert keep in ignore
+    assert ("USER", "1000:1000") in ins
+    expose = " ".join(a for w, a in ins if w == "EXPOSE").split()
+    assert {"8786", "8787"} <= set(expose)
+
+
+def interpolate(value: Any) -> Any:
+    """Compose ``${VAR:-default}`` interpolation with the defaults."""
+    if isinstance(value, str):
+        return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+    if isinstance(value, list):
+        return [interpolate(v) for v in value]
+    if isinstance(value, dict):
+        return {k: interpolate(v) for k, v in value.items()}
+    return value
+
+
+def test_compose_runs_scheduler_workers_and_runner():
+    raw = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    services = interpolate(raw["services"])
+    assert set(services) == {"scheduler", "worker", "runner"}
+    for svc in services.values():
+        assert svc["image"] == "privcube:0.1.0" and "/job" in svc["volumes"][0]  # anchor merged
+    build = raw["services"]["scheduler"]["build"]
+    assert (DOCKER / build["context"] / build["dockerfile"]).resolve() == (DOCKER / "Dockerfile").resolve()
+    sched = check_dask_command(services["scheduler"]["command"])
+    assert str(sched["port"]) == "8786"
+    worker = check_dask_command(services["worker"]["command"])
+    assert worker["scheduler"] == "tcp://scheduler:8786" and worker["nthreads"] == 1
+    assert int(services["worker"]["deploy"]["replicas"]) == 2
+    ns = check_privcube_run(services["runner"]["command"])
+    assert ns.scheduler_address == "tcp://scheduler:8786" and ns.config == "/job/config.yaml"
+    assert ns.out.startswith("/job/out/")
+    assert services["runner"]["depends_on"]["scheduler"]["condition"] == "service_healthy"
+    assert any("/health" in part for part in services["scheduler"]["healthcheck"]["test"])
+    for port in services["scheduler"]["ports"]:
+        assert port.startswith("127.0.0.1:")  # dashboard on loopback only
+
+
+# ----------------------------------------------------------------------------------------------- hpc
+@pytest.mark.parametrize("spec, key", [
+    ({"queu": "x"}, "queu"),
+    ({"job_mem": "4G", "type": "pbs"}, "job_mem"),
+    ({"resource_spec": "select=1", "type": "slurm"}, "resource_spec"),
+    ({"scheduler_options": {"hots": "x"}}, "scheduler_options.hots"),
+    ({"adapt": {"max": 3}}, "adapt.max"),
+    ({"walltime": 7200}, "walltime"),
+    ({"memory": "lots"}, "memory"),
+    ({"processes": 16}, "processes"),
+    ({"cores": 0}, "cores"),
+    ({"jobs": 2, "adapt": {"maximum_jobs": 3}}, "adapt"),
+    ({"job_extra_directives": "--exclusive"}, "job_extra_directives"),
+])
+def test_bad_hpc_keys_raise_config_error_naming_the_key(spec, key):
+    base = {"type": "slurm", "cores": 8, "memory": "16GB"}
+    with pytest.raises(ConfigError) as e:
+        hpc.validate_hpc_spec({**base, **spec})
+    assert key in str(e.value)
+
+
+def test_hpc_requires_cores_and_memory():
+    with pytest.raises(ConfigError, match=r"cluster\.cores"):
+        hpc.validate_hpc_spec({"type": "slurm", "memory": "8GB"})
+    with pytest.raises(ConfigError, match=r"cluster\.memory"):
+        hpc.validate_hpc_spec({"type": "pbs", "cores": 4})
+
+
+def test_hpc_scaling():
+    assert hpc.validate_hpc_spec({**SLURM})[2] == {"jobs": 1}
+    assert hpc.validate_hpc_spec({**SLURM, "jobs": 4})[2] == {"jobs": 4}
+    assert hpc.validate_hpc_spec({**SLURM, "adapt": {"maximum_jobs": 5}})[2] == \
+        {"adapt": {"minimum_jobs": 0, "maximum_jobs": 5}}
+
+
+def test_slurm_job_script_content():
+    pytest.importorskip("dask_jobqueue", reason="optional extra 'hpc'")
+    script = hpc.job_script(SLURM, scheduler_address="tcp://10.0.0.1:8786")
+    lines = script.splitlines()
+    assert lines[0] == "#!/usr/bin/env bash"
+    directives = [ln for ln in lines if ln.startswith("#SBATCH")]
+    for d in ("#SBATCH -J privcube-w", "#SBATCH -p normal", "#SBATCH -A proj42", "#SBATCH --cpus-per-task=8",
+              "#SBATCH -t 02:00:00", "#SBATCH --exclusive", "#SBATCH --constraint=cpu"):
+        assert d in directives
+    assert any(re.fullmatch(r"#SBATCH --mem=\d+G", d) for d in directives)
+    assert "module load python/3.11" in lines
+    (cmd,) = [ln for ln in lines if "distributed.cli.dask_worker" in ln]
+    argv = shlex.split(cmd)
+    assert argv[1:3] == ["-m", "distributed.cli.dask_worker"]
+    params = dask_cli("worker", argv[3:])  # the worker module behind `dask worker` accepts the line
+    assert params["scheduler"] == "tcp://10.0.0.1:8786"
+    assert params["nthreads"] == 4 and params["n_workers"] == "2" and params["nanny"] is True
+    assert params["local_directory"] == "/scratch/$USER"
+    assert not re.search(r"\bdask-(worker|scheduler)\b", script.replace("#SBATCH -J", ""))
+
+
+def test_worker_module_runs_on_installed_distributed():
+    r = subprocess.run([sys.executable, "-m", "distributed.cli.dask_worker", "--help"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--scheduler-file" in r.stdout
+
+
+def test_job_script_matches_slurmcluster_job_script():
+    """Our scheduler-less job_script is what a started SLURMCluster would submit."""
+    pytest.importorskip("dask_jobqueue", reason="optional extra 'hpc'")
+    cluster = hpc.jobqueue_cluster_from_spec(
+        {**SLURM, "jobs": 0, "scheduler_options": {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"}})
+    try:
+        assert type(cluster).__name__ == "SLURMCluster"
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        theirs = cluster.job_script().replace("--name dummy-name", "--name privcube-worker")
+        ours = hpc.job_script(SLURM, scheduler_address=cluster.scheduler_address)
+        assert ours == theirs
+    finally:
+        cluster.close()
+
+
+def test_hpc_cli_prints_the_worker_job_script(capsys):
+    pytest.importorskip("dask_jobqueue", reason="optional extra 'hpc'")
+    assert hpc.main([str(HPC / "pbs-job.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("#!/usr/bin/env bash") and "#PBS -q workq" in out
+    assert hpc.main([str(K8S / "privcube-job.yaml")]) == 2
+    assert "cluster.type" in capsys.readouterr().err
+
+
+@pytest.mark.cluster
+def test_slurm_cluster_on_a_real_batch_system():
+    """Needs sbatch and a partition given in PRIVCUBE_TEST_SLURM_QUEUE; submits one worker job."""
+    pytest.importorskip("dask_jobqueue", reason="optional extra 'hpc'")
+    from distributed import Client
+
+    queue = os.environ.get("PRIVCUBE_TEST_SLURM_QUEUE")
+    if not queue or not shutil.which("sbatch"):
+        pytest.skip("set PRIVCUBE_TEST_SLURM_QUEUE on a machine with sbatch")
+    cluster = hpc.jobqueue_cluster_from_spec({"type": "slurm", "queue": queue, "cores": 1, "memory": "2GB",
+                                              "walltime": "00:10:00", "jobs": 1})
+    try:
+        with Client(cluster) as client:
+            client.wait_for_workers(1, timeout=600)
+            assert client.submit(sum, [1, 2, 3]).result() == 6
+    finally:
+        cluster.close()
+
+
+def test_pbs_job_script_content():
+    pytest.importorskip("dask_jobqueue", reason="optional extra 'hpc'")
+    spec = {**SLURM, "type": "pbs", "job_extra_directives": ["-l place=scatter"],
+            "resource_spec": "select=1:ncpus=8:mem=30GB"}
+    script = hpc.job_script(spec)
+    for d in ("#PBS -q normal", "#PBS -A proj42", "#PBS -l select=1:ncpus=8:mem=30GB",
+              "#PBS -l walltime=02:00:00", "#PBS -l place=scatter", "#PBS -N privcube-w"):
+        assert d in script.splitlines()
+    assert "-m distributed.cli.dask_worker tcp://<scheduler-address>:8786" in script
+
+
+def test_hpc_extra_missing_is_a_config_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "dask_jobqueue", None)  # import fails as if not installed
+    with pytest.raises(ConfigError, match=r"privcube\[hpc\]"):
+        hpc.job_script(SLURM)
+
+
+def test_jobqueue_yaml_uses_dask_jobqueue_keys():
+    djq = pytest.importorskip("dask_jobqueue", reason="optional extra 'hpc'")
+    defaults = yaml.safe_load((Path(djq.__file__).parent / "jobqueue.yaml").read_text())["jobqueue"]
+    ours = yaml.safe_load((HPC / "jobqueue.yaml").read_text())["jobqueue"]
+    assert set(ours) == {"slurm", "pbs"}
+    for kind, section in ours.items():
+        unknown = set(section) - set(defaults[kind])
+        assert not unknown, f"jobqueue.{kind}: {sorted(unknown)} are not dask-jobqueue keys"
+
+
+def test_example_configs_validate():
+    from privcube.config import TOP_KEYS
+
+    for f in (HPC / "slurm-job.yaml", HPC / "pbs-job.yaml", K8S / "privcube-job.yaml"):
+        raw = yaml.safe_load(f.read_text())
+        assert set(raw) <= TOP_KEYS, f
+        if raw["cluster"]["type"] == "kubernetes":
+            validate_kubernetes_spec(raw["cluster"])
+        else:
+            hpc.validate_hpc_spec(raw["cluster"])
+
+
+def test_sbatch_runner_script():
+    path = HPC / "privcube-slurm.sbatch"
+    text = path.read_text()
+    assert os.access(path, os.X_OK)
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+    assert text.startswith("#!/usr/bin/env bash\n#SBATCH")
+    assert '-m dask scheduler --scheduler-file "$SCHED_FILE"' in text
+    assert '-m dask worker --scheduler-file "$SCHED_FILE"' in text
+    assert re.search(r'-m privcube run "\$CONFIG" --out "\$OUT" --scheduler-file "\$SCHED_FILE"', text)
+    assert "srun" in text and "wait_for_workers" in text and "trap stop_all EXIT" in text
+    assert not re.search(r"\bdask-(worker|scheduler)\b", text)
+    r = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "usage" in r.stderr

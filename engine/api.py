@@ -54,7 +54,7 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
     from privcube.graphs.cluster import resolve_cluster
     from privcube.graphs.marginals import DataOracle
     from privcube.privacy.ledger import PrivacyLedger
-    from privcube.privacy.noise import NoiseSource
+    from privcube.privacy.discrete import make_noise_source
     from privcube.storage.ingest import open_table
     from privcube.storage.outputs import RunDirectory
 
@@ -83,7 +83,7 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
         rundir.create()
         try:
             ledger = PrivacyLedger(cfg.budget)
-            noise = NoiseSource(seed)
+            noise = make_noise_source(seed, cfg.noise_sampler)
             checkpoint = _open_checkpoint(rundir, cfg, seed)
             ctx = RunContext(client=cl, checkpoint=checkpoint, progress=_progress_callback(quiet), resume=resume)
             t0 = time.perf_counter()

@@ -2,7 +2,8 @@
 
 Top-level keys: ``data`` (``path``; ``schema`` for raw data or ``domain`` as a path to a
 ``{column: size}`` JSON or an inline mapping), ``domain`` (inline, for planning without data),
-``mechanism`` (``name`` + parameters), ``workload``, ``privacy``, ``output``, ``cluster``.
+``mechanism`` (``name`` + parameters), ``workload``, ``privacy``, ``output``, ``cluster``,
+``noise_sampler`` (``continuous``, the default, or ``discrete``: exact discrete Gaussian/Laplace).
 Relative paths are resolved against the config file's folder. Nothing here reads private data.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from privcube.errors import ConfigError, PrivcubeError
 from privcube.privacy.budget import PrivacyBudget
 from privcube.workload import Workload, parse_workload
 
-TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "seed"}
+TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler"}
 DATA_KEYS = {"path", "schema", "domain", "compress", "format", "tables", "links"}
 OUTPUT_KEYS = {"labels", "zarr", "answers"}
 
@@ -42,6 +43,7 @@ class JobConfig:
     cluster: dict[str, Any] = field(default_factory=dict)
     output: dict[str, Any] = field(default_factory=dict)
     compress: bool = False
+    noise_sampler: str = "continuous"
 
     def resolved(self) -> dict[str, Any]:
         """The resolved config as written to ``config.yaml`` in the run directory."""
@@ -138,9 +140,14 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
     if not isinstance(compress, bool):
         raise ConfigError(f"data.compress must be true or false, got {compress!r}")
 
+    noise_sampler = raw.get("noise_sampler", "continuous")
+    if noise_sampler not in ("continuous", "discrete"):
+        raise ConfigError(f"noise_sampler must be 'continuous' or 'discrete', got {noise_sampler!r}")
+
     return JobConfig(raw=raw, base_dir=base, domain=domain, schema=schema, data_path=data_path,
                      mechanism=name, mechanism_params=params, workload=workload, budget=budget,
-                     cluster=dict(cluster), output=dict(output), compress=compress)
+                     cluster=dict(cluster), output=dict(output), compress=compress,
+                     noise_sampler=noise_sampler)
 
 
 def _resolve_path(p: str, base: Path) -> str:

@@ -49,6 +49,7 @@ class ProgressBar:
         self._last = 0.0
         self._lock = threading.Lock()
         self._closed = False
+        self._drawn: int | None = None
 
     def set_total(self, total: int) -> None:
         """Change the total (e.g. once a task graph's size is known)."""
@@ -74,8 +75,9 @@ class ProgressBar:
 
     def _draw(self) -> None:
         """Write the line if not quiet."""
-        if _QUIET or self._closed:
+        if _QUIET or self._closed or self._drawn == self.done:
             return
+        self._drawn = self.done
         self.stream.write("\r" + self._render())
         self.stream.flush()
 
@@ -146,7 +148,12 @@ def distributed_progress(futures: Iterable[Any], label: str) -> None:
     class _StderrBar(TextProgressBar):
         """distributed's text bar, redirected to stderr and prefixed with the label."""
 
+        _last: tuple[int, int] | None = None
+
         def _draw_bar(self, remaining: int, all: int, **kwargs: Any) -> None:
+            if self._last == (remaining, all):
+                return
+            self._last = (remaining, all)
             frac = (1 - remaining / all) if all else 1.0
             filled = int(round(frac * _WIDTH))
             sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (_WIDTH - filled)}] "

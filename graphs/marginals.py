@@ -1,0 +1,362 @@
+"""The marginal pass: EXACT (non-private) counts of many attribute sets in one pass over the data.
+
+Input is a table of integer codes (a dask DataFrame, or a pandas DataFrame for the in-memory fast
+path) whose columns include the domain's attributes, plus optionally a weight column (e.g. ``count``
+for distinct-row-compressed data). For a batch of cliques the pass:
+
+1. plans: duplicate/permuted cliques are computed once; a clique that is a subset of another
+   requested clique is *derived* by summation from that superset afterwards (unless the superset
+   has more than ``derive_max_cells`` cells), so only the maximal cliques ("roots") are counted;
+2. counts: per partition, for each root the flat cell index of its code columns (ravel in C order,
+   by in-place stride arithmetic after a per-column range check) and
+   ``np.bincount(minlength=n_cells)`` (int64) — one read of each partition for the whole batch;
+3. reduces: partial count vectors are summed in a tree with fan-in ``split_every`` (bounded
+   memory per task: at most ``split_every`` partials plus one accumulator).
+
+Memory guard: any clique with more than ``max_cells`` cells (8 bytes each) raises
+``MemoryLimitError`` before anything is computed. Roots are packed into passes of at most
+``pass_cells`` total cells (one pass for ordinary batches); each extra pass re-reads the data.
+
+Results are numpy int64 arrays, axes in the order each clique was given. Weighted counts are
+accumulated in float64 per partition (exact below 2**53 per partition) and rounded to int64.
+These are EXACT counts of private data: only mechanisms should read them, and add noise.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from privcube.domain import Domain
+from privcube.errors import ConfigError, DataError, DomainError, MemoryLimitError
+from privcube.graphs.progress import distributed_progress, local_task_progress
+
+Clique = tuple[str, ...]
+
+DEFAULT_MAX_CELLS = 2**28          # 2 GiB of int64 per marginal
+DEFAULT_PASS_CELLS = 2**25         # 256 MiB of int64 partial counts per partition task
+DEFAULT_DERIVE_MAX_CELLS = 2**26   # derive subsets from supersets up to 512 MiB
+
+
+# ------------------------------------------------------------------------------------ planning
+def _canon(domain: Domain, clique: Sequence[str]) -> Clique:
+    """Clique in domain order, validating attribute names (DomainError names the bad one)."""
+    if isinstance(clique, str):
+        raise DomainError(f"clique {clique!r} must be a sequence of attribute names, not a string")
+    return domain.canonical(clique)
+
+
+def check_memory(domain: Domain, cliques: Sequence[Sequence[str]], max_cells: int) -> None:
+    """Raise MemoryLimitError for the first clique whose int64 marginal exceeds ``max_cells`` cells."""
+    for c in cliques:
+        cells = domain.size(tuple(c))
+        if cells > max_cells:
+            raise MemoryLimitError(
+                f"marginal on {tuple(c)} has {cells:,} cells ({cells * 8 / 2**30:.2f} GiB as int64), "
+                f"above the limit of {max_cells:,} cells ({max_cells * 8 / 2**30:.2f} GiB)"
+            )
+
+
+def plan_batch(domain: Domain, cliques: Sequence[Clique],
+               derive_max_cells: int = DEFAULT_DERIVE_MAX_CELLS) -> tuple[list[Clique], dict[Clique, Clique]]:
+    """Split canonical cliques into roots (counted) and ``{derived: root}`` (summed from the root)."""
+    uniq = list(dict.fromkeys(cliques))
+    sets = {c: frozenset(c) for c in uniq}
+
+    def eligible_parents(c: Clique) -> list[Clique]:
+        return [p for p in uniq if sets[c] < sets[p] and domain.size(p) <= derive_max_cells]
+
+    roots = [c for c in uniq if not eligible_parents(c)]
+    derived: dict[Clique, Clique] = {}
+    for c in uniq:
+        if c in roots:
+            continue
+        cands = [r for r in roots if sets[c] < sets[r] and domain.size(r) <= derive_max_cells]
+        derived[c] = min(cands, key=domain.size)  # non-empty: a chain of eligible parents ends at a root
+    return roots, derived
+
+
+def _pack_passes(domain: Domain, roots: Sequence[Clique], pass_cells: int) -> list[list[Clique]]:
+    """Greedily pack roots (largest first) into passes of at most ``pass_cells`` total cells."""
+    passes: list[list[Clique]] = []
+    loads: list[int] = []
+    for r in sorted(roots, key=lambda c: -domain.size(c)):
+        size = domain.size(r)
+        for i, load in enumerate(loads):
+            if load + size <= pass_cells:
+                passes[i].append(r)
+                loads[i] += size
+                break
+        else:
+            passes.append([r])
+            loads.append(size)
+    return passes
+
+
+def derive_marginal(mu: np.ndarray, clique: Sequence[str], sub: Sequence[str]) -> np.ndarray:
+    """Marginal on ``sub`` (axes in ``sub`` order) from ``mu`` with axes in ``clique`` order."""
+    clique, sub = tuple(clique), tuple(sub)
+    missing = [a for a in sub if a not in clique]
+    if missing:
+        raise DomainError(f"cannot derive {sub} from {clique}: attribute(s) {missing} not in it")
+    if mu.ndim != len(clique):
+        raise DomainError(f"array has {mu.ndim} axes but clique {clique} has {len(clique)} attributes")
+    drop = tuple(i for i, a in enumerate(clique) if a not in sub)
+    out = mu.sum(axis=drop, dtype=mu.dtype) if drop else mu
+    kept = [a for a in clique if a in sub]
+    perm = [kept.index(a) for a in sub]
+    return np.ascontiguousarray(np.transpose(out, perm)) if perm != list(range(len(perm))) else np.asarray(out)
+
+
+# ------------------------------------------------------------------------------------ kernels
+def _column_codes(df: Any, col: str, size: int) -> np.ndarray:
+    """A column as a non-negative integer numpy array, checked against ``[0, size)``."""
+    s = df[col]
+    if s.isna().any():
+        raise DataError(f"column {col!r} has missing values; codes must be integers in [0, {size})")
+    arr = s.to_numpy()
+    if arr.dtype.kind == "f":
+        if not np.all(arr == np.floor(arr)):
+            bad = arr[arr != np.floor(arr)][0]
+            raise DataError(f"column {col!r} has non-integer value {bad!r}")
+        arr = arr.astype(np.int64)
+    elif arr.dtype.kind not in "iub":
+        try:
+            arr = arr.astype(np.int64)
+        except (TypeError, ValueError):
+            raise DataError(f"column {col!r} has non-integer dtype {s.dtype}") from None
+    if arr.size:
+        lo, hi = arr.min(), arr.max()
+        if lo < 0 or hi >= size:
+            bad = lo if lo < 0 else hi
+            raise DataError(f"column {col!r} has value {int(bad)} outside the domain [0, {size})")
+    return arr
+
+
+def _weights(df: Any, weight: str) -> np.ndarray:
+    """The weight column as float64, checked to be non-negative integers."""
+    s = df[weight]
+    if s.isna().any():
+        raise DataError(f"weight column {weight!r} has missing values")
+    w = s.to_numpy().astype(np.float64)
+    if w.size and (w.min() < 0 or not np.all(w == np.floor(w))):
+        bad = w[(w < 0) | (w != np.floor(w))][0]
+        raise DataError(f"weight column {weight!r} has value {bad!r}; weights must be non-negative integers")
+    return w
+
+
+def flat_index(columns: Sequence[np.ndarray], shape: Sequence[int]) -> np.ndarray:
+    """C-order flat cell index of code columns (== ``np.ravel_multi_index`` for in-range codes).
+
+    In-place stride arithmetic on one intp buffer: ~3-4x faster than ``ravel_multi_index``, which
+    re-checks bounds; callers must have range-checked the codes (``_column_codes`` does).
+    """
+    flat = columns[0].astype(np.intp, copy=True)
+    for col, size in zip(columns[1:], shape[1:]):
+        flat *= size
+        flat += col
+    return flat
+
+
+def partition_counts(df: Any, roots: Sequence[Clique], shapes: Sequence[tuple[int, ...]],
+                     sizes: dict[str, int], weight: str | None = None) -> list[np.ndarray]:
+    """Flat int64 count vectors, one per root, for one pandas partition."""
+    n = len(df)
+    cols = {a: _column_codes(df, a, sizes[a]) for a in dict.fromkeys(a for r in roots for a in r)}
+    w = _weights(df, weight) if weight is not None else None
+    out = []
+    for r, shape in zip(roots, shapes):
+        cells = math.prod(shape)
+        if not r:
+            flat = np.zeros(n, dtype=np.intp)
+        elif len(r) == 1:
+            flat = cols[r[0]]
+        else:
+            flat = flat_index([cols[a] for a in r], shape)
+        if w is None:
+            counts = np.bincount(flat, minlength=cells).astype(np.int64, copy=False)
+        else:
+            counts = np.rint(np.bincount(flat, weights=w, minlength=cells)).astype(np.int64)
+        out.append(counts)
+    return out
+
+
+def combine_counts(*parts: list[np.ndarray]) -> list[np.ndarray]:
+    """Element-wise sum of several partials (lists of flat count vectors); inputs are not modified."""
+    acc = [p.copy() for p in parts[0]]
+    for part in parts[1:]:
+        for a, p in zip(acc, part):
+            a += p
+    return acc
+
+
+# ------------------------------------------------------------------------------------ the pass
+def _is_dask_frame(frame: Any) -> bool:
+    """Whether ``frame`` is a dask DataFrame (vs an in-memory pandas one)."""
+    return hasattr(frame, "to_delayed") and hasattr(frame, "npartitions")
+
+
+def _unwrap(frame: Any) -> Any:
+    """Accept an ``EncodedTable`` (anything with a DataFrame ``.frame``) as well as a bare frame."""
+    if _is_dask_frame(frame) or type(frame).__name__ == "DataFrame":
+        return frame
+    inner = getattr(frame, "frame", None)
+    return inner if inner is not None and (_is_dask_frame(inner) or hasattr(inner, "iloc")) else frame
+
+
+def check_columns(frame: Any, domain: Domain, attrs: Sequence[str], weight: str | None) -> None:
+    """Raise DataError naming the first needed column (or weight column) that the frame lacks."""
+    cols = set(map(str, frame.columns))
+    for a in attrs:
+        if a not in cols:
+            raise DataError(f"data is missing column {a!r} (needed by the domain); it has {sorted(cols)}")
+    if weight is not None and weight not in cols:
+        raise DataError(f"data is missing weight column {weight!r}; it has {sorted(cols)}")
+
+
+def _tree_reduce(partials: list[Any], split_every: int) -> Any:
+    """Sum delayed partials in a tree with fan-in ``split_every``; returns one delayed."""
+    from dask import delayed
+
+    combine = delayed(combine_counts, pure=True)
+    level = partials
+    while len(level) > 1:
+        level = [combine(*level[i:i + split_every]) if len(level[i:i + split_every]) > 1
+                 else level[i] for i in range(0, len(level), split_every)]
+    return level[0]
+
+
+def _run_pass(frame: Any, domain: Domain, roots: list[Clique], weight: str | None,
+              client: Any, split_every: int, label: str) -> list[np.ndarray]:
+    """One read of the data counting every root; returns flat int64 vectors in ``roots`` order."""
+    shapes = [domain.shape_of(r) for r in roots]
+    sizes = domain.to_dict()
+    needed = list(dict.fromkeys(a for r in roots for a in r))
+    if weight is not None:
+        needed.append(weight)
+    if not needed:  # only the empty clique: still need a column to count rows
+        needed = [str(frame.columns[0])]
+    if not _is_dask_frame(frame):
+        return partition_counts(frame[needed], roots, shapes, sizes, weight)
+
+    import pandas as pd
+    from dask import compute
+
+    # map_partitions fuses the count into the (projected) read task: one task per partition, and
+    # only the small count vectors ever leave a worker. The meta is nominal: results are lists.
+    counted = frame[needed].map_partitions(partition_counts, roots, shapes, sizes, weight,
+                                           meta=pd.Series([], dtype=object), enforce_metadata=False,
+                                           align_dataframes=False)
+    partials = counted.to_delayed(optimize_graph=True)
+    final = _tree_reduce(partials, split_every)
+    if client is not None:
+        fut = client.compute(final)
+        try:
+            distributed_progress([fut], label)
+            return fut.result()
+        finally:
+            fut.release()
+    with local_task_progress(label):
+        (result,) = compute(final)
+    return result
+
+
+def compute_marginals(frame: Any, domain: Domain, cliques: Sequence[Sequence[str]], *,
+                      weight: str | None = None, client: Any = None, split_every: int = 8,
+                      max_cells: int = DEFAULT_MAX_CELLS, pass_cells: int = DEFAULT_PASS_CELLS,
+                      derive_max_cells: int = DEFAULT_DERIVE_MAX_CELLS,
+                      label: str = "marginals") -> dict[Clique, np.ndarray]:
+    """EXACT int64 marginals ``{clique: array}`` (axes in the given order) in one pass over ``frame``."""
+    if split_every < 2:
+        raise ConfigError(f"split_every must be >= 2, got {split_every}")
+    frame = _unwrap(frame)
+    requested = [tuple(c) for c in cliques]
+    canon = [_canon(domain, c) for c in requested]
+    check_memory(domain, requested, max_cells)
+    check_columns(frame, domain, list(dict.fromkeys(a for c in canon for a in c)), weight)
+
+    roots, derived = plan_batch(domain, canon, derive_max_cells)
+    computed: dict[Clique, np.ndarray] = {}
+    for p in _pack_passes(domain, roots, pass_cells):
+        flats = _run_pass(frame, domain, p, weight, client, split_every, label)
+        for r, flat in zip(p, flats):
+            computed[r] = np.asarray(flat, dtype=np.int64).reshape(domain.shape_of(r))
+    for c, r in derived.items():
+        computed[c] = derive_marginal(computed[r], r, c)
+    out: dict[Clique, np.ndarray] = {}
+    for req, c in zip(requested, canon):
+        out[req] = derive_marginal(computed[c], c, req) if req != c else computed[c]
+    return out
+
+
+# ------------------------------------------------------------------------------------ oracle
+class DataOracle:
+    """MarginalOracle over a (dask) DataFrame of codes: EXACT, non-private counts, cached and batched."""
+
+    exact = True
+
+    def __init__(self, frame: Any, domain: Domain, *, weight: str | None = None, client: Any = None,
+                 split_every: int = 8, max_cells: int = DEFAULT_MAX_CELLS,
+                 derive_max_cells: int = DEFAULT_DERIVE_MAX_CELLS) -> None:
+        frame = _unwrap(frame)
+        check_columns(frame, domain, domain.attributes, weight)
+        self.domain = domain
+        self.frame = frame
+        self.weight = weight
+        self.client = client
+        self.split_every = split_every
+        self.max_cells = max_cells
+        self.derive_max_cells = derive_max_cells
+        self._cache: dict[frozenset[str], tuple[Clique, np.ndarray]] = {}
+        self.n_passes = 0
+
+    def _from_cache(self, c: Clique) -> np.ndarray | None:
+        """Exact hit, or derivation from the smallest cached superset within the derive limit."""
+        key = frozenset(c)
+        if key in self._cache:
+            cc, mu = self._cache[key]
+            return derive_marginal(mu, cc, c)
+        best: tuple[Clique, np.ndarray] | None = None
+        for k, (cc, mu) in self._cache.items():
+            if key < k and mu.size <= self.derive_max_cells and (best is None or mu.size < best[1].size):
+                best = (cc, mu)
+        return None if best is None else derive_marginal(best[1], best[0], c)
+
+    def prefetch(self, cliques: Sequence[Sequence[str]]) -> None:
+        """Compute (in one batched pass) every clique not already answerable from the cache."""
+        todo = []
+        for c in cliques:
+            c = _canon(self.domain, c)
+            if self._from_cache(c) is None and c not in todo:
+                todo.append(c)
+        if not todo:
+            return
+        res = compute_marginals(self.frame, self.domain, todo, weight=self.weight, client=self.client,
+                                split_every=self.split_every, max_cells=self.max_cells,
+                                derive_max_cells=self.derive_max_cells, label="exact marginals")
+        self.n_passes += 1
+        for c, mu in res.items():
+            self._cache[frozenset(c)] = (c, mu)
+
+    def marginals(self, cliques: Sequence[Sequence[str]]) -> dict[Clique, np.ndarray]:
+        """EXACT int64 count arrays, one per clique, axes in the clique's order."""
+        cliques = [tuple(c) for c in cliques]
+        check_memory(self.domain, cliques, self.max_cells)
+        self.prefetch(cliques)
+        out = {}
+        for c in cliques:
+            mu = self._from_cache(c)
+            assert mu is not None
+            out[c] = mu
+        return out
+
+    def total(self) -> int:
+        """Number of (weighted) records."""
+        return int(self.marginals([()])[()])
+
+    def clear(self) -> None:
+        """Drop cached marginals."""
+        self._cache.clear()
+

@@ -104,12 +104,7 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
     rundir.write_answers(result.answers, cfg.domain, cfg.schema, labels=cfg.output.get("labels", True))
     if result.synthetic:
         rundir.write_synthetic(result.synthetic)
-    if result.tensors:
-        from privcube.storage.zarr_store import TensorStore
-
-        store = TensorStore(rundir.store_path)
-        for name, arr in result.tensors.items():
-            store.write(name, np.asarray(arr))
+    _write_tensors(rundir.store_path, cfg, result)
     rundir.write_json("ledger.json", ledger_dict)
     rundir.write_config(cfg.resolved())
     timings["write_s"] = time.perf_counter() - t0
@@ -131,6 +126,21 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
     rundir.write_json("report.json", report)
     rundir.mark_complete()
     return RunSummary(rundir.path, ledger_dict, report, result)
+
+
+def _write_tensors(path: Path, cfg: JobConfig, result: MechanismResult) -> None:
+    """Persist the private (noisy) answer tensors and the mechanism's own arrays in ``store.zarr``."""
+    from privcube.storage.zarr_store import TensorStore
+
+    store = TensorStore(path, domain=cfg.domain)
+    for ans in result.answers:
+        g = ans.group
+        if g.is_marginal and g.attributes:
+            shape = cfg.domain.shape_of(g.attributes)
+            store.write_marginal(g.attributes, np.asarray(ans.estimate, dtype=float).reshape(shape), cfg.domain,
+                                 kind="estimate")
+    for name, arr in result.tensors.items():
+        store.write(name, np.asarray(arr))
 
 
 def exact_marginals(data: str, schema: Any, attrs: Sequence[str], *, client: Any = None) -> np.ndarray:

@@ -159,9 +159,18 @@ def test_resolve_none_and_threads_and_errors():
         resolve_cluster({"type": "local", "n_wrkers": 2})
     with pytest.raises(ConfigError, match="'bogus'"):
         resolve_cluster({"type": "bogus"})
-    for later in ("kubernetes", "slurm", "pbs"):
-        with pytest.raises(ConfigError, match="not available yet"):
-            resolve_cluster({"type": later})
+    # external clusters are validated before anything starts; errors name the key
+    with pytest.raises(ConfigError, match="image"):
+        resolve_cluster({"type": "kubernetes"})
+    with pytest.raises(ConfigError, match="'queue_name'"):
+        resolve_cluster({"type": "slurm", "queue_name": "x"})
+    # CLI flags win over the config's cluster type (a slurm job runs against its scheduler file)
+    h = resolve_cluster({"type": "slurm", "cores": 2, "memory": "4GB"}, scheduler_address="tcp://127.0.0.1:1")
+    assert h.type == "address"
+    # a plain-tcp, non-loopback scheduler is refused unless allow_insecure is explicit
+    with pytest.raises(ConfigError, match="allow_insecure"), \
+            resolve_cluster({"type": "address", "address": "tcp://10.1.2.3:8786"}):
+        pass
     with pytest.raises(ConfigError, match="'address'"):
         resolve_cluster({"type": "address"})
     with pytest.raises(ConfigError, match="n_workers"):

@@ -119,3 +119,23 @@ def test_is_loopback_host_literal_only() -> None:
     assert is_loopback_host("[::1]") and is_loopback_host("LOCALHOST")
     assert not is_loopback_host("128.0.0.1") and not is_loopback_host("localhost.example.com")
     assert not is_loopback_host("") and not is_loopback_host("::")
+
+
+def test_tls_local_cluster_through_resolve_cluster_counts_marginals():
+    """A job on a TLS LocalCluster (security: {tls: auto}) completes and equals pandas counts."""
+    import pandas as pd
+    import dask.dataframe as dd
+
+    from privcube.domain import Domain
+    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.marginals import compute_marginals
+
+    rng = np.random.default_rng(3)
+    pdf = pd.DataFrame({"a": rng.integers(0, 3, 500), "b": rng.integers(0, 4, 500)})
+    dom = Domain.from_mapping({"a": 3, "b": 4})
+    spec = {"type": "local", "n_workers": 1, "processes": False, "security": {"tls": "auto"}}
+    with resolve_cluster(spec) as client:
+        assert client.scheduler.address.startswith("tls://127.0.0.1")
+        mu = compute_marginals(dd.from_pandas(pdf, npartitions=3), dom, [("a", "b")], client=client)[("a", "b")]
+    truth = pdf.groupby(["a", "b"]).size().unstack(fill_value=0).reindex(index=range(3), columns=range(4), fill_value=0)
+    assert np.array_equal(mu, truth.to_numpy())

@@ -204,3 +204,29 @@ def parse_workload(entries: Any, domain: Domain) -> Workload:
             for c in itertools.combinations(domain.attributes, k):
                 groups.append(group(domain, c, queries, weight, where))
     return Workload(domain, tuple(groups))
+
+
+# -------------------------------------------------------------------------------------------------
+# helpers for the QuerySmasher paper's workloads (Sec. 8)
+# -------------------------------------------------------------------------------------------------
+def all_kway(domain: Domain, k: int, queries: Any = "identity", weight: float = 1.0) -> Workload:
+    """All k-way groups with one query type (``identity`` gives all k-way marginals)."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= len(domain):
+        raise WorkloadError(f"k must be an integer in [0, {len(domain)}], got {k!r}")
+    return Workload.kway(domain, k, queries, weight)
+
+
+def hybrid(domain: Domain, ks: Iterable[int], numeric: Iterable[str], weight: float = 1.0) -> Workload:
+    """Hybrid marginal/prefix workload (QS Table 2): prefix on ``numeric`` attributes, identity elsewhere."""
+    numeric = list(numeric)
+    for a in numeric:
+        if a not in domain:
+            raise WorkloadError(f"hybrid workload: numeric attribute {a!r} is not in the domain {list(domain)}")
+    queries = {a: "prefix" for a in numeric}
+    return parse_workload([{"kway": int(k), "queries": queries, "weight": weight} for k in ks], domain)
+
+
+def mixed(domain: Domain) -> Workload:
+    """QS Table 5 mixed workload: all 1-way allrange + all 2-way affine + all 3-way prefix."""
+    return parse_workload([{"kway": 1, "queries": "allrange"}, {"kway": 2, "queries": "affine"},
+                           {"kway": 3, "queries": "prefix"}], domain)

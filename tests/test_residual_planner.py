@@ -190,3 +190,23 @@ def test_plan_json_round_trip() -> None:
     assert {tuple(m["residual"]) for m in d["measurements"]} == {(), ("a",), ("b",), ("a", "b")}
     assert all(m["sigma2"] > 0 for m in d["measurements"])
     assert set(d["privacy"]) >= {"rho", "epsilon", "delta"}
+
+
+def test_real_ledger_and_noise_source() -> None:
+    """With the engine's PrivacyLedger and NoiseSource: spend == budget, seeded runs reproduce."""
+    from privcube.privacy.ledger import PrivacyLedger
+    from privcube.privacy.noise import NoiseSource
+
+    dom, oracle = _small()
+    wl = Workload.kway(dom, 2)
+    budget = PrivacyBudget.from_rho(0.25)
+    outs = []
+    for _ in range(2):
+        ledger = PrivacyLedger(budget)
+        outs.append(ResidualPlanner().run(oracle, wl, budget, ledger, NoiseSource(3)))
+        assert ledger.spent_rho == pytest.approx(0.25, rel=1e-9)
+        assert ledger.spent_rho <= 0.25 * (1 + 1e-12)
+        with pytest.raises(BudgetError):
+            ledger.charge("more", rho=0.01)
+    for a, b in zip(outs[0].answers, outs[1].answers):
+        np.testing.assert_array_equal(a.estimate, b.estimate)

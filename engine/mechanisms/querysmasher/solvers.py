@@ -1,0 +1,299 @@
+"""Low-dimensional subworkload solvers (QuerySmasher Sec. 6.3, 7.1, App. C, D).
+
+Each solver takes the weighted Gram G (c × c, PSD, rows in the centred residual space) of one
+Kronecker part of a subworkload and returns a strategy V = BᵀB normalised to privacy cost 1
+(max diag V = 1) with error L = tr(G V⁺). The optimum (Yuan et al.'s SDP)
+
+    L*(G) = min { tr(G V⁺) : V ⪰ 0, range V ⊇ range G, V_ii ≤ 1 }
+
+has the dual  L*(G) = max_{λ ≥ 0, Σλ = 1} (tr √(Λ^½ G Λ^½))²,  which certifies every solution: the
+reported ``gap`` is (primal − dual) / primal.
+
+* ``closed``: G ∝ ⊗ C (marginals): V = ⊗ C·d/(d−1), L = α ∏ (d−1)²/d.
+* ``fourier``: weighted Fourier factorisation (WFF, App. C): V diagonal in the DFT basis,
+  L = (Σ_k √g_k)² / c; optimal for circulant (circular-range) Grams.
+* ``eigen``: eigen-design V = √G / max diag √G (optimal when diag √G is constant).
+* ``lbfgs``: L-BFGS on the unit-diagonal parameterisation V = D^{-½} RᵀR D^{-½}.
+* ``sdp``: the SDP via cvxpy/Clarabel (Schur-complement epigraph), small c only.
+* ``auto``: the cheapest of the above whose certificate reaches ``tol``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.optimize as sopt
+
+from privcube.errors import ConfigError
+
+METHODS = ("auto", "closed", "fourier", "eigen", "lbfgs", "sdp")
+
+
+@dataclass
+class PartSolution:
+    """A cost-1 strategy for one Gram: V⁺ (c × c), its symmetric root B (BᵀB = V), error and certificate."""
+
+    L: float
+    vpinv: np.ndarray
+    b: np.ndarray
+    method: str
+    dual: float = float("nan")
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gap(self) -> float:
+        """Relative duality gap (primal − dual) / primal (0 = certified optimal)."""
+        if not math.isfinite(self.dual) or self.L <= 0:
+            return float("nan")
+        return max(self.L - self.dual, 0.0) / self.L
+
+
+def centering(shape: tuple[int, ...]) -> np.ndarray:
+    """The projector ⊗ C_d onto the centred (residual) space of a marginal of this shape."""
+    out = np.ones((1, 1))
+    for d in shape:
+        out = np.kron(out, np.eye(d) - 1.0 / d)
+    return out
+
+
+def _psd_sqrt(a: np.ndarray) -> np.ndarray:
+    w, v = np.linalg.eigh((a + a.T) / 2)
+    return (v * np.sqrt(np.clip(w, 0, None))) @ v.T
+
+
+def _psd_pinv(a: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
+    w, v = np.linalg.eigh((a + a.T) / 2)
+    keep = w > rtol * max(w.max(), 1e-300)
+    return (v[:, keep] / w[keep]) @ v[:, keep].T
+
+
+def dual_value(g: np.ndarray, lam: np.ndarray) -> float:
+    """Dual objective (tr √(Λ^½ G Λ^½))² at λ (normalised to Σλ = 1): a lower bound on L*(G)."""
+    lam = np.clip(np.asarray(lam, dtype=float), 0, None)
+    s = lam.sum()
+    if s <= 0:
+        return 0.0
+    r = np.sqrt(lam / s)
+    w = np.linalg.eigvalsh(r[:, None] * g * r[None, :])
+    return float(np.sqrt(np.clip(w, 0, None)).sum() ** 2)
+
+
+def _finish(g: np.ndarray, v: np.ndarray, method: str, dual: float = float("nan"), **info: Any) -> PartSolution:
+    v = (v + v.T) / 2
+    v = v / np.max(np.diag(v))
+    vp = _psd_pinv(v)
+    return PartSolution(float(np.sum(g * vp)), vp, _psd_sqrt(v), method, dual, dict(info))
+
+
+def _kkt_dual(g: np.ndarray, vpinv: np.ndarray, maxiter: int = 200) -> float:
+    """Dual bound: λ from the KKT condition V⁻¹ G V⁻¹ = Λ, then L-BFGS-B ascent of the dual."""
+    lam0 = np.clip(np.einsum("ij,jk,ki->i", vpinv, g, vpinv), 0, None)
+    if lam0.sum() <= 0:
+        lam0 = np.ones(g.shape[0])
+    lam0 = lam0 / lam0.sum()
+    return refine_dual(g, lam0, maxiter=maxiter)
+
+
+def refine_dual(g: np.ndarray, lam0: np.ndarray, maxiter: int = 200) -> float:
+    """Maximise (tr √(K Λ K))² / Σλ (K = √G) over λ ≥ 0 from ``lam0``; returns the best bound found."""
+    k = _psd_sqrt(g)
+    best = [dual_value(g, lam0)]
+
+    def fun(lam: np.ndarray) -> tuple[float, np.ndarray]:
+        s = lam.sum()
+        if s <= 0:
+            return 0.0, -np.ones_like(lam)
+        a = k @ (lam[:, None] * k)
+        w, v = np.linalg.eigh((a + a.T) / 2)
+        pos = w > 1e-14 * max(w.max(), 1e-300)
+        phi = float(np.sqrt(w[pos]).sum())
+        kv = k @ v[:, pos]
+        dphi = 0.5 * np.sum(kv**2 / np.sqrt(w[pos])[None, :], axis=1)
+        val = phi * phi / s
+        best[0] = max(best[0], val)
+        return -val, -(2 * phi * dphi / s - val / s)
+
+    try:
+        sopt.minimize(fun, lam0, jac=True, method="L-BFGS-B", bounds=[(0, None)] * len(lam0),
+                      options={"maxiter": maxiter, "ftol": 1e-15, "gtol": 1e-12})
+    except (ValueError, np.linalg.LinAlgError):
+        pass
+    return float(best[0])
+
+
+def solve_closed(g: np.ndarray, shape: tuple[int, ...]) -> PartSolution | None:
+    """Closed form when G = α ⊗ C (marginal subworkloads); None when G has another shape."""
+    c = centering(shape)
+    tr_c = float(np.trace(c))
+    if tr_c <= 0:
+        return None
+    alpha = float(np.trace(g)) / tr_c
+    if alpha <= 0 or not np.allclose(g, alpha * c, rtol=1e-9, atol=1e-12 * alpha * max(g.shape[0], 1)):
+        return None
+    p = math.prod((d - 1) / d for d in shape)
+    v = c / p
+    lval = alpha * math.prod((d - 1) ** 2 / d for d in shape)
+    return PartSolution(lval, c * p, _psd_sqrt(v), "closed", lval, {})
+
+
+def _dft(shape: tuple[int, ...]) -> np.ndarray:
+    f = np.ones((1, 1), dtype=complex)
+    for d in shape:
+        k = np.arange(d)
+        f = np.kron(f, np.exp(-2j * np.pi * np.outer(k, k) / d))
+    return f
+
+
+def solve_fourier(g: np.ndarray, shape: tuple[int, ...]) -> PartSolution:
+    """Weighted Fourier factorisation (WFF): V = Fᴴ diag(s) F / c with s ∝ √(diag F G Fᴴ / c)."""
+    c = g.shape[0]
+    f = _dft(shape)
+    gk = np.real(np.einsum("ki,ij,kj->k", f, g, f.conj())) / c
+    gk = np.clip(gk, 0, None)
+    root = np.sqrt(gk)
+    total = root.sum()
+    if total <= 0:
+        raise ConfigError("fourier solver: the Gram matrix is zero")
+    s = c * root / total
+    v = np.real(f.conj().T @ (s[:, None] * f)) / c
+    inv = np.where(s > 0, 1.0 / np.where(s > 0, s, 1), 0.0)
+    vp = np.real(f.conj().T @ (inv[:, None] * f)) / c
+    b = np.real(f.conj().T @ (np.sqrt(s)[:, None] * f)) / c
+    lval = float(total**2 / c)
+    del v
+    return PartSolution(lval, (vp + vp.T) / 2, (b + b.T) / 2, "fourier", float("nan"), {})
+
+
+def solve_eigen(g: np.ndarray) -> PartSolution:
+    """Eigen-design V = √G / max diag √G, certified by the uniform-λ dual (tr √G)² / c."""
+    root = _psd_sqrt(g)
+    c = g.shape[0]
+    d = np.diag(root)
+    if d.max() <= 0:
+        raise ConfigError("eigen solver: the Gram matrix is zero")
+    # Pseudo-inverse on the range of G: V = √G/m has V⁺ = m (√G)⁺ and tr(G V⁺) = m tr √G.
+    m = float(d.max())
+    vp = m * _psd_pinv(root)
+    lower = float(np.trace(root)) ** 2 / c
+    return PartSolution(m * float(np.trace(root)), vp, _psd_sqrt(root / m), "eigen", lower, {})
+
+
+def solve_lbfgs(g: np.ndarray, warm: np.ndarray | None = None, *, maxiter: int = 3000,
+                tol: float = 1e-12) -> PartSolution:
+    """Minimise tr(G X⁻¹) over unit-diagonal X = D^{-½}RᵀRD^{-½} with L-BFGS, then certify."""
+    c = g.shape[0]
+    scale = float(np.trace(g)) or 1.0
+    gs = g / scale
+    reg = 1e-9 * np.eye(c)
+    if warm is None:
+        warm = np.eye(c)
+    r0 = np.linalg.cholesky((warm + warm.T) / 2 + 1e-6 * np.trace(warm) / c * np.eye(c)).T
+
+    def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+        r = x.reshape(c, c)
+        s = r.T @ r + reg
+        h = np.sqrt(np.diag(s))
+        try:
+            cf = sla.cho_factor(s)
+        except np.linalg.LinAlgError:
+            return 1e30, np.zeros_like(x)
+        sinv = sla.cho_solve(cf, np.eye(c))
+        hg = h[:, None] * gs * h[None, :]
+        val = float(np.sum(hg * sinv))
+        grad_s = -sinv @ hg @ sinv
+        t = gs @ (h[:, None] * sinv)
+        grad_s[np.diag_indices(c)] += np.diag(t) / h
+        grad_r = 2 * r @ ((grad_s + grad_s.T) / 2)
+        return val, grad_r.ravel()
+
+    res = sopt.minimize(fun, r0.ravel(), jac=True, method="L-BFGS-B",
+                        options={"maxiter": maxiter, "maxcor": 30, "ftol": tol, "gtol": 1e-12})
+    r = res.x.reshape(c, c)
+    s = r.T @ r + reg
+    h = 1 / np.sqrt(np.diag(s))
+    v = h[:, None] * s * h[None, :]
+    sol = _finish(g, v, "lbfgs", iterations=int(res.nit))
+    sol.dual = _kkt_dual(g, sol.vpinv)
+    return sol
+
+
+def solve_sdp(g: np.ndarray, shape: tuple[int, ...]) -> PartSolution:
+    """Exact SDP via cvxpy (Clarabel) on the centred basis; gap from the KKT dual bound."""
+    import cvxpy as cp
+
+    cmat = centering(shape)
+    w, vecs = np.linalg.eigh(cmat)
+    u = vecs[:, w > 0.5]  # orthonormal basis of the centred space (c × r)
+    scale = float(np.trace(g)) or 1.0
+    gh = u.T @ (g / scale) @ u
+    k = _psd_sqrt(gh)
+    r = u.shape[1]
+    x = cp.Variable((r, r), symmetric=True)
+    y = cp.Variable((r, r), symmetric=True)
+    cons = [cp.bmat([[y, k], [k.T, x]]) >> 0, cp.diag(u @ x @ u.T) <= 1]
+    prob = cp.Problem(cp.Minimize(cp.trace(y)), cons)
+    try:
+        prob.solve(solver=cp.CLARABEL)
+    except Exception:  # noqa: BLE001 - any cvxpy/solver failure falls back to SCS
+        prob.solve(solver=cp.SCS, eps=1e-9)
+    if x.value is None:
+        raise ConfigError(f"sdp solver failed ({prob.status})")
+    v = u @ x.value @ u.T
+    sol = _finish(g, v, "sdp", status=prob.status)
+    sol.dual = _kkt_dual(g, sol.vpinv)
+    return sol
+
+
+def solve(g: np.ndarray, shape: tuple[int, ...], method: str = "auto", *, tol: float = 1e-4,
+          sdp_limit: int = 40) -> PartSolution:
+    """Solve one part Gram with ``method`` (see module docstring); ``auto`` stops at gap ≤ tol."""
+    if method not in METHODS:
+        raise ConfigError(f"querysmasher: parameter 'solver' must be one of {METHODS}, got {method!r}")
+    g = np.asarray(g, dtype=float)
+    g = (g + g.T) / 2
+    c = g.shape[0]
+    if c != math.prod(shape):
+        raise ConfigError(f"querysmasher: Gram of size {c} does not match part shape {shape}")
+    if method in ("auto", "closed"):
+        sol = solve_closed(g, shape)
+        if sol is not None or method == "closed":
+            if sol is None:
+                raise ConfigError("querysmasher: solver 'closed' needs a marginal (⊗C) subworkload")
+            return sol
+    if method == "fourier":
+        return solve_fourier(g, shape)
+    if method == "eigen":
+        return solve_eigen(g)
+    if method == "sdp":
+        return solve_sdp(g, shape)
+    if method == "lbfgs":
+        return solve_lbfgs(g, _psd_pinv(solve_eigen(g).vpinv))
+    # auto: eigen-design, Fourier, then L-BFGS from the best, then SDP if still not certified
+    cands = [solve_eigen(g)]
+    if c <= 4096:
+        f = solve_fourier(g, shape)
+        f.dual = cands[0].dual
+        cands.append(f)
+    best = min(cands, key=lambda s: s.L)
+    lower = max(s.dual for s in cands)
+    best.dual = max(best.dual if math.isfinite(best.dual) else 0.0, lower)
+    if best.gap <= tol:
+        return best
+    v0 = _psd_pinv(best.vpinv)
+    lb = solve_lbfgs(g, v0 + 1e-3 * np.eye(c))
+    lb.dual = max(lb.dual, lower)
+    if lb.L > best.L:
+        best.dual = max(best.dual, lb.dual)
+    else:
+        best = lb
+    if best.gap > tol and c <= sdp_limit:
+        sd = solve_sdp(g, shape)
+        sd.dual = max(sd.dual, best.dual)
+        if sd.L < best.L:
+            best = sd
+        else:
+            best.dual = max(best.dual, sd.dual)
+    return best

@@ -1,0 +1,593 @@
+"""Relational synthesis (Alimohammadi et al., Alg. 4): two synthetic tables plus a synthetic link table.
+
+Stage 1: each table is synthesized on its own budget (ResidualPlanner on all 2-way marginals, then the
+single-table synthesizer), unless DP synthetic tables are supplied. Stage 2 learns the links: each of T
+iterations draws K cross-table k-way workloads with the exponential mechanism (TV score, sensitivity
+d_max/m), releases their marginals with the Gaussian mechanism (L2 sensitivity √2·d_max/m), then
+solves the relaxed least-squares problem by PGD on random disjoint slices and rounds with UBS
+(many-to-many: exactly m_syn links) or per-child categorical draws (one-to-many: one parent per child).
+
+Privacy (zCDP, Thm 1): ρ_total = Σ_tables ρ_table + ρ_links; ρ_links = Σ_t k_t·ε0²/2 with
+ε0 = √(2ρ_links / Σ_t k_t), split α (selection) / 1 − α (measurement). Bounded DP: n1, n2 and m are
+public. ``report['nonprivate_evaluation']`` compares with the real data and is NOT differentially
+private (diagnostics for tests and benchmarks; turn off with ``evaluate: false``).
+Option ``shrinkage: true`` (off by default, as in the paper) shrinks each noisy answer towards the
+current synthetic marginal and onto the simplex (post-processing); it avoids fitting pure noise at
+low budgets at some cost at high budgets.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from privcube.domain import Domain
+from privcube.errors import BudgetError, ConfigError, DataError
+from privcube.mechanisms.base import Mechanism, MechanismResult, RunContext
+from privcube.mechanisms.relational.degree import check_d_max, enforce_degree
+from privcube.mechanisms.relational.slicing import (
+    SliceTask,
+    choose_slices_m2m,
+    choose_slices_o2m,
+    dense_block,
+    edges_in,
+    map_slices,
+    slice_shape,
+)
+from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, average_error, cross_workloads
+from privcube.privacy.budget import PrivacyBudget
+from privcube.privacy.ledger import PrivacyLedger
+from privcube.privacy.noise import NoiseSource
+from privcube.privacy.primitives import exponential_mechanism, exponential_rho, gaussian_sigma
+from privcube.privacy.zcdp import cdp_epsilon
+
+KINDS = ("one_to_many", "many_to_many")
+
+
+# ------------------------------------------------------------------------------------ inputs
+@dataclass
+class Links:
+    """Real links as row positions: ``i`` into table ``left`` (rows of B), ``j`` into ``right``.
+
+    one_to_many: ``left`` is the child table (one parent each), ``right`` the parent table.
+    """
+
+    left: str
+    right: str
+    i: np.ndarray
+    j: np.ndarray
+    kind: str = "many_to_many"
+    left_key: str = "id"
+    right_key: str = "id"
+    fk: str | None = None  # child's foreign-key column (one_to_many)
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RelationalResult:
+    """Synthetic tables (codes + key column; child also carries the FK), the link table and a report."""
+
+    tables: dict[str, pd.DataFrame]
+    links: pd.DataFrame
+    report: dict[str, Any]
+
+    def to_mechanism_result(self) -> MechanismResult:
+        """As a MechanismResult: tables and the link table under ``synthetic``."""
+        return MechanismResult([], report=self.report, synthetic={**self.tables, "links": self.links})
+
+
+@dataclass
+class RelationalData:
+    """The private input of the mechanism: ``{name: (codes or DataFrame, Domain)}`` and a links spec."""
+
+    tables: Mapping[str, tuple[Any, Domain]]
+    links: Any
+
+
+def _split_ref(ref: Any, what: str) -> tuple[str, str]:
+    if not isinstance(ref, str) or ref.count(".") != 1:
+        raise ConfigError(f"links: {what} must look like 'table.column', got {ref!r}")
+    t, c = ref.split(".")
+    return t, c
+
+
+def _key_positions(frame: Any, table: str, key: str) -> tuple[np.ndarray, dict[Any, int]]:
+    """Key values of a table (its key column, or row positions when it has none) and value → row."""
+    if isinstance(frame, pd.DataFrame) and key in frame.columns:
+        vals = frame[key].to_numpy()
+        if pd.isna(vals).any():
+            raise DataError(f"table {table!r}: key column {key!r} has missing values")
+        pos = {v: k for k, v in enumerate(vals.tolist())}
+        if len(pos) != len(vals):
+            dup = pd.Series(vals)[pd.Series(vals).duplicated()].iloc[0]
+            raise DataError(f"table {table!r}: key column {key!r} repeats value {dup!r}")
+        return vals, pos
+    n = len(frame)
+    return np.arange(n), {k: k for k in range(n)}
+
+
+def _lookup(values: np.ndarray, pos: dict[Any, int], where: str, target: str) -> np.ndarray:
+    out = np.empty(len(values), dtype=np.int64)
+    for r, v in enumerate(values.tolist()):
+        k = pos.get(v)
+        if k is None:
+            raise DataError(f"links: {where} value {v!r} (row {r}) is not a key of {target}")
+        out[r] = k
+    return out
+
+
+def parse_links(spec: Any, tables: Mapping[str, tuple[Any, Domain]]) -> Links:
+    """A ``Links`` from a spec: {from: child.fk, to: parent.key} (one-to-many) or
+    {pairs, left: t1.key, right: t2.key[, columns]} (many-to-many), or a ``Links`` as is."""
+    if isinstance(spec, Links):
+        for t in (spec.left, spec.right):
+            if t not in tables:
+                raise ConfigError(f"links: unknown table {t!r}; tables are {sorted(tables)}")
+        if spec.kind not in KINDS:
+            raise ConfigError(f"links: kind must be one of {KINDS}, got {spec.kind!r}")
+        n1, n2 = len(tables[spec.left][0]), len(tables[spec.right][0])
+        for arr, n, t in ((spec.i, n1, spec.left), (spec.j, n2, spec.right)):
+            arr = np.asarray(arr)
+            if arr.size and (arr.min() < 0 or arr.max() >= n):
+                bad = arr[(arr < 0) | (arr >= n)][0]
+                raise DataError(f"links: row {int(bad)} is not a record of table {t!r} ({n} rows)")
+        return spec
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"links must be a mapping or a Links object, got {type(spec).__name__}")
+    if "from" in spec:
+        child, fk = _split_ref(spec["from"], "links.from")
+        parent, key = _split_ref(spec.get("to"), "links.to")
+        for t in (child, parent):
+            if t not in tables:
+                raise ConfigError(f"links: unknown table {t!r}; tables are {sorted(tables)}")
+        cframe = tables[child][0]
+        if not isinstance(cframe, pd.DataFrame) or fk not in cframe.columns:
+            raise DataError(f"table {child!r} has no foreign-key column {fk!r}")
+        fkv = cframe[fk].to_numpy()
+        if pd.isna(fkv).any():
+            r = int(np.flatnonzero(pd.isna(fkv))[0])
+            raise DataError(f"links: {child}.{fk} is missing in row {r}; every child needs a parent")
+        _, pos = _key_positions(tables[parent][0], parent, key)
+        j = _lookup(fkv, pos, f"{child}.{fk}", f"{parent}.{key}")
+        ckey = spec.get("child_key", "id")
+        return Links(child, parent, np.arange(len(fkv), dtype=np.int64), j, "one_to_many", ckey, key, fk)
+    if "pairs" in spec:
+        lt, lk = _split_ref(spec.get("left"), "links.left")
+        rt, rk = _split_ref(spec.get("right"), "links.right")
+        for t in (lt, rt):
+            if t not in tables:
+                raise ConfigError(f"links: unknown table {t!r}; tables are {sorted(tables)}")
+        pairs = spec["pairs"]
+        if isinstance(pairs, pd.DataFrame):
+            cols = list(spec.get("columns") or pairs.columns[:2])
+            for c in cols:
+                if c not in pairs.columns:
+                    raise DataError(f"links: pairs have no column {c!r}")
+            a, b = pairs[cols[0]].to_numpy(), pairs[cols[1]].to_numpy()
+        else:
+            arr = np.asarray(pairs)
+            if arr.ndim != 2 or arr.shape[1] != 2:
+                raise DataError(f"links: pairs must have shape (m, 2), got {arr.shape}")
+            a, b = arr[:, 0], arr[:, 1]
+        _, p1 = _key_positions(tables[lt][0], lt, lk)
+        _, p2 = _key_positions(tables[rt][0], rt, rk)
+        i = _lookup(a, p1, f"pairs.{lt}", f"{lt}.{lk}")
+        j = _lookup(b, p2, f"pairs.{rt}", f"{rt}.{rk}")
+        flat = i * len(tables[rt][0]) + j
+        _, first = np.unique(flat, return_index=True)
+        first.sort()
+        rep = {"duplicate_pairs_dropped": int(len(flat) - len(first))}
+        return Links(lt, rt, i[first], j[first], "many_to_many", lk, rk, None, rep)
+    raise ConfigError("links: give {from: child.fk, to: parent.key} or {pairs, left: t.key, right: t.key}")
+
+
+def _codes(data: Any, domain: Domain, name: str) -> np.ndarray:
+    """The (n × d) code array of a table given as ndarray or DataFrame (domain columns)."""
+    if isinstance(data, pd.DataFrame):
+        missing = [a for a in domain.attributes if a not in data.columns]
+        if missing:
+            raise DataError(f"table {name!r} is missing column(s) {missing}")
+        arr = data[list(domain.attributes)].to_numpy()
+    else:
+        arr = np.asarray(data)
+    if arr.ndim != 2 or arr.shape[1] != len(domain):
+        raise DataError(f"table {name!r}: codes must have shape (n, {len(domain)}), got {arr.shape}")
+    if arr.size and (not np.issubdtype(arr.dtype, np.integer)):
+        if np.isnan(arr.astype(float)).any():
+            raise DataError(f"table {name!r} has missing values; encode them as a category first")
+        arr = arr.astype(np.int64)
+    for k, a in enumerate(domain.attributes):
+        col = arr[:, k]
+        bad = (col < 0) | (col >= domain.shape[k])
+        if bad.any():
+            raise DataError(f"table {name!r}: column {a!r} has value {col[bad][0]!r} outside [0, {domain.shape[k]})")
+    return arr.astype(np.int64)
+
+
+def _budget(b: Any, what: str) -> PrivacyBudget:
+    if isinstance(b, PrivacyBudget):
+        return b
+    if isinstance(b, Mapping):
+        try:
+            return PrivacyBudget.from_config(b)
+        except BudgetError as e:
+            raise BudgetError(f"{what}: {e}") from None
+    raise BudgetError(f"{what}: expected a budget {{epsilon, delta}} or {{rho}}, got {b!r}")
+
+
+def compose_budgets(budgets: Mapping[str, Any], tables: list[str] | None = None) -> PrivacyBudget:
+    """Sequential zCDP composition of the tables' budgets and the links budget (ρ and δ add)."""
+    if not isinstance(budgets, Mapping) or "links" not in budgets:
+        raise BudgetError("privacy budgets must be {tables: {name: budget}, links: budget}")
+    parts = [_budget(budgets["links"], "privacy.links")]
+    tb = budgets.get("tables") or {}
+    for name in (tables if tables is not None else list(tb)):
+        if name not in tb:
+            raise BudgetError(f"privacy.tables: no budget for table {name!r}")
+        parts.append(_budget(tb[name], f"privacy.tables.{name}"))
+    rho = sum(p.rho for p in parts)
+    delta = sum(p.delta for p in parts)
+    delta = min(delta, 0.5) if delta > 0 else 1e-9
+    return PrivacyBudget(rho, cdp_epsilon(rho, delta), delta, False)
+
+
+class _PrefixLedger:
+    """Forwards charges to the run's ledger with a prefixed label."""
+
+    def __init__(self, ledger: Any, prefix: str) -> None:
+        self.ledger, self.prefix = ledger, prefix
+
+    def charge(self, label: str, **kw: Any) -> None:
+        """Charge ``prefix:label``."""
+        self.ledger.charge(f"{self.prefix}:{label}", **kw)
+
+
+class _PrefixNoise:
+    """A view of the noise source whose keys are namespaced (distinct tables never share noise)."""
+
+    def __init__(self, noise: NoiseSource, prefix: tuple) -> None:
+        self.noise, self.prefix = noise, prefix
+
+    def generator(self, *key: Any) -> np.random.Generator:
+        """Stream (*prefix, *key)."""
+        return self.noise.generator(*self.prefix, *key)
+
+    def gaussian(self, key: Any, shape: Any, sigma: float) -> np.ndarray:
+        """Gaussian noise on the namespaced key."""
+        key = tuple(key) if isinstance(key, (tuple, list)) else (key,)
+        return self.noise.gaussian((*self.prefix, *key), shape, sigma)
+
+
+# ----------------------------------------------------------------------------------- params
+PARAMS: dict[str, Any] = {
+    "d_max": 10, "truncate": False, "k": 3, "iterations": 10, "workloads_per_iteration": 3, "alpha": 0.2,
+    "candidates": 300, "pgd_iters": 100, "slice_fraction": None, "slice_cells": 250_000,
+    "slices_per_iteration": 1, "guaranteed": 0.2, "m_syn": None, "synthetic_rows": None,
+    "objective": "global", "workloads_per_slice": None, "estimator": "tree", "table_marginals": 2,
+    "chunk_size": 1_000_000, "evaluate": True, "shrinkage": False,
+}
+
+
+def _check_params(p: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(p) - set(PARAMS) - {"name"}
+    if unknown:
+        raise ConfigError(f"mechanism 'relational': unknown parameter(s) {sorted(unknown)}; known: {sorted(PARAMS)}")
+    q = {**PARAMS, **{k: v for k, v in p.items() if k != "name"}}
+    check_d_max(q["d_max"])
+    for key in ("iterations", "workloads_per_iteration", "candidates", "pgd_iters", "slices_per_iteration", "k",
+                "table_marginals", "chunk_size"):
+        v = q[key]
+        lo = 0 if key == "iterations" else 1
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+            raise ConfigError(f"mechanism 'relational': parameter {key!r} must be an integer >= {lo}, got {v!r}")
+    if not isinstance(q["alpha"], (int, float)) or not (0 < q["alpha"] < 1):
+        raise ConfigError(f"mechanism 'relational': parameter 'alpha' must lie strictly in (0, 1), got {q['alpha']!r}")
+    if not isinstance(q["guaranteed"], (int, float)) or not (0 <= q["guaranteed"] <= 1):
+        raise ConfigError(f"mechanism 'relational': parameter 'guaranteed' must lie in [0, 1], got {q['guaranteed']!r}")
+    if q["objective"] not in ("global", "paper"):
+        raise ConfigError(f"mechanism 'relational': parameter 'objective' must be 'global' or 'paper', got {q['objective']!r}")
+    return q
+
+
+# ------------------------------------------------------------------------------------ stage 1
+def _synth_table(name: str, codes: np.ndarray, domain: Domain, n_syn: int, budget: PrivacyBudget, ledger: Any,
+                 noise: NoiseSource, params: Mapping[str, Any]) -> np.ndarray:
+    """ResidualPlanner on all ≤k-way marginals (k = table_marginals), then the single-table synthesizer."""
+    import itertools
+
+    from privcube.mechanisms.residual_planner import ResidualPlanner
+    from privcube.oracle import ArrayOracle
+    from privcube.synth.sampler import synthesize
+    from privcube.workload import Workload
+
+    k = min(int(params["table_marginals"]), len(domain))
+    cliques = list(itertools.combinations(domain.attributes, k))
+    res = ResidualPlanner().run(ArrayOracle(domain, codes), Workload.marginals(domain, cliques), budget,
+                                _PrefixLedger(ledger, f"table:{name}"), _PrefixNoise(noise, ("relational", "table", name)))
+    est = {tuple(a.group.attributes): a.estimate for a in res.answers}
+    var = {tuple(a.group.attributes): float(a.variance[0]) for a in res.answers if a.variance is not None}
+    df = synthesize(est, domain, n_syn, noise=noise, key=("relational", "synth", name),
+                    chunk_size=int(params["chunk_size"]), estimator=params["estimator"], variances=var,
+                    total=float(len(codes)))
+    return df[list(domain.attributes)].to_numpy().astype(np.int64)
+
+
+# ------------------------------------------------------------------------------------ stage 2
+def run_relational(tables: Mapping[str, tuple[Any, Domain]], links: Any, params: Mapping[str, Any] | None,
+                   budgets: Mapping[str, Any], ledger: PrivacyLedger | None = None, noise: NoiseSource | None = None,
+                   client: Any = None, *, synthetic_tables: Mapping[str, Any] | None = None,
+                   progress: Any = None) -> RelationalResult:
+    """Synthesize two linked tables and their links (see the module docstring for the algorithm).
+
+    ``tables``: name -> (codes ndarray or DataFrame with the domain columns [+ key / FK columns], Domain).
+    ``links``: ``{from: child.fk, to: parent.key}``, ``{pairs, left: t.key, right: t.key}`` or ``Links``.
+    ``budgets``: ``{tables: {name: {epsilon, delta}|PrivacyBudget}, links: ...}``; ``ledger`` defaults
+    to one over their composition. ``synthetic_tables``: name -> already-DP synthetic codes (that table
+    then spends nothing here).
+    """
+    p = _check_params(params or {})
+    if noise is None:
+        noise = NoiseSource()
+    synthetic_tables = dict(synthetic_tables or {})
+    lk = parse_links(links, tables)
+    names = (lk.left, lk.right)
+    doms = (tables[lk.left][1], tables[lk.right][1])
+    codes = [_codes(tables[n][0], d, n) for n, d in zip(names, doms)]
+    need = [n for n in names if n not in synthetic_tables]
+    total = compose_budgets(budgets, need)
+    b_links = _budget(budgets["links"], "privacy.links")
+    if ledger is None:
+        ledger = PrivacyLedger(total, noise=noise)
+    d_max = int(p["d_max"])
+
+    # ---- degree bound (public rule, before anything else)
+    ri, rj = np.asarray(lk.i, dtype=np.int64), np.asarray(lk.j, dtype=np.int64)
+    keys = tuple(_key_positions(tables[n][0], n, k)[0] for n, k in zip(names, (lk.left_key, lk.right_key)))
+    keep, deg_report = enforce_degree(ri, rj, d_max, truncate=bool(p["truncate"]), names=names, keys=keys)  # type: ignore[arg-type]
+    if lk.kind == "one_to_many":
+        # a child losing its only link is dropped with it (no orphans)
+        codes[0] = codes[0][ri[keep]]
+        ri, rj = np.arange(int(keep.sum()), dtype=np.int64), rj[keep]
+    else:
+        ri, rj = ri[keep], rj[keep]
+    m = int(ri.size)
+    if m == 0:
+        raise DataError(f"links: no relationships between {names[0]!r} and {names[1]!r} (after d_max truncation)")
+    n_real = (codes[0].shape[0], codes[1].shape[0])
+
+    # ---- stage 1: synthetic tables
+    rows = dict(p["synthetic_rows"] or {})
+    syn_codes = []
+    for s, (name, dom) in enumerate(zip(names, doms)):
+        if name in synthetic_tables:
+            syn_codes.append(_codes(synthetic_tables[name], dom, f"synthetic {name}"))
+            continue
+        n_syn = int(rows.get(name, n_real[s]))
+        tb = _budget(budgets["tables"][name], f"privacy.tables.{name}")
+        syn_codes.append(_synth_table(name, codes[s], dom, n_syn, tb, ledger, noise, p))
+        if progress is not None:
+            progress(f"synthesize table {name}", 1.0)
+    n1s, n2s = syn_codes[0].shape[0], syn_codes[1].shape[0]
+    if n1s == 0 or n2s == 0:
+        raise DataError("synthetic tables must have at least one row each")
+
+    real = CrossTables(codes[0], doms[0], codes[1], doms[1])
+    syn = CrossTables(syn_codes[0], doms[0], syn_codes[1], doms[1])
+    all_w = cross_workloads(doms[0], doms[1], int(p["k"]))
+
+    # ---- initial links (data-independent)
+    rng0 = noise.generator("relational", "init")
+    if lk.kind == "one_to_many":
+        m_syn = n1s
+        si = np.arange(n1s, dtype=np.int64)
+        sj = rng0.integers(0, n2s, size=n1s).astype(np.int64)
+    else:
+        m_syn = p["m_syn"]
+        if m_syn is None:
+            m_syn = int(round(m * math.sqrt(n1s * n2s / (n_real[0] * n_real[1]))))
+        if isinstance(m_syn, bool) or int(m_syn) != m_syn or not (1 <= int(m_syn) <= n1s * n2s):
+            raise ConfigError(f"mechanism 'relational': parameter 'm_syn' must be an integer in [1, {n1s * n2s}], got {m_syn!r}")
+        m_syn = int(m_syn)
+        flat = rng0.choice(n1s * n2s, size=m_syn, replace=False)
+        si, sj = (a.astype(np.int64) for a in np.divmod(flat, n2s))
+
+    report: dict[str, Any] = {
+        "mechanism": "relational", "kind": lk.kind, "tables": list(names), "m": m, "m_syn": m_syn,
+        "rows_real": list(n_real), "rows_synthetic": [n1s, n2s], "degree": deg_report, "links_input": lk.report,
+        "cross_workloads": len(all_w), "k": int(p["k"]),
+    }
+    evaluate = bool(p["evaluate"])
+    if evaluate:
+        init_err = average_error(real, ri, rj, syn, si, sj, all_w)
+
+    # ---- privacy schedule
+    T, K, alpha = int(p["iterations"]), int(p["workloads_per_iteration"]), float(p["alpha"])
+    ks = []
+    left = len(all_w)
+    for _ in range(T):
+        kt = min(K, left)
+        ks.append(kt)
+        left -= kt
+    n_sel = sum(ks)
+    rho_links = b_links.rho
+    eps0 = math.sqrt(2.0 * rho_links / n_sel) if n_sel else 0.0
+    sens_tv = d_max / m
+    l2 = math.sqrt(2.0) * d_max / m
+    sigma = gaussian_sigma((1 - alpha) * eps0 ** 2 / 2, l2) if n_sel else math.inf
+    eps_em = 2.0 * math.sqrt(alpha) * eps0 if n_sel else 0.0
+    report["privacy"] = {"rho_links": rho_links, "epsilon0": eps0, "em_epsilon": eps_em, "noise_std": sigma,
+                         "selections": n_sel, "alpha": alpha,
+                         "rho_tables": {n: _budget(budgets["tables"][n], n).rho for n in need}}
+
+    selected: list[CrossWorkload] = []
+    answers: list[np.ndarray] = []
+    chosen_set: set[CrossWorkload] = set()
+    history = []
+    for t in range(T):
+        kt = ks[t]
+        if kt == 0:
+            break
+        rng = noise.generator("relational", "iteration", t)
+        remaining = [w for w in all_w if w not in chosen_set]
+        pool_idx = rng.choice(len(remaining), size=min(int(p["candidates"]), len(remaining)), replace=False)
+        pool = [remaining[q] for q in sorted(pool_idx)]
+        # selection: charge first, then read the private scores
+        ledger.charge("links:select", rho=kt * exponential_rho(eps_em), iteration=t, draws=kt)
+        scores = np.array([0.5 * np.abs(real.marginal(w, ri, rj) - syn.marginal(w, si, sj)).sum() for w in pool])
+        picked = []
+        for _ in range(kt):
+            q = exponential_mechanism(scores, eps_em, sens_tv, rng)
+            picked.append(pool[q])
+            scores[q] = -np.inf
+        ledger.charge("links:measure", rho=kt * (1 - alpha) * eps0 ** 2 / 2, iteration=t,
+                      workloads=[w.label() for w in picked], sigma=sigma)
+        for w in picked:
+            a = real.marginal(w, ri, rj)
+            noisy = a + noise.gaussian(("relational", "measure", t, w.label()), a.shape, sigma)
+            del a
+            if p["shrinkage"]:
+                noisy = shrink(noisy, syn.marginal(w, si, sj), sigma)
+            answers.append(noisy)
+            selected.append(w)
+            chosen_set.add(w)
+        del scores
+        # ---- optimisation on slices (post-processing from here on)
+        si, sj = _optimise(p, lk.kind, syn, si, sj, n1s, n2s, m_syn, selected, answers, noise, t, client)
+        history.append({"iteration": t, "selected": [w.label() for w in picked]})
+        if progress is not None:
+            progress("relational iterations", (t + 1) / max(T, 1))
+    report["iterations"] = history
+    if evaluate:
+        report["nonprivate_evaluation"] = {
+            "note": "computed from the real data; NOT differentially private",
+            "average_cross_error_pct": average_error(real, ri, rj, syn, si, sj, all_w),
+            "initial_random_links_error_pct": init_err,
+        }
+
+    # ---- outputs
+    key1 = lk.left_key or "id"
+    key2 = lk.right_key or "id"
+    t1 = pd.DataFrame(syn_codes[0], columns=list(doms[0].attributes))
+    t1.insert(0, key1, np.arange(n1s, dtype=np.int64))
+    t2 = pd.DataFrame(syn_codes[1], columns=list(doms[1].attributes))
+    t2.insert(0, key2, np.arange(n2s, dtype=np.int64))
+    order = np.lexsort((sj, si))
+    si, sj = si[order], sj[order]
+    if lk.kind == "one_to_many":
+        fk = np.empty(n1s, dtype=np.int64)
+        fk[si] = sj
+        t1[lk.fk or f"{names[1]}_{key2}"] = fk
+    links_df = pd.DataFrame({f"{names[0]}.{key1}": si, f"{names[1]}.{key2}": sj})
+    report["ledger_rho_spent"] = ledger.spent_rho
+    return RelationalResult({names[0]: t1, names[1]: t2}, links_df, report)
+
+
+def shrink(noisy: np.ndarray, prior: np.ndarray, sigma: float) -> np.ndarray:
+    """Linear (Wiener) shrinkage of a noisy marginal towards ``prior``, then onto the simplex.
+
+    With d cells and noise variance σ², the signal power s² = ‖p − prior‖² is estimated as
+    ‖y − prior‖² − dσ² − 2σ²√(2d) (conservative: two noise standard deviations below the unbiased
+    estimate), clipped to [0, 2] (two distributions are at most √2 apart in L2), and
+    y is replaced by prior + λ(y − prior), λ = s²/(s² + dσ²). At low budgets λ → 0 keeps the links
+    near the prior instead of fitting noise; at high budgets λ → 1. The Euclidean projection onto the
+    probability simplex (a marginal is a distribution) only brings it closer to the true marginal.
+    Both steps are post-processing of the release.
+    """
+    from privcube.mechanisms.relational.projection import project_rows_simplex
+
+    d = noisy.size
+    if math.isfinite(sigma):
+        noise_pow = d * sigma * sigma
+        # subtract two standard deviations of the noise power (σ²√(2d)): only a detected signal counts
+        excess = float(np.sum((noisy - prior) ** 2)) - noise_pow - 2.0 * sigma * sigma * math.sqrt(2.0 * d)
+        s2 = min(max(excess, 0.0), 2.0)
+        lam = s2 / (s2 + noise_pow) if s2 + noise_pow > 0 else 1.0
+        noisy = prior + lam * (noisy - prior)
+    else:
+        noisy = prior.copy()
+    return project_rows_simplex(noisy[None, :])[0]
+
+
+def _optimise(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray, sj: np.ndarray, n1s: int, n2s: int,
+              m_syn: int, selected: list[CrossWorkload], answers: list[np.ndarray], noise: NoiseSource, t: int,
+              client: Any) -> tuple[np.ndarray, np.ndarray]:
+    """One iteration's slices: PGD + rounding per disjoint slice, then re-insertion."""
+    rng = noise.generator("relational", "slices", t)
+    use = list(range(len(selected)))
+    wps = p["workloads_per_slice"]
+    if wps is not None and len(use) > int(wps):
+        err = [np.abs(syn.marginal(w, si, sj) - a).sum() for w, a in zip(selected, answers)]
+        use = sorted(np.argsort(err)[::-1][: int(wps)].tolist())
+    ws = [selected[q] for q in use]
+    ans = [answers[q] for q in use]
+    s1, s2 = slice_shape(n1s, n2s, fraction=p["slice_fraction"], cells=float(p["slice_cells"]))
+    if kind == "one_to_many":
+        parent_of = np.empty(n1s, dtype=np.int64)
+        parent_of[si] = sj
+        slices = choose_slices_o2m(parent_of, n2s, rng, s2, max(1, int(float(p["slice_cells"]) // s2)),
+                                   int(p["slices_per_iteration"]))
+    else:
+        slices = choose_slices_m2m(n1s, n2s, si, sj, rng, s1, s2, int(p["slices_per_iteration"]), float(p["guaranteed"]))
+    S = len(slices)
+    full = [syn.counts(w, si, sj) for w in ws]
+    tasks, masks = [], []
+    for k, sl in enumerate(slices):
+        inside = edges_in(sl, si, sj, n1s, n2s)
+        masks.append(inside)
+        B0 = dense_block(sl, si[inside], sj[inside])
+        m_slice = float(B0.sum())
+        rows = [syn.index(1, w.left)[sl.rows] for w in ws]
+        cols = [syn.index(2, w.right)[sl.cols] for w in ws]
+        sizes = [w.sizes(syn.dom1, syn.dom2) for w in ws]
+        if p["objective"] == "paper":
+            targets = [m_slice * a for a in ans]
+            scale = max(m_slice, 1.0)
+        else:
+            cur = [syn.counts(w, si[inside], sj[inside]) for w in ws]
+            targets = [c + (m_syn * a - f) / S for c, a, f in zip(cur, ans, full)]
+            scale = float(m_syn)
+        tasks.append(SliceTask(rows, cols, sizes, targets, scale, B0, kind, int(p["pgd_iters"]), noise,
+                               ("relational", "slice", t, k)))
+    results = map_slices(tasks, client, label=f"relational-slice-t{t}")
+    inside_any = np.zeros(si.size, dtype=bool)
+    new_i, new_j = [], []
+    for sl, inside, (r, c) in zip(slices, masks, results):
+        inside_any |= inside
+        new_i.append(sl.rows[r])
+        new_j.append(sl.cols[c])
+    si = np.concatenate([si[~inside_any], *new_i]).astype(np.int64)
+    sj = np.concatenate([sj[~inside_any], *new_j]).astype(np.int64)
+    if si.size != m_syn:
+        raise DataError(f"internal: link count changed from {m_syn} to {si.size} during slice re-insertion")
+    return si, sj
+
+
+# --------------------------------------------------------------------------------- mechanism
+class Relational(Mechanism):
+    """Registry entry: ``run(RelationalData, None, budgets, ledger, noise, context)`` → MechanismResult."""
+
+    name = "relational"
+    PARAMS = PARAMS
+
+    def __init__(self, params: Mapping[str, Any] | None = None) -> None:
+        """Validate the parameters (ConfigError names the key)."""
+        super().__init__(params)
+        _check_params(self.params)
+
+    def run(self, oracle: Any, workload: Any, budget: Any, ledger: Any, noise: Any,
+            context: RunContext | None = None) -> MechanismResult:
+        """``oracle`` is a ``RelationalData``; ``budget`` is ``{tables: {...}, links: ...}``."""
+        if not isinstance(oracle, RelationalData):
+            raise ConfigError("mechanism 'relational' needs RelationalData (two tables and links), not a single-table oracle")
+        client = context.client if context is not None else None
+        progress = context.progress if context is not None else None
+        res = run_relational(oracle.tables, oracle.links, self.params, budget, ledger, noise, client, progress=progress)
+        return res.to_mechanism_result()
+
+
+__all__ = ["Links", "RelationalData", "RelationalResult", "Relational", "run_relational", "parse_links", "shrink",
+           "compose_budgets"]

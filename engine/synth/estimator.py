@@ -1,0 +1,113 @@
+"""The pluggable estimation step of single-table synthesis: noisy marginals → a model that samples records.
+
+Any object with ``fit(marginals, domain, *, total, variances) -> SamplingModel`` is a
+``MarginalEstimator``; a ``SamplingModel`` only needs ``sample(n, rng) -> (n × d) int codes`` in domain
+column order. The default ``TreeEstimator`` makes the marginals consistent and fits a Chow–Liu tree.
+``MbiEstimator`` plugs in Private-PGM (the optional ``mbi`` package) when it is installed: it fits a
+graphical model to the same measurements by maximum likelihood and samples from it.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from privcube.domain import Domain
+from privcube.errors import ConfigError
+from privcube.synth.consistency import make_consistent
+from privcube.synth.tree_model import TreeModel
+
+Clique = tuple[str, ...]
+
+
+@runtime_checkable
+class SamplingModel(Protocol):
+    """A fitted model that draws synthetic records."""
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` records as an (n × d) integer array, columns in domain order."""
+        ...
+
+
+@runtime_checkable
+class MarginalEstimator(Protocol):
+    """Turns noisy marginal estimates (post-processing only) into a ``SamplingModel``."""
+
+    def fit(self, marginals: Mapping[Clique, np.ndarray], domain: Domain, *, total: float | None = None,
+            variances: Mapping[Clique, float] | None = None) -> SamplingModel:
+        """Fit a model to ``marginals`` (clique -> counts, clique-shaped or flat C order)."""
+        ...
+
+
+class TreeEstimator:
+    """Default estimator: consistency post-processing, then a maximum-spanning-tree model on MI."""
+
+    def __init__(self, rounds: int = 10) -> None:
+        """``rounds`` of consistency/non-negativity alternation."""
+        self.rounds = int(rounds)
+
+    def fit(self, marginals: Mapping[Clique, np.ndarray], domain: Domain, *, total: float | None = None,
+            variances: Mapping[Clique, float] | None = None) -> TreeModel:
+        """Consistent non-negative marginals → Chow–Liu tree."""
+        cons = make_consistent(marginals, domain, total=total, variances=variances, rounds=self.rounds)
+        return TreeModel.fit(cons, domain)
+
+
+class _MbiModel:
+    """Adapter exposing an mbi GraphicalModel through ``sample(n, rng)``."""
+
+    def __init__(self, model: Any, domain: Domain) -> None:
+        self.model, self.domain = model, domain
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Draw via mbi's synthetic_data (seeded from ``rng`` through numpy's global state is avoided)."""
+        state = np.random.get_state()
+        np.random.seed(int(rng.integers(2**32 - 1)))
+        try:
+            df = self.model.synthetic_data(rows=n).df
+        finally:
+            np.random.set_state(state)
+        return df[list(self.domain.attributes)].to_numpy().astype(np.int64)
+
+
+class MbiEstimator:
+    """Private-PGM (``pip install mbi``) as the estimator: maximum-likelihood graphical model on the marginals."""
+
+    def __init__(self, iters: int = 1000) -> None:
+        """Fail early with a clear message when mbi is absent."""
+        try:
+            import mbi  # noqa: F401
+        except ImportError:
+            raise ConfigError("synth estimator 'mbi' needs the optional package 'mbi' (Private-PGM); "
+                              "install it or use estimator 'tree'") from None
+        self.iters = int(iters)
+
+    def fit(self, marginals: Mapping[Clique, np.ndarray], domain: Domain, *, total: float | None = None,
+            variances: Mapping[Clique, float] | None = None) -> SamplingModel:
+        """Build identity measurements (y, σ, clique) and run mbi's FactoredInference."""
+        import mbi
+        from scipy import sparse
+
+        dom = mbi.Domain(list(domain.attributes), list(domain.shape))
+        meas = []
+        for c, y in marginals.items():
+            y = np.asarray(y, dtype=float).ravel()
+            sd = float(np.sqrt((variances or {}).get(c, 1.0)))
+            meas.append((sparse.eye(y.size), y, sd, tuple(c)))
+        engine = mbi.FactoredInference(dom, iters=self.iters)
+        return _MbiModel(engine.estimate(meas, total=total), domain)
+
+
+def get_estimator(spec: Any) -> MarginalEstimator:
+    """An estimator from a name ('tree', 'mbi') or an object already implementing the protocol."""
+    if spec is None or spec == "tree":
+        return TreeEstimator()
+    if spec == "mbi":
+        return MbiEstimator()
+    if isinstance(spec, MarginalEstimator):
+        return spec
+    raise ConfigError(f"synth: unknown estimator {spec!r}; use 'tree', 'mbi' or an object with fit(...)")
+
+
+__all__ = ["SamplingModel", "MarginalEstimator", "TreeEstimator", "MbiEstimator", "get_estimator"]

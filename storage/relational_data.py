@@ -1,0 +1,127 @@
+"""Relational test data: seeded MovieLens-like (many-to-many) and parent/child (one-to-many) generators with
+planted cross-table correlations, plus a reader for two tables and their links from files.
+
+Every generator returns ``{"tables": {name: (DataFrame with key + code columns, Domain)}, "links": spec}``,
+the shape ``privcube.mechanisms.relational.mechanism.run_relational`` takes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from privcube.domain import Domain
+from privcube.errors import DataError
+
+
+def movielens_like(n_users: int = 300, n_movies: int = 200, n_genres: int = 6, *, d_max: int = 10,
+                   mean_degree: float = 5.0, beta: float = 2.5, seed: int = 0) -> dict[str, Any]:
+    """Users (gender 2, age 7, occupation 21) × movies (binary genres), ratings with degree ≤ d_max.
+
+    Planted dependency: age group a has genre affinities A[a, g]; user u rates movie v with weight
+    ∝ exp(β·Σ_g A[age_u, g]·genre_v[g]) among movies that still have capacity.
+    """
+    rng = np.random.default_rng(seed)
+    gender = rng.integers(0, 2, n_users)
+    age = rng.choice(7, n_users, p=[0.05, 0.2, 0.3, 0.2, 0.1, 0.08, 0.07])
+    occ = np.minimum((age * 3 + rng.integers(0, 6, n_users)) % 21, 20)  # occupation correlates with age
+    genres = (rng.random((n_movies, n_genres)) < 0.3).astype(np.int64)
+    genres[genres.sum(1) == 0, rng.integers(0, n_genres)] = 1
+    A = rng.normal(0, 1, (7, n_genres))
+    A[:, 0] += np.linspace(-1.5, 1.5, 7)  # a strong age trend on genre 0
+    affinity = A[age] @ genres.T  # n_users × n_movies
+    cap = np.full(n_movies, d_max)
+    ui, mj = [], []
+    for u in rng.permutation(n_users):
+        deg = int(min(d_max, max(1, rng.poisson(mean_degree))))
+        ok = np.flatnonzero(cap > 0)
+        if ok.size == 0:
+            break
+        w = np.exp(beta * (affinity[u, ok] - affinity[u, ok].max()))
+        pick = rng.choice(ok, size=min(deg, ok.size), replace=False, p=w / w.sum())
+        cap[pick] -= 1
+        ui.extend([u] * pick.size)
+        mj.extend(pick.tolist())
+    udom = Domain(("gender", "age", "occupation"), (2, 7, 21))
+    mdom = Domain(tuple(f"genre{g}" for g in range(n_genres)), (2,) * n_genres)
+    users = pd.DataFrame({"id": np.arange(n_users) + 1000, "gender": gender, "age": age, "occupation": occ})
+    movies = pd.DataFrame({"id": np.arange(n_movies) + 5000, **{f"genre{g}": genres[:, g] for g in range(n_genres)}})
+    ratings = pd.DataFrame({"user_id": users["id"].to_numpy()[ui], "movie_id": movies["id"].to_numpy()[mj]})
+    return {"tables": {"users": (users, udom), "movies": (movies, mdom)},
+            "links": {"pairs": ratings, "left": "users.id", "right": "movies.id", "columns": ["user_id", "movie_id"]}}
+
+
+def parent_child_like(n_parents: int = 150, n_children: int = 600, *, d_max: int = 10, beta: float = 3.0,
+                      seed: int = 0) -> dict[str, Any]:
+    """Parents (region 4, size 3) and children (kind 3, device 4, hour 4); each child has one parent.
+
+    Planted dependency: a child's device matches its parent's region (mod 4) with high probability,
+    and kind depends on parent size; parents take at most d_max children.
+    """
+    rng = np.random.default_rng(seed)
+    region = rng.integers(0, 4, n_parents)
+    size = rng.choice(3, n_parents, p=[0.5, 0.3, 0.2])
+    kind = rng.integers(0, 3, n_children)
+    device = rng.integers(0, 4, n_children)
+    hour = (device + rng.integers(0, 2, n_children)) % 4
+    cap = np.full(n_parents, d_max)
+    parent = np.empty(n_children, dtype=np.int64)
+    for c in range(n_children):
+        ok = np.flatnonzero(cap > 0)
+        if ok.size == 0:
+            raise DataError(f"parent_child_like: {n_children} children exceed capacity {n_parents}×d_max={d_max}")
+        score = beta * ((region[ok] == device[c]).astype(float) + (size[ok] == kind[c]))
+        w = np.exp(score - score.max())
+        parent[c] = rng.choice(ok, p=w / w.sum())
+        cap[parent[c]] -= 1
+    pdom = Domain(("region", "size"), (4, 3))
+    cdom = Domain(("kind", "device", "hour"), (3, 4, 4))
+    parents = pd.DataFrame({"id": np.arange(n_parents) + 1, "region": region, "size": size})
+    children = pd.DataFrame({"id": np.arange(n_children), "parent_id": parents["id"].to_numpy()[parent],
+                             "kind": kind, "device": device, "hour": hour})
+    return {"tables": {"children": (children, cdom), "parents": (parents, pdom)},
+            "links": {"from": "children.parent_id", "to": "parents.id"}}
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A table from CSV or Parquet (by suffix)."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"table file {str(p)!r} does not exist")
+    if p.suffix in (".parquet", ".pq"):
+        return pd.read_parquet(p)
+    return pd.read_csv(p)
+
+
+def encode_columns(frame: pd.DataFrame, spec: dict[str, Any], table: str) -> tuple[pd.DataFrame, Domain]:
+    """Encode columns by an explicit public spec: ``{col: {"bins": [edges]}}`` or ``{col: {"values": [...]}}``.
+
+    Binned columns map missing values and values outside the edges to an extra last code; categorical
+    columns map unknown or missing values to an extra ``other`` code. Non-spec columns pass through.
+    """
+    out = frame.copy()
+    sizes: dict[str, int] = {}
+    for col, how in spec.items():
+        if col not in frame.columns:
+            raise DataError(f"table {table!r} has no column {col!r}")
+        if "bins" in how:
+            edges = np.asarray(how["bins"], dtype=float)
+            vals = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
+            code = np.searchsorted(edges, vals, side="right") - 1
+            bad = np.isnan(vals) | (code < 0) | (code >= len(edges) - 1)
+            code[bad] = len(edges) - 1
+            out[col] = code.astype(np.int64)
+            sizes[col] = len(edges)
+        elif "values" in how:
+            cats = list(how["values"])
+            lut = {v: k for k, v in enumerate(cats)}
+            out[col] = frame[col].map(lambda v: lut.get(v, len(cats))).astype(np.int64)
+            sizes[col] = len(cats) + 1
+        else:
+            raise DataError(f"table {table!r}: column {col!r} needs 'bins' or 'values' in its encoding spec")
+    return out, Domain.from_mapping(sizes)
+
+
+__all__ = ["movielens_like", "parent_child_like", "read_table", "encode_columns"]

@@ -1,0 +1,289 @@
+"""Relational synthesis: structure of the output, privacy accounting, bad input, utility smoke tests."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from privcube.domain import Domain
+from privcube.errors import BudgetError, ConfigError, DataError
+from privcube.mechanisms import get_mechanism
+from privcube.mechanisms.relational.degree import enforce_degree
+from privcube.mechanisms.relational.mechanism import Relational, RelationalData, compose_budgets, run_relational
+from privcube.mechanisms.relational.pgd import SliceOperator, box_sum_projector, pgd
+from privcube.mechanisms.relational.slicing import Slice, SliceTask, dense_block, edges_in, solve_slice
+from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, cross_counts, cross_workloads
+from privcube.privacy.budget import PrivacyBudget
+from privcube.privacy.ledger import PrivacyLedger
+from privcube.privacy.noise import NoiseSource
+from privcube.storage.relational_data import movielens_like, parent_child_like
+
+FAST = {"iterations": 3, "pgd_iters": 30, "d_max": 10}
+
+
+def _identity(ds: dict) -> dict:
+    return {n: v[0] for n, v in ds["tables"].items()}
+
+
+@pytest.fixture(scope="module")
+def ml() -> dict:
+    return movielens_like(n_users=120, n_movies=80, n_genres=4, d_max=10, seed=2)
+
+
+@pytest.fixture(scope="module")
+def pc() -> dict:
+    return parent_child_like(n_parents=60, n_children=240, d_max=10, seed=2)
+
+
+def test_one_to_many_one_parent_per_child_no_orphans(pc: dict) -> None:
+    budgets = {"tables": {"children": {"epsilon": 1.0, "delta": 1e-6}, "parents": {"epsilon": 1.0, "delta": 1e-6}},
+               "links": {"epsilon": 1.0, "delta": 1e-6}}
+    res = run_relational(pc["tables"], pc["links"], {**FAST, "slice_fraction": 0.5, "slices_per_iteration": 2},
+                         budgets, noise=NoiseSource(1))
+    ch, par, links = res.tables["children"], res.tables["parents"], res.links
+    assert len(ch) == 240 and len(par) == 60 and len(links) == 240
+    assert ch["id"].is_unique and par["id"].is_unique
+    assert ch["parent_id"].isin(par["id"]).all()  # referential integrity, no orphans
+    assert links.iloc[:, 0].value_counts().max() == 1 and set(links.iloc[:, 0]) == set(ch["id"])
+    merged = ch.set_index("id")["parent_id"].reindex(links.iloc[:, 0]).to_numpy()
+    assert (merged == links.iloc[:, 1].to_numpy()).all()
+    assert set(ch.columns) >= {"kind", "device", "hour"}
+
+
+def test_many_to_many_referential_integrity_and_exact_count(ml: dict) -> None:
+    res = run_relational(ml["tables"], ml["links"], {**FAST, "slice_fraction": 0.4, "slices_per_iteration": 2,
+                                                     "m_syn": 400},
+                         {"links": {"epsilon": 2.0, "delta": 1e-6}}, noise=NoiseSource(3),
+                         synthetic_tables=_identity(ml))
+    links = res.links
+    u, m = res.tables["users"], res.tables["movies"]
+    assert len(links) == 400 and not links.duplicated().any()
+    assert links.iloc[:, 0].isin(u["id"]).all() and links.iloc[:, 1].isin(m["id"]).all()
+    assert res.report["m_syn"] == 400
+
+
+def test_ledger_composition(ml: dict) -> None:
+    b = {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "movies": {"epsilon": 0.5, "delta": 1e-6}},
+         "links": {"epsilon": 1.0, "delta": 1e-6}}
+    noise = NoiseSource(5)
+    total = compose_budgets(b, ["users", "movies"])
+    rhos = [PrivacyBudget.from_epsilon_delta(e, 1e-6).rho for e in (1.0, 0.5, 1.0)]
+    assert math.isclose(total.rho, sum(rhos), rel_tol=1e-12) and math.isclose(total.delta, 3e-6)
+    ledger = PrivacyLedger(total, noise=noise)
+    res = run_relational(ml["tables"], ml["links"], FAST, b, ledger, noise)
+    assert math.isclose(ledger.spent_rho, sum(rhos), rel_tol=1e-9)
+    charges = ledger.to_dict()["charges"]
+    by = {}
+    for c in charges:
+        by.setdefault(c["label"].split(":")[0] + ":" + c["label"].split(":")[1], 0.0)
+        by[c["label"].split(":")[0] + ":" + c["label"].split(":")[1]] += c["rho"]
+    assert math.isclose(by["table:users"], rhos[0], rel_tol=1e-9)
+    assert math.isclose(by["table:movies"], rhos[1], rel_tol=1e-9)
+    assert math.isclose(by["links:select"] + by["links:measure"], rhos[2], rel_tol=1e-9)
+    # α split: selection gets α of the links budget
+    assert math.isclose(by["links:select"], 0.2 * rhos[2], rel_tol=1e-9)
+    pr = res.report["privacy"]
+    eps0 = math.sqrt(2 * rhos[2] / (3 * 3))
+    m = res.report["m"]
+    assert math.isclose(pr["epsilon0"], eps0, rel_tol=1e-12)
+    assert math.isclose(pr["noise_std"], math.sqrt(2) * 10 / (m * math.sqrt(0.8) * eps0), rel_tol=1e-9)
+    # a ledger too small for the composition refuses
+    small = PrivacyLedger(PrivacyBudget.from_epsilon_delta(1.0, 1e-6))
+    with pytest.raises(BudgetError, match="exceeds the budget"):
+        run_relational(ml["tables"], ml["links"], FAST, b, small, NoiseSource(5))
+
+
+def test_bad_inputs(ml: dict, pc: dict) -> None:
+    b = {"links": {"epsilon": 1.0, "delta": 1e-6}}
+    syn = _identity(ml)
+    bad_pairs = ml["links"]["pairs"].copy()
+    bad_pairs.loc[0, "movie_id"] = 123456
+    with pytest.raises(DataError, match="123456"):
+        run_relational(ml["tables"], {**ml["links"], "pairs": bad_pairs}, FAST, b, synthetic_tables=syn)
+    with pytest.raises(DataError, match=r"degree .* > d_max=2.*truncate"):
+        run_relational(ml["tables"], ml["links"], {**FAST, "d_max": 2}, b, synthetic_tables=syn)
+    with pytest.raises(BudgetError, match="epsilon"):
+        run_relational(ml["tables"], ml["links"], FAST, {"links": {"epsilon": 0.0, "delta": 1e-6}},
+                       synthetic_tables=syn)
+    with pytest.raises(BudgetError, match="users"):
+        run_relational(ml["tables"], ml["links"], FAST, b)  # no budget for the tables to synthesize
+    with pytest.raises(ConfigError, match="alpha"):
+        run_relational(ml["tables"], ml["links"], {**FAST, "alpha": 1.0}, b, synthetic_tables=syn)
+    with pytest.raises(ConfigError, match="unknown parameter"):
+        Relational({"dmax": 3})
+    orphan = pc["tables"]["children"][0].copy()
+    orphan.loc[3, "parent_id"] = -7
+    with pytest.raises(DataError, match="children.parent_id value -7"):
+        run_relational({**pc["tables"], "children": (orphan, pc["tables"]["children"][1])}, pc["links"], FAST, b,
+                       synthetic_tables=_identity(pc))
+
+
+def test_truncation_matches_first_come_rule(ml: dict) -> None:
+    pairs = ml["links"]["pairs"]
+    i = pairs["user_id"].to_numpy() - 1000
+    j = pairs["movie_id"].to_numpy() - 5000
+    keep, rep = enforce_degree(i, j, 3, truncate=True)
+    df = pd.DataFrame({"i": i, "j": j})
+    k1 = df.groupby("j").cumcount() < 3  # brute force: pandas first-come per movie, then per user
+    df2 = df[k1]
+    k2 = df2.groupby("i").cumcount() < 3
+    expect = np.zeros(len(df), dtype=bool)
+    expect[df2.index[k2.to_numpy()]] = True
+    assert (keep == expect).all()
+    assert rep["links_dropped"] == int((~expect).sum())
+    assert np.bincount(i[keep]).max() <= 3 and np.bincount(j[keep]).max() <= 3
+    res = run_relational(ml["tables"], ml["links"], {**FAST, "d_max": 3, "truncate": True, "iterations": 1},
+                         {"links": {"epsilon": 1.0, "delta": 1e-6}}, synthetic_tables=_identity(ml), noise=NoiseSource(0))
+    assert res.report["m"] == int(expect.sum()) and res.report["degree"]["truncated"]
+
+
+def test_utility_improves_over_random_links(ml: dict) -> None:
+    params = {"iterations": 6, "pgd_iters": 60, "d_max": 10, "slice_fraction": 1.0}
+    res = run_relational(ml["tables"], ml["links"], params, {"links": {"epsilon": 1000.0, "delta": 1e-6}},
+                         noise=NoiseSource(7), synthetic_tables=_identity(ml))
+    ev = res.report["nonprivate_evaluation"]
+    assert ev["average_cross_error_pct"] < 0.6 * ev["initial_random_links_error_pct"]
+    zero = run_relational(ml["tables"], ml["links"], {**params, "iterations": 0},
+                          {"links": {"epsilon": 1000.0, "delta": 1e-6}}, noise=NoiseSource(7),
+                          synthetic_tables=_identity(ml))
+    ev0 = zero.report["nonprivate_evaluation"]
+    assert ev0["average_cross_error_pct"] == ev0["initial_random_links_error_pct"]
+
+
+def test_deterministic_and_registry(pc: dict) -> None:
+    b = {"links": {"epsilon": 1.0, "delta": 1e-6}}
+    a = run_relational(pc["tables"], pc["links"], FAST, b, noise=NoiseSource(4), synthetic_tables=_identity(pc))
+    c = run_relational(pc["tables"], pc["links"], FAST, b, noise=NoiseSource(4), synthetic_tables=_identity(pc))
+    assert a.links.equals(c.links)
+    cls = get_mechanism("relational")
+    assert cls is Relational
+    budgets = {"tables": {"children": {"epsilon": 1.0, "delta": 1e-6}, "parents": {"epsilon": 1.0, "delta": 1e-6}},
+               "links": {"epsilon": 1.0, "delta": 1e-6}}
+    out = cls(FAST).run(RelationalData(pc["tables"], pc["links"]), None, budgets, PrivacyLedger(
+        compose_budgets(budgets, ["children", "parents"])), NoiseSource(1))
+    assert set(out.synthetic) == {"children", "parents", "links"}
+
+
+class _SerialClient:
+    """Stand-in for a dask Client: map/gather run in-process (exercises the scatter wiring)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def map(self, fn, items, key=None, pure=False):  # noqa: ANN001, ANN201
+        self.calls += 1
+        return [fn(x) for x in items]
+
+    def gather(self, futures):  # noqa: ANN001, ANN201
+        return futures
+
+
+def test_slices_through_client_equal_serial(ml: dict) -> None:
+    params = {**FAST, "slice_fraction": 0.3, "slices_per_iteration": 3}
+    b = {"links": {"epsilon": 1.0, "delta": 1e-6}}
+    client = _SerialClient()
+    a = run_relational(ml["tables"], ml["links"], params, b, noise=NoiseSource(8), synthetic_tables=_identity(ml),
+                       client=client)
+    c = run_relational(ml["tables"], ml["links"], params, b, noise=NoiseSource(8), synthetic_tables=_identity(ml))
+    assert client.calls == 3 and a.links.equals(c.links)
+
+
+# ---------------------------------------------------------------------------- building blocks
+def _tiny(seed: int = 0) -> tuple[CrossTables, Domain, Domain, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    d1, d2 = Domain(("a", "b"), (2, 3)), Domain(("c", "d"), (2, 2))
+    x1, x2 = rng.integers(0, [2, 3], (7, 2)), rng.integers(0, 2, (5, 2))
+    B = (rng.random((7, 5)) < 0.4).astype(float)
+    i, j = np.nonzero(B)
+    return CrossTables(x1, d1, x2, d2), d1, d2, i, j
+
+
+def test_lemma1_counts_equal_dense_query_matrix() -> None:
+    ct, d1, d2, i, j = _tiny()
+    B = np.zeros((7, 5))
+    B[i, j] = 1
+    for w in cross_workloads(d1, d2, 3):
+        s1, s2 = w.sizes(d1, d2)
+        Q = np.zeros((s1 * s2, 35))
+        for r in range(7):
+            for s in range(5):
+                y1 = np.ravel_multi_index(tuple(ct.codes1[r, [d1.index(a) for a in w.left]]), d1.shape_of(w.left))
+                y2 = np.ravel_multi_index(tuple(ct.codes2[s, [d2.index(a) for a in w.right]]), d2.shape_of(w.right))
+                Q[y1 * s2 + y2, r * 5 + s] = 1
+        assert np.allclose(ct.counts(w, i, j), Q @ B.ravel())
+        op = SliceOperator([ct.index(1, w.left)], [ct.index(2, w.right)], [(s1, s2)])
+        assert np.allclose(op.apply(B)[0], Q @ B.ravel())
+        r = np.arange(s1 * s2, dtype=float)
+        assert np.allclose(op.adjoint([r]).ravel(), Q.T @ r)
+        assert math.isclose(op.sigma_bound(), np.linalg.svd(Q, compute_uv=False)[0] ** 2, rel_tol=1e-9)
+    assert len(cross_workloads(d1, d2, 3)) == 2 * 1 + 1 * 2
+
+
+def test_pgd_monotone_and_sensitivity_bound() -> None:
+    ct, d1, d2, i, j = _tiny(1)
+    ws = cross_workloads(d1, d2, 3)
+    op = SliceOperator([ct.index(1, w.left) for w in ws], [ct.index(2, w.right) for w in ws],
+                       [w.sizes(d1, d2) for w in ws])
+    rng = np.random.default_rng(0)
+    targets = [rng.random(s1 * s2) * 3 for s1, s2 in (w.sizes(d1, d2) for w in ws)]
+    hist: list[float] = []
+    B = pgd(op, targets, 10.0, np.full((7, 5), 10 / 35), box_sum_projector(10), iters=50,
+            sigma2=op.sigma_bound(), history=hist)
+    assert np.all(np.diff(hist) <= 1e-12) and abs(B.sum() - 10) < 1e-9
+    # TV sensitivity d_max/m under a neighbour: rewire all links of one row of table 1 and change it
+    m = len(i)
+    d_max = int(max(np.bincount(i).max(), np.bincount(j).max()))
+    for trial in range(20):
+        r = int(rng.integers(7))
+        x1 = ct.codes1.copy()
+        x1[r] = rng.integers(0, [2, 3])
+        keep = i != r
+        k = int((~keep).sum())
+        new_j = rng.choice(5, size=k, replace=False)
+        ni, nj = np.r_[i[keep], np.full(k, r)], np.r_[j[keep], new_j]
+        nb = CrossTables(x1, d1, ct.codes2, d2)
+        for w in ws:
+            tv = 0.5 * np.abs(ct.marginal(w, i, j) - nb.marginal(w, ni, nj)).sum()
+            assert tv <= d_max / m + 1e-12
+
+
+def test_slice_solve_preserves_count_and_outside() -> None:
+    rng = np.random.default_rng(3)
+    n1, n2 = 12, 9
+    flat = rng.choice(n1 * n2, 30, replace=False)
+    ei, ej = np.divmod(flat, n2)
+    sl = Slice(np.array([1, 4, 5, 8, 10]), np.array([0, 2, 3, 7]))
+    inside = edges_in(sl, ei, ej, n1, n2)
+    B0 = dense_block(sl, ei[inside], ej[inside])
+    c1, c2 = rng.integers(0, 3, sl.rows.size), rng.integers(0, 2, sl.cols.size)
+    task = SliceTask([c1], [c2], [(3, 2)], [rng.random(6) * B0.sum()], max(B0.sum(), 1.0), B0, "many_to_many", 20,
+                     NoiseSource(0), ("t",))
+    r, c = solve_slice(task)
+    assert r.size == int(B0.sum()) and len(set(zip(r.tolist(), c.tolist()))) == r.size
+    assert np.all((r >= 0) & (r < 5) & (c >= 0) & (c < 4))
+
+
+def test_workload_count_formula() -> None:
+    d1 = Domain(("g", "a", "o"), (2, 7, 21))
+    d2 = Domain(tuple(f"x{k}" for k in range(18)), (2,) * 18)
+    assert len(cross_workloads(d1, d2, 3)) == 513  # MovieLens: 18·C(3,2) + C(18,2)·3
+    assert cross_workloads(d1, d2, 3)[0] == CrossWorkload(("g",), ("x0", "x1"))
+    assert np.allclose(cross_counts(np.array([0, 1]), np.array([1, 0]), 2, 2, np.array([0, 1]), np.array([0, 1])),
+                       [0, 1, 1, 0])
+
+
+def test_shrinkage_closed_forms() -> None:
+    from privcube.mechanisms.relational.mechanism import shrink
+
+    prior = np.array([0.25, 0.25, 0.25, 0.25])
+    y = np.array([0.7, 0.1, 0.1, 0.1])
+    assert np.allclose(shrink(y, prior, 0.0), y)  # no noise: the (already simplex) answer is kept
+    assert np.allclose(shrink(y + 5.0, prior, math.inf), prior)  # no information: the prior
+    # σ = 0.05, d = 4: excess = ‖y−prior‖² − dσ² − 2σ²√(2d) = 0.27 − 0.01 − 0.005·√8; λ = s²/(s² + 0.01)
+    s2 = 0.27 - 0.01 - 2 * 0.0025 * math.sqrt(8)
+    lam = s2 / (s2 + 0.01)
+    assert np.allclose(shrink(y, prior, 0.05), prior + lam * (y - prior))
+    out = shrink(np.array([1.5, -0.4, 0.1, -0.2]), prior, 1e-9)
+    assert abs(out.sum() - 1) < 1e-12 and np.all(out >= 0)

@@ -60,7 +60,16 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
 
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ConfigError(f"--seed must be a non-negative integer, got {seed!r}")
-    cfg = config if isinstance(config, JobConfig) else load_config(config)
+    if not isinstance(config, JobConfig):
+        raw, base = _raw_config(config)
+        if _mechanism_name(raw) == "relational":
+            from privcube.relational_job import run_relational_job
+
+            return run_relational_job(raw, base, out, seed=seed, resume=resume,
+                                      scheduler_address=scheduler_address, scheduler_file=scheduler_file,
+                                      workers=workers, client=client, quiet=quiet)
+        config = load_config(raw, base_dir=base)
+    cfg = config
     if cfg.data_path is None:
         raise ConfigError("data.path is missing: a run needs the data's location")
     rundir = RunDirectory(out)
@@ -126,6 +135,20 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
     rundir.write_json("report.json", report)
     rundir.mark_complete()
     return RunSummary(rundir.path, ledger_dict, report, result)
+
+
+def _raw_config(config: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path]:
+    """The config as a mapping plus the folder its relative paths are resolved against."""
+    from privcube.config import read_config_file
+
+    if isinstance(config, Mapping):
+        return dict(config), Path(".").resolve()
+    return read_config_file(config)
+
+
+def _mechanism_name(raw: Mapping[str, Any]) -> Any:
+    mech = raw.get("mechanism")
+    return mech.get("name") if isinstance(mech, Mapping) else mech
 
 
 def _write_tensors(path: Path, cfg: JobConfig, result: MechanismResult) -> None:

@@ -97,6 +97,9 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
         raise ConfigError("mechanism: expected a mapping with a 'name' (e.g. {name: residual-planner})")
     name = mech["name"]
     params = {k: v for k, v in mech.items() if k != "name"}
+    if name == "relational":
+        raise ConfigError("mechanism 'relational' runs two tables and their links: it has no single-table "
+                          "plan; use `privcube run` (see privcube.relational_job)")
     from privcube.mechanisms import REGISTRY
 
     if name not in REGISTRY:

@@ -1,0 +1,224 @@
+"""HDMM mechanism: select a strategy (OPT_0/⊗/+/M, best expected error), measure, reconstruct, answer.
+
+RMSE convention: overall rmse = sqrt(Σ_g w_g² · E‖Ŵ_g − W_g x‖² / Σ_g m_g) (the optimised objective,
+the paper's RMSE when all weights are 1); per-group rmse = sqrt(E‖Ŵ_g − W_g x‖² / m_g), unweighted.
+Noise: Laplace (pure budgets; ε = budget.epsilon) or Gaussian (σ = Δ₂/√(2ρ) under zCDP, or the analytic
+Gaussian σ(ε, δ) with ``calibration: analytic``).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from privcube.errors import BudgetError, ConfigError, MemoryLimitError
+from privcube.linalg.marginals import MAX_DIMS
+from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
+from privcube.mechanisms.hdmm.implicit import ImplicitWorkload, from_workload
+from privcube.mechanisms.hdmm.lower_bound import svd_bound
+from privcube.mechanisms.hdmm.opt_kron import opt_kron
+from privcube.mechanisms.hdmm.opt_marginals import opt_marginals
+from privcube.mechanisms.hdmm.opt_plus import opt_plus
+from privcube.mechanisms.hdmm.strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
+from privcube.oracle import MarginalOracle
+from privcube.privacy.budget import PrivacyBudget
+from privcube.workload import Workload
+
+OPTIMIZERS = ("auto", "opt0", "kron", "plus", "marginals")
+OPT0_LIMIT = 4096  # cells: OPT_0 on the explicit merged domain
+
+
+def _run_optimizer(args: tuple[str, ImplicitWorkload, str, int, int]) -> Strategy:
+    """One optimiser on one implicit workload (a picklable task for map_tasks)."""
+    name, iw, noise, restarts, seed = args
+    if name == "opt0":
+        merged = iw.merged()
+        res = opt_kron(merged.terms, noise, restarts=restarts, seed=seed)
+        return KronStrategy(res.factors, res.loss, kind="opt0")
+    if name == "kron":
+        res = opt_kron(iw.terms, noise, restarts=restarts, seed=seed)
+        return KronStrategy(res.factors, res.loss)
+    if name == "plus":
+        res = opt_plus(iw.terms, noise, restarts=restarts, seed=seed)
+        blocks = [KronStrategy(f, e) for f, e in zip(res.factors, res.term_losses)]
+        return UnionStrategy(res.weights, blocks, res.loss)
+    if name == "marginals":
+        res = opt_marginals(iw.terms, iw.shape, noise, restarts=restarts, seed=seed)
+        return MarginalStrategy(iw.shape, res.theta, res.loss)
+    raise ConfigError(f"hdmm: unknown optimizer {name!r}; known: {', '.join(OPTIMIZERS)}")
+
+
+def candidate_optimizers(iw: ImplicitWorkload, optimizer: str) -> list[str]:
+    """Optimisers HDMM runs for ``optimizer`` (``auto`` = every one that fits)."""
+    if optimizer != "auto":
+        if optimizer == "opt0" and iw.size > OPT0_LIMIT:
+            raise ConfigError(f"hdmm: optimizer 'opt0' needs at most {OPT0_LIMIT} cells, the workload has {iw.size}")
+        if optimizer == "marginals" and len(iw.shape) > MAX_DIMS:
+            raise ConfigError(f"hdmm: optimizer 'marginals' supports at most {MAX_DIMS} attributes")
+        return [optimizer]
+    out = ["kron"]
+    if len(iw.terms) > 1:
+        out.append("plus")
+    if len(iw.shape) <= MAX_DIMS and len(iw.shape) > 1:
+        out.append("marginals")
+    if len(iw.shape) > 1 and iw.size <= 1024:
+        out.append("opt0")
+    return out
+
+
+def select_strategy(iw: ImplicitWorkload, noise: str, optimizer: str = "auto", restarts: int = 3, seed: int = 0,
+                    mapper: Callable[..., list[Strategy]] | None = None) -> tuple[Strategy, dict[str, float]]:
+    """Run the candidate optimisers (optionally through ``mapper``) and keep the lowest loss."""
+    names = candidate_optimizers(iw, optimizer)
+    tasks = [(n, iw, noise, restarts, seed) for n in names]
+    results = mapper(_run_optimizer, tasks) if mapper is not None else [_run_optimizer(t) for t in tasks]
+    losses = {n: float(r.loss) for n, r in zip(names, results)}
+    return min(results, key=lambda r: r.loss), losses
+
+
+class HDMM(Mechanism):
+    """High-Dimensional Matrix Mechanism (McKenna et al.)."""
+
+    name = "hdmm"
+    PARAMS = {"noise": "auto", "calibration": "zcdp", "restarts": 3, "optimizer": "auto", "seed": 0,
+              "max_cells": 2**27}
+
+    def __init__(self, params: dict[str, Any] | None = None) -> None:
+        super().__init__(params)
+        p = self.params
+        if p["noise"] not in ("auto", "laplace", "gaussian"):
+            raise ConfigError(f"hdmm: noise must be auto, laplace or gaussian, got {p['noise']!r}")
+        if p["calibration"] not in ("zcdp", "analytic"):
+            raise ConfigError(f"hdmm: calibration must be zcdp or analytic, got {p['calibration']!r}")
+        if p["optimizer"] not in OPTIMIZERS:
+            raise ConfigError(f"hdmm: optimizer must be one of {', '.join(OPTIMIZERS)}, got {p['optimizer']!r}")
+        for key in ("restarts", "seed", "max_cells"):
+            v = p[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key != "seed" else 0):
+                raise ConfigError(f"hdmm: {key} must be a {'non-negative' if key == 'seed' else 'positive'} integer, got {v!r}")
+
+    # ------------------------------------------------------------------ noise calibration
+    def noise_kind(self, budget: PrivacyBudget) -> str:
+        """laplace or gaussian for this budget."""
+        if self.params["noise"] != "auto":
+            return self.params["noise"]
+        return "laplace" if budget.pure else "gaussian"
+
+    def unit_scale(self, budget: PrivacyBudget) -> tuple[str, float, float]:
+        """(noise, per-row noise variance per unit sensitivity², the scale parameter per unit sensitivity)."""
+        kind = self.noise_kind(budget)
+        if not isinstance(budget, PrivacyBudget):
+            raise BudgetError(f"hdmm: budget must be a PrivacyBudget, got {type(budget).__name__}")
+        if kind == "laplace":
+            eps = budget.epsilon if budget.pure else math.sqrt(2.0 * budget.rho)
+            return kind, 2.0 / eps**2, 1.0 / eps
+        if self.params["calibration"] == "analytic":
+            if budget.pure:
+                raise ConfigError("hdmm: calibration 'analytic' needs an (epsilon, delta) budget")
+            from privcube.privacy.primitives import analytic_gaussian_sigma
+            s = analytic_gaussian_sigma(budget.epsilon, budget.delta, 1.0)
+        else:
+            from privcube.privacy.primitives import gaussian_sigma
+            s = gaussian_sigma(budget.rho, 1.0)
+        return kind, s**2, s
+
+    # ------------------------------------------------------------------ plan
+    def _select(self, workload: Workload, budget: PrivacyBudget, client: Any = None
+                ) -> tuple[ImplicitWorkload, Strategy, dict[str, float], str]:
+        iw = from_workload(workload)
+        kind = self.noise_kind(budget)
+        mapper = None
+        if client is not None:
+            from privcube.graphs.scatter import map_tasks
+            mapper = lambda fn, items: map_tasks(fn, items, client=client, label="hdmm-opt")  # noqa: E731
+        strat, losses = select_strategy(iw, kind, self.params["optimizer"], self.params["restarts"],
+                                        self.params["seed"], mapper)
+        if strat.kind == "opt0":
+            iw = iw.merged()
+        return iw, strat, losses, kind
+
+    def _summary(self, iw: ImplicitWorkload, strat: Strategy, losses: dict[str, float], budget: PrivacyBudget,
+                 extra: dict[str, Any] | None = None) -> PlanSummary:
+        kind, var, _ = self.unit_scale(budget)
+        p = 1 if kind == "laplace" else 2
+        sens = strat.sensitivity(p)
+        row_var = var * sens**2
+        variances = strat.variances(iw.terms)
+        m = iw.num_queries()
+        groups, weighted = [], 0.0
+        for g, (c, _), v, mg in zip(iw.groups, iw.terms, variances, m):
+            tse = row_var * float(np.sum(v))
+            weighted += c**2 * tse
+            groups.append({"attributes": list(g.attributes), "queries": g.query_types(), "weight": g.weight,
+                           "rows": mg, "rmse": math.sqrt(tse / mg)})
+        rmse = math.sqrt(weighted / sum(m))
+        lb = svd_bound(iw.terms, iw.shape)
+        privacy = {"rho": budget.rho, "epsilon": budget.epsilon, "delta": budget.delta, "noise": kind,
+                   "calibration": "laplace" if kind == "laplace" else self.params["calibration"]}
+        details = {"optimizer": strat.kind, "losses": losses, "sensitivity": sens, "cells": iw.size,
+                   "blocks": [list(b) for b in iw.blocks],
+                   "rmse_convention": "sqrt(sum_g w_g^2 E||err_g||^2 / sum_g m_g)",
+                   "svd_bound_rmse": None if lb is None else math.sqrt(var * lb / sum(m)), **(extra or {})}
+        return PlanSummary(self.name, rmse, privacy, groups, [strat.describe()], details)
+
+    def plan(self, workload: Workload, budget: PrivacyBudget) -> PlanSummary:
+        """Select the strategy and report expected errors (no data)."""
+        iw, strat, losses, _ = self._cached_select(workload, budget)
+        return self._summary(iw, strat, losses, budget)
+
+    def _cached_select(self, workload: Workload, budget: PrivacyBudget, client: Any = None
+                       ) -> tuple[ImplicitWorkload, Strategy, dict[str, float], str]:
+        """Strategy selection is data-independent: plan and repeated runs reuse one result."""
+        key = (workload, self.noise_kind(budget))
+        cache = self.__dict__.setdefault("_strategy_cache", {})
+        try:
+            hit = cache.get(key)
+        except TypeError:  # unhashable workload parameters
+            return self._select(workload, budget, client)
+        if hit is None:
+            hit = cache[key] = self._select(workload, budget, client)
+        return hit
+
+    # ------------------------------------------------------------------ run
+    def run(self, oracle: MarginalOracle, workload: Workload, budget: PrivacyBudget, ledger: Any, noise: Any,
+            context: RunContext | None = None) -> MechanismResult:
+        """Measure A x + noise once (charging the whole budget), reconstruct, answer every group."""
+        context = context or RunContext()
+        iw = from_workload(workload)
+        if iw.size > self.params["max_cells"]:
+            raise MemoryLimitError(f"hdmm: the data vector over {list(iw.attributes)} has {iw.size} cells, "
+                                   f"above max_cells={self.params['max_cells']}")
+        iw, strat, losses, kind = self._cached_select(workload, budget, context.client)
+        _, _, unit = self.unit_scale(budget)
+        if context.progress:
+            context.progress("hdmm: strategy selected", 0.3)
+        if iw.attributes:
+            x = np.asarray(oracle.marginals([iw.attributes])[iw.attributes], dtype=float).reshape(-1)
+        else:
+            x = np.asarray(oracle.marginals([()])[()], dtype=float).reshape(1)
+        y = strat.measure(x)
+        if kind == "laplace":
+            sens = strat.sensitivity(1)
+            if budget.pure:
+                ledger.charge(self.name, epsilon=budget.epsilon, strategy=strat.kind, rows=strat.rows())
+            else:
+                ledger.charge(self.name, rho=budget.rho, strategy=strat.kind, rows=strat.rows())
+            y = y + noise.laplace((self.name, "measure"), y.shape, unit * sens)
+        else:
+            sens = strat.sensitivity(2)
+            if self.params["calibration"] == "analytic":
+                ledger.charge(self.name, epsilon=budget.epsilon, delta=budget.delta, strategy=strat.kind,
+                              rows=strat.rows())
+            else:
+                ledger.charge(self.name, rho=budget.rho, strategy=strat.kind, rows=strat.rows())
+            y = y + noise.gaussian((self.name, "measure"), y.shape, unit * sens)
+        estimates = strat.answer(y, iw.terms)
+        summary = self._summary(iw, strat, losses, budget)
+        row_var = (2.0 * (unit * sens) ** 2) if kind == "laplace" else (unit * sens) ** 2
+        answers = [GroupAnswer(g, est, row_var * v) for g, est, v in zip(iw.groups, estimates, strat.variances(iw.terms))]
+        if context.progress:
+            context.progress("hdmm: answered", 1.0)
+        return MechanismResult(answers, report={"plan": summary.to_dict()}, tensors={"hdmm/y": y})
+

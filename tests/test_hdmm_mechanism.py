@@ -96,6 +96,15 @@ def test_analytic_calibration_plan_matches_paper_sigma():
     assert sigma == pytest.approx(4.224679, abs=1e-5)
 
 
+def test_analytic_calibration_run_charges_epsilon_delta_once():
+    budget = PrivacyBudget.from_epsilon_delta(1.0, 1e-6)
+    mech = get_mechanism("hdmm")({"calibration": "analytic", "optimizer": "kron", "noise": "gaussian"})
+    ledger = PrivacyLedger(budget)
+    res = mech.run(ORACLE, WL, budget, ledger, NoiseSource(4))
+    assert ledger.spent["epsilon"] == 1.0 and ledger.spent["delta"] == 1e-6
+    assert len(ledger.charges) == 1 and len(res.answers) == len(WL.groups)
+
+
 def test_total_only_and_unused_attributes():
     budget = PrivacyBudget.pure_epsilon(1.0)
     wl = parse_workload([{"kway": 0}], DOM)

@@ -138,3 +138,26 @@ def test_ledger_pickles() -> None:
     back = pickle.loads(pickle.dumps(led))
     back.charge("b", rho=0.75)
     assert back.spent["rho"] == pytest.approx(1.0) and led.spent["rho"] == 0.25
+
+
+def test_one_shot_epsilon_delta_release_uses_the_whole_budget() -> None:
+    """An analytic-Gaussian style (ε, δ) charge is the run's only charge, within the budget's (ε, δ)."""
+    budget = PrivacyBudget.from_epsilon_delta(1.0, 1e-6)
+    led = PrivacyLedger(budget)
+    with pytest.raises(BudgetError, match="exceeds"):
+        led.charge("too much", epsilon=1.1, delta=1e-6)
+    with pytest.raises(BudgetError, match="exceeds"):
+        led.charge("too much delta", epsilon=1.0, delta=2e-6)
+    led.charge("analytic gaussian", epsilon=1.0, delta=1e-6)
+    assert led.spent == {"rho": budget.rho, "epsilon": 1.0, "delta": 1e-6}
+    with pytest.raises(BudgetError):
+        led.charge("anything else", rho=1e-6)
+    again = PrivacyLedger.from_dict(led.to_dict())
+    assert again.spent == led.spent
+    # not after another charge, and never on a pure budget
+    led2 = PrivacyLedger(budget)
+    led2.charge("first", rho=budget.rho / 10)
+    with pytest.raises(BudgetError, match="only"):
+        led2.charge("second", epsilon=0.5, delta=1e-7)
+    with pytest.raises(BudgetError, match="pure"):
+        PrivacyLedger(PrivacyBudget.pure_epsilon(1.0)).charge("x", epsilon=0.5, delta=1e-7)

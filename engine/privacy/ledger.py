@@ -68,6 +68,7 @@ class PrivacyLedger:
         self._rho = 0.0
         self._eps = 0.0  # pure-DP epsilon spent (pure budgets only)
         self._n_rho_on_pure = 0
+        self._approx: tuple[float, float] | None = None  # a one-shot (epsilon, delta) release
         self._lock = threading.Lock()
         self.noise: dict[str, Any] | None = None
         self.set_noise(noise)
@@ -99,12 +100,10 @@ class PrivacyLedger:
         if (rho is None) == (epsilon is None):
             raise BudgetError(f"charge {label!r}: give exactly one of rho or epsilon")
         d = _amount(delta, "delta", label)
-        if d != 0.0:
-            raise BudgetError(
-                f"charge {label!r}: delta={delta!r}; approximate (epsilon, delta) charges are not supported, "
-                "charge the mechanism's zCDP rho instead"
-            )
         b = self.budget
+        if d != 0.0:
+            self._charge_approx(label, rho, epsilon, d, details)
+            return
         with self._lock:
             if rho is not None:
                 r = _amount(rho, "rho", label)
@@ -137,6 +136,31 @@ class PrivacyLedger:
                 self._n_rho_on_pure += 1
             self._charges.append(entry)
 
+    def _charge_approx(self, label: str, rho: Any, epsilon: Any, d: float, details: dict[str, Any]) -> None:
+        """A one-shot (ε, δ) release (e.g. the analytic Gaussian mechanism) that uses the whole budget.
+
+        (ε, δ) guarantees do not compose tightly with zCDP, so such a charge is accepted only as the
+        run's single release, within the budget's (ε, δ); it consumes all of ρ, so nothing else fits.
+        """
+        b = self.budget
+        if epsilon is None or rho is not None:
+            raise BudgetError(f"charge {label!r}: an (epsilon, delta) charge needs epsilon (not rho)")
+        e = _amount(epsilon, "epsilon", label)
+        with self._lock:
+            if b.pure:
+                raise BudgetError(f"charge {label!r}: delta={d:.3g} > 0 but the budget is pure epsilon-DP")
+            if self._charges:
+                raise BudgetError(f"charge {label!r}: an (epsilon, delta) release must be the run's only "
+                                  f"charge; {len(self._charges)} already recorded")
+            if e > b.epsilon * (1.0 + REL_TOL) or d > b.delta * (1.0 + REL_TOL):
+                raise BudgetError(f"charge {label!r} of (epsilon={e:.6g}, delta={d:.3g}) exceeds the budget "
+                                  f"(epsilon={b.epsilon:.6g}, delta={b.delta:.3g})")
+            entry: dict[str, Any] = {"label": label, "rho": b.rho, "epsilon": e, "delta": d}
+            entry.update({k: _jsonable(v) for k, v in details.items()})
+            self._rho = b.rho
+            self._approx = (e, d)
+            self._charges.append(entry)
+
     # ---------------------------------------------------------------------------------- reading
     @property
     def guarantee(self) -> str:
@@ -154,6 +178,8 @@ class PrivacyLedger:
         b = self.budget
         if b.pure:
             return {"rho": self._rho, "epsilon": self._eps, "delta": 0.0}
+        if self._approx is not None:
+            return {"rho": self._rho, "epsilon": self._approx[0], "delta": self._approx[1]}
         if self._rho == 0.0:
             return {"rho": 0.0, "epsilon": 0.0, "delta": 0.0}
         return {"rho": self._rho, "epsilon": cdp_epsilon(self._rho, b.delta), "delta": b.delta}
@@ -203,8 +229,10 @@ class PrivacyLedger:
             c = dict(c)
             label = c.pop("label")
             r, e = c.pop("rho"), c.pop("epsilon", None)
-            c.pop("delta", None)
-            if e is not None:
+            d = c.pop("delta", 0.0) or 0.0
+            if d:
+                ledger.charge(label, epsilon=e, delta=d, **c)
+            elif e is not None:
                 ledger.charge(label, epsilon=e, **c)
             else:
                 ledger.charge(label, rho=r, **c)

@@ -220,5 +220,5 @@ class HDMM(Mechanism):
         answers = [GroupAnswer(g, est, row_var * v) for g, est, v in zip(iw.groups, estimates, strat.variances(iw.terms))]
         if context.progress:
             context.progress("hdmm: answered", 1.0)
-        return MechanismResult(answers, report={"plan": summary.to_dict()}, tensors={"hdmm/y": y})
+        return MechanismResult(answers, report={"plan": summary.to_dict()}, tensors={f"{self.name}.measurements": y})
 

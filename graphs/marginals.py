@@ -291,6 +291,86 @@ def compute_marginals(frame: Any, domain: Domain, cliques: Sequence[Sequence[str
     return out
 
 
+# ------------------------------------------------------------------------------ large marginals
+def partition_sparse_blocks(df: Any, clique: Clique, shape: tuple[int, ...], sizes: dict[str, int],
+                            weight: str | None, block_cells: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One partition's counts of ``clique`` as sparse (offset, count) pairs, split by block of flat cells."""
+    cols = [_column_codes(df, a, sizes[a]) for a in clique]
+    flat = flat_index(cols, shape) if len(cols) > 1 else cols[0].astype(np.intp)
+    w = _weights(df, weight) if weight is not None else None
+    if w is None:
+        idx, cnt = np.unique(flat, return_counts=True)
+        cnt = cnt.astype(np.int64)
+    else:
+        idx, inv = np.unique(flat, return_inverse=True)
+        cnt = np.rint(np.bincount(inv, weights=w, minlength=idx.size)).astype(np.int64)
+    n_blocks = -(-math.prod(shape) // block_cells)
+    cuts = np.searchsorted(idx, np.arange(1, n_blocks) * block_cells)
+    starts = np.concatenate([[0], cuts])
+    ends = np.concatenate([cuts, [idx.size]])
+    return [(idx[a:b] - k * block_cells, cnt[a:b]) for k, (a, b) in enumerate(zip(starts, ends))]
+
+
+def _dense_block(block_cells: int, *pieces: Any) -> np.ndarray:
+    """Sum sparse (offset, count) pieces and/or dense partial blocks into one dense int64 block."""
+    out = np.zeros(block_cells, dtype=np.int64)
+    for p in pieces:
+        if isinstance(p, np.ndarray):
+            out += p
+        else:
+            off, cnt = p  # offsets are unique within one partition's piece
+            out[off] += cnt
+    return out
+
+
+def marginal_dask(frame: Any, domain: Domain, clique: Sequence[str], *, weight: str | None = None,
+                  block_cells: int = 2**24, split_every: int = 8, max_cells: int = 2**36) -> Any:
+    """A (large) EXACT marginal as a lazy, chunked dask array, computed in one pass over the data.
+
+    Each partition emits its counts sparsely, cut into blocks of ``block_cells`` flat cells (C order,
+    i.e. slabs along the first axis); each block is summed in its own tree, so no task ever holds
+    more than ``split_every`` dense blocks. Use it for marginals too large for one process; write
+    it with ``TensorStore.write`` (chunk-aligned). Axes are in the order of ``clique``.
+    """
+    import dask.array as da
+    from dask import delayed
+
+    if split_every < 2:
+        raise ConfigError(f"split_every must be >= 2, got {split_every}")
+    frame = _unwrap(frame)
+    clique = tuple(clique)
+    _canon(domain, clique)
+    if not clique:
+        raise DomainError("marginal_dask needs at least one attribute")
+    check_memory(domain, [clique], max_cells)
+    check_columns(frame, domain, list(clique), weight)
+    shape = domain.shape_of(clique)
+    inner = math.prod(shape[1:])
+    rows_per_block = max(1, block_cells // inner)
+    block_cells = rows_per_block * inner
+    n_blocks = -(-shape[0] // rows_per_block)
+    sizes = domain.to_dict()
+    needed = list(clique) + ([weight] if weight is not None else [])
+    if _is_dask_frame(frame):
+        parts = frame[needed].to_delayed(optimize_graph=True)
+    else:
+        parts = [delayed(frame[needed])]
+    sparse = [delayed(partition_sparse_blocks, pure=True, nout=n_blocks)(p, clique, shape, sizes, weight,
+                                                                        block_cells) for p in parts]
+    blocks = []
+    for k in range(n_blocks):
+        level = [sp[k] for sp in sparse]
+        dense = delayed(_dense_block, pure=True)
+        level = [dense(block_cells, *level[i:i + split_every]) for i in range(0, len(level), split_every)]
+        while len(level) > 1:
+            level = [dense(block_cells, *level[i:i + split_every]) for i in range(0, len(level), split_every)]
+        rows = min(rows_per_block, shape[0] - k * rows_per_block)
+        block = level[0] if rows == rows_per_block else delayed(lambda b, n: b[:n], pure=True)(level[0], rows * inner)
+        blocks.append(da.from_delayed(delayed(np.reshape)(block, (rows,) + shape[1:]), shape=(rows,) + shape[1:],
+                                      dtype=np.int64))
+    return da.concatenate(blocks, axis=0) if len(blocks) > 1 else blocks[0]
+
+
 # ------------------------------------------------------------------------------------ oracle
 class DataOracle:
     """MarginalOracle over a (dask) DataFrame of codes: EXACT, non-private counts, cached and batched."""

@@ -2,11 +2,16 @@
 
 ``run`` validates everything it can before writing anything, reads the private data only through a
 marginal oracle (one batched pass per request), and writes the run directory atomically, marking it
-complete last. Bad input leaves no partial output behind.
+complete last. Bad input leaves no partial output behind. The run directory is owner-only (umask
+0o077 while writing); a finished run is never rewritten; ``resume`` continues from the last checkpoint
+of the same mechanism, seed and config (checked before any data is read); a lost dask worker makes the
+run continue from its last checkpoint in-process; write failures (disk full, unwritable) are one-line
+``RunDirectoryError``s that keep the last checkpoint.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +27,7 @@ from privcube.errors import (
     DomainError,
     MemoryLimitError,
     PrivcubeError,
+    RunDirectoryError,
     WorkloadError,
 )
 from privcube.mechanisms import get_mechanism
@@ -50,13 +56,13 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig) -> PlanSummary:
 def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, seed: int | None = None,
         resume: bool = False, scheduler_address: str | None = None, scheduler_file: str | None = None,
         workers: int | None = None, client: Any = None, quiet: bool = False) -> RunSummary:
-    """Run the configured mechanism on the configured data and write the run directory ``out``."""
-    from privcube.graphs.cluster import resolve_cluster
-    from privcube.graphs.marginals import DataOracle
-    from privcube.privacy.ledger import PrivacyLedger
-    from privcube.privacy.discrete import make_noise_source
+    """Run the configured mechanism on the configured data and write the run directory ``out``.
+
+    The run directory is owner-only; a finished run is never rewritten; ``resume`` continues from the
+    last checkpoint of the same mechanism, seed and config (anything else is a ``CheckpointError``).
+    """
     from privcube.storage.ingest import open_table
-    from privcube.storage.outputs import RunDirectory
+    from privcube.storage.outputs import RunDirectory, owner_only
 
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ConfigError(f"--seed must be a non-negative integer, got {seed!r}")
@@ -65,9 +71,10 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
         if _mechanism_name(raw) == "relational":
             from privcube.relational_job import run_relational_job
 
-            return run_relational_job(raw, base, out, seed=seed, resume=resume,
-                                      scheduler_address=scheduler_address, scheduler_file=scheduler_file,
-                                      workers=workers, client=client, quiet=quiet)
+            with owner_only():
+                return run_relational_job(raw, base, out, seed=seed, resume=resume,
+                                          scheduler_address=scheduler_address, scheduler_file=scheduler_file,
+                                          workers=workers, client=client, quiet=quiet)
         config = load_config(raw, base_dir=base)
     cfg = config
     if cfg.data_path is None:
@@ -75,8 +82,23 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
     rundir = RunDirectory(out)
     rundir.check_usable(resume)
     mech = get_mechanism(cfg.mechanism)(cfg.mechanism_params)
+    if resume:
+        _check_resumable(rundir, cfg, seed)  # refuse a different seed/config before reading any data
     table = open_table(cfg.data_path, cfg.schema)  # checks columns against the schema eagerly
     _set_quiet(quiet)
+    with owner_only():  # every file and folder of the run directory is owner-only
+        return _run_job(cfg, rundir, mech, table, seed=seed, resume=resume, scheduler_address=scheduler_address,
+                        scheduler_file=scheduler_file, workers=workers, client=client, quiet=quiet)
+
+
+def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | None, resume: bool,
+             scheduler_address: str | None, scheduler_file: str | None, workers: int | None, client: Any,
+             quiet: bool) -> RunSummary:
+    """The body of :func:`run` once inputs are validated: measure, then write the run directory."""
+    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.marginals import DataOracle
+    from privcube.privacy.ledger import PrivacyLedger
+    from privcube.privacy.discrete import make_noise_source
 
     timings: dict[str, float] = {}
     t_start = time.perf_counter()
@@ -91,16 +113,33 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
         oracle = DataOracle(frame, cfg.domain, weight=weight, client=cl)
         rundir.create()
         try:
-            ledger = PrivacyLedger(cfg.budget)
             noise = make_noise_source(seed, cfg.noise_sampler)
             checkpoint = _open_checkpoint(rundir, cfg, seed)
-            ctx = RunContext(client=cl, checkpoint=checkpoint, progress=_progress_callback(quiet), resume=resume)
             t0 = time.perf_counter()
-            result = mech.run(oracle, cfg.workload, cfg.budget, ledger, noise, ctx)
+            for attempt in range(WORKER_LOSS_RETRIES + 1):
+                ledger = PrivacyLedger(cfg.budget)
+                ctx = RunContext(client=cl, checkpoint=checkpoint, progress=_progress_callback(quiet),
+                                 resume=resume)
+                try:
+                    result = mech.run(oracle, cfg.workload, cfg.budget, ledger, noise, ctx)
+                    break
+                except Exception as e:  # noqa: BLE001 - only lost-worker failures are retried
+                    if cl is None or attempt == WORKER_LOSS_RETRIES or not _is_worker_loss(e):
+                        raise
+                    # Data held on a lost worker cannot always be recomputed (scattered state). Continue
+                    # from the last committed checkpoint: its ledger is replayed, nothing is charged twice,
+                    # and the same noise source redraws identical noise for any round that is repeated.
+                    resume = checkpoint is not None and checkpoint.exists()
+                    _warn(f"privcube: a dask worker was lost ({type(e).__name__}); continuing from "
+                          + (f"checkpoint round {checkpoint.check_identity()}" if resume else "the start"))
             timings["mechanism_s"] = time.perf_counter() - t0
         except INPUT_ERRORS:
             if not resume:
                 rundir.discard_if_created()
+            raise
+        except OSError as e:
+            if e.errno in _DISK_ERRNOS:  # a checkpoint could not be written; the last committed one is kept
+                raise RunDirectoryError(_write_error(rundir.path, e, "checkpoint")) from None
             raise
 
     t0 = time.perf_counter()
@@ -110,12 +149,15 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
         expected = mech.plan(cfg.workload, cfg.budget).to_dict()
     except PrivcubeError:
         expected = None
-    rundir.write_answers(result.answers, cfg.domain, cfg.schema, labels=cfg.output.get("labels", True))
-    if result.synthetic:
-        rundir.write_synthetic(result.synthetic)
-    _write_tensors(rundir.store_path, cfg, result)
-    rundir.write_json("ledger.json", ledger_dict)
-    rundir.write_config(cfg.resolved())
+    try:
+        rundir.write_answers(result.answers, cfg.domain, cfg.schema, labels=cfg.output.get("labels", True))
+        if result.synthetic:
+            rundir.write_synthetic(result.synthetic)
+        _write_tensors(rundir.store_path, cfg, result)
+        rundir.write_json("ledger.json", ledger_dict)
+        rundir.write_config(cfg.resolved())
+    except OSError as e:
+        raise RunDirectoryError(_write_error(rundir.path, e, "outputs")) from None
     timings["write_s"] = time.perf_counter() - t0
     timings["total_s"] = time.perf_counter() - t_start
     report = {
@@ -132,9 +174,83 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
         "noise": noise.to_dict(),
         "mechanism_report": result.report,
     }
-    rundir.write_json("report.json", report)
-    rundir.mark_complete()
+    try:
+        rundir.write_json("report.json", report)
+        rundir.restrict_permissions()
+        rundir.mark_complete()
+    except OSError as e:
+        raise RunDirectoryError(_write_error(rundir.path, e, "outputs")) from None
     return RunSummary(rundir.path, ledger_dict, report, result)
+
+
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+WORKER_LOSS_RETRIES = 3
+_WORKER_LOSS_NAMES = {"KilledWorker", "FutureCancelledError", "CancelledError", "CommClosedError",
+                      "FutureLostError"}
+
+
+def _is_worker_loss(e: BaseException) -> bool:
+    """Whether ``e`` (or its cause) is dask reporting lost workers or lost results (no distributed import)."""
+    seen = 0
+    while e is not None and seen < 5:
+        for cls in type(e).__mro__:
+            if cls.__name__ in _WORKER_LOSS_NAMES and cls.__module__.split(".")[0] in (
+                    "distributed", "asyncio", "concurrent"):
+                return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def _warn(line: str) -> None:
+    import sys
+
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _write_error(path: Path, e: OSError, what: str) -> str:
+    """One line: which run directory could not be written, why, and what is kept."""
+    reason = e.strerror or str(e) or type(e).__name__
+    where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+    msg = (f"cannot write the {what} of run directory {str(path)!r}: {reason}{where}; the run is not marked "
+           "complete and its last checkpoint is kept (fix the cause, then rerun with --resume)")
+    return " ".join(msg.split())
+
+
+def _config_fingerprint(cfg: JobConfig) -> str:
+    """Hash of what a resumed run must share with the original: data, domain, workload, privacy, mechanism."""
+    import hashlib
+    import json
+
+    raw = cfg.raw if isinstance(cfg.raw, Mapping) else {}
+    key = {
+        "data": str(cfg.data_path), "compress": cfg.compress, "noise_sampler": cfg.noise_sampler,
+        "domain": cfg.domain.to_dict(), "budget": cfg.budget.to_dict(),
+        "mechanism": cfg.mechanism, "params": cfg.mechanism_params, "workload": raw.get("workload"),
+    }
+    text = json.dumps(key, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _check_resumable(rundir: Any, cfg: JobConfig, seed: int | None) -> None:
+    """--resume: a committed checkpoint must belong to this mechanism, seed and config (CheckpointError).
+
+    Without a checkpoint the mechanism starts again. That is safe when nothing was released or the run
+    is seeded (identical noise); an unseeded run whose outputs were partly written would release a
+    second, independent measurement, so it is refused.
+    """
+    checkpoint = _open_checkpoint(rundir, cfg, seed)
+    if checkpoint is not None and checkpoint.exists():
+        checkpoint.check_identity()
+        return
+    if seed is None:
+        partial = sorted(p.name for p in (*rundir.path.glob("answers/*.parquet"), *rundir.path.glob("synthetic/*"),
+                                          rundir.path / "ledger.json") if p.exists())
+        if partial:
+            raise RunDirectoryError(
+                f"--resume: {str(rundir.path)!r} holds partly written outputs ({len(partial)} files) of an "
+                "unseeded run without a checkpoint; rerunning would draw fresh noise and release a second "
+                "measurement. Choose a new --out")
 
 
 def _raw_config(config: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path]:
@@ -164,6 +280,7 @@ def _write_tensors(path: Path, cfg: JobConfig, result: MechanismResult) -> None:
                                  kind="estimate")
     for name, arr in result.tensors.items():
         store.write(name, np.asarray(arr))
+    store.cleanup()  # temporaries left by an interrupted earlier attempt (resume)
 
 
 def exact_marginals(data: str, schema: Any, attrs: Sequence[str], *, client: Any = None) -> np.ndarray:
@@ -192,7 +309,8 @@ def _open_checkpoint(rundir: Any, cfg: JobConfig, seed: int | None) -> Any:
         from privcube.storage.checkpoint import RunCheckpoint
     except ImportError:
         return None
-    return RunCheckpoint(rundir.store_path, identity={"mechanism": cfg.mechanism, "seed": seed})
+    return RunCheckpoint(rundir.store_path,
+                         identity={"mechanism": cfg.mechanism, "seed": seed, "config": _config_fingerprint(cfg)})
 
 
 def _set_quiet(quiet: bool) -> None:

@@ -3,13 +3,15 @@
 The kept cliques (W and the candidates in W↓) are split into shards balanced by cell count. Each shard
 (true marginals + float estimates of its cliques) lives on a worker behind a future. A round's
 residual changes {τ: Δz_τ} are sent only to the shards holding a clique γ ⊇ τ, where the task adds
-Recon(Δz_τ, τ, γ) in place (Prop. 4.2); selection scores come back as one L1 error per clique, so
+Recon(Δz_τ, τ, γ) (Prop. 4.2) to a copy-on-write clone of the shard: a task that dask reruns after a
+worker loss starts again from the unchanged input shard, so no update is ever applied twice; selection scores come back as one L1 error per clique, so
 only small vectors and the selected clique's estimate cross the network. Implements the
 ``MarginalTable`` protocol of :mod:`privcube.mechanisms.aim_grem.grem`; the mechanism uses it when a
 client is set and the problem is large, and the in-memory table otherwise.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,22 +23,35 @@ from privcube.mechanisms.aim_grem.grem import LocalMarginals, residual_subsets
 Clique = tuple[str, ...]
 
 
+def _clone(shard: LocalMarginals, touched: Sequence[Clique] = ()) -> LocalMarginals:
+    """A new shard sharing the read-only parts (truth, index); ``touched`` estimates are copied."""
+    new = copy.copy(shard)
+    new.mu = dict(shard.mu)
+    for g in touched:
+        new.mu[g] = new.mu[g].copy()
+    return new
+
+
 def _shard_apply(shard: LocalMarginals, deltas: Sequence[tuple[Clique, np.ndarray]]) -> LocalMarginals:
-    """Task: lazy update of one shard in place."""
-    shard.apply(deltas)
-    return shard
+    """Task: lazy update of one shard, copy-on-write (the input shard is never modified)."""
+    touched = list(dict.fromkeys(g for t, _ in deltas for g in shard.containing(t)))
+    new = _clone(shard, touched)
+    new.apply(deltas)
+    return new
 
 
 def _shard_rebuild(shard: LocalMarginals, z: Mapping[Clique, np.ndarray]) -> LocalMarginals:
-    """Task: full reconstruction of one shard."""
-    shard.rebuild(z)
-    return shard
+    """Task: full reconstruction of one shard (into a clone; the input is never modified)."""
+    new = _clone(shard)
+    new.rebuild(z)
+    return new
 
 
 def _shard_load(shard: LocalMarginals, mu: Mapping[Clique, np.ndarray]) -> LocalMarginals:
-    """Task: replace a shard's estimates."""
-    shard.load(mu)
-    return shard
+    """Task: replace a shard's estimates (in a clone; the input is never modified)."""
+    new = _clone(shard)
+    new.load(mu)  # load assigns fresh arrays
+    return new
 
 
 def _shard_get(shard: LocalMarginals, gamma: Clique) -> np.ndarray:

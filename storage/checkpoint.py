@@ -11,7 +11,15 @@ nodes, so this module never lists the subgroup through zarr)::
 then switches ``CURRENT``; only after the switch are unreferenced versions and old manifests removed.
 A crash at any point leaves the previous checkpoint intact. ``load`` validates the pointer, the
 manifest, the identity and every array (shape, dtype, BLAKE2 checksum) and raises
-:class:`~privcube.errors.CheckpointError` on any mismatch.
+:class:`~privcube.errors.CheckpointError` on any mismatch; ``check_identity`` does the cheap part
+(pointer, manifest, identity) so a resume can be refused before any data is read.
+
+Checkpoints hold only noisy state (residual estimates, precisions, marginal estimates, the ledger and
+the trace); exact counts are recomputed from the data on resume.
+
+Test hook (inert unless set): with the environment variable ``PRIVCUBE_TEST_STOP_AFTER_ROUND=k`` the
+process kills itself with SIGKILL right after committing checkpoint round ``k`` -- a deterministic
+stand-in for a driver killed mid-run, used by the resume tests.
 """
 from __future__ import annotations
 
@@ -19,6 +27,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +40,40 @@ from privcube.errors import CheckpointError
 from privcube.storage.zarr_store import TensorStore
 
 FORMAT = "privcube-checkpoint-v1"
+STOP_AFTER_ROUND_ENV = "PRIVCUBE_TEST_STOP_AFTER_ROUND"
+
+
+def _test_stop_after(round: int) -> None:
+    """Test hook: SIGKILL this process after committing ``round`` when the environment asks for it."""
+    want = os.environ.get(STOP_AFTER_ROUND_ENV)
+    if not want:
+        return
+    try:
+        k = int(want)
+    except ValueError:
+        return
+    if round == k:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def describe_mismatch(saved: Mapping[str, Any], current: Mapping[str, Any]) -> str:
+    """One line naming what differs between a checkpoint's identity and this run's."""
+    if not isinstance(saved, Mapping):
+        return f"identity {saved!r} != {dict(current)!r}"
+    parts = []
+    for k in sorted(set(saved) | set(current), key=str):
+        a, b = saved.get(k), current.get(k)
+        if a == b:
+            continue
+        if k == "config":
+            parts.append("the job config differs (data, domain, workload, privacy, mechanism options or "
+                         "noise_sampler changed)")
+        elif k == "seed":
+            parts.append(f"seed: the checkpoint was written with {'--seed ' + str(a) if a is not None else 'no seed'}, "
+                         f"this run has {'--seed ' + str(b) if b is not None else 'no seed'}")
+        else:
+            parts.append(f"{k}: checkpoint has {a!r}, this run has {b!r}")
+    return "; ".join(parts)
 
 
 def checksum(array: np.ndarray) -> str:
@@ -148,13 +191,21 @@ class RunCheckpoint:
         mname = f"manifest-{round}.json"
         _write_json_atomic(self.dir / mname, manifest)
         fd, tmp = tempfile.mkstemp(prefix=".CURRENT.", suffix=".tmp", dir=self.dir)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(mname)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._pointer())  # the commit point
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(mname)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self._pointer())  # the commit point
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
         self._known = entries
         self._collect(entries, keep_manifest=mname)
+        _test_stop_after(round)
 
     def _collect(self, entries: Mapping[str, Mapping[str, Any]], keep_manifest: str) -> None:
         """Remove array versions and manifests the committed checkpoint no longer references."""
@@ -167,14 +218,25 @@ class RunCheckpoint:
             if f.name != keep_manifest:
                 f.unlink(missing_ok=True)
 
+    def _check(self, manifest: Mapping[str, Any]) -> None:
+        if self.identity and manifest["identity"] != self.identity:
+            raise CheckpointError(f"checkpoint in {str(self.dir)!r} belongs to a different run: "
+                                  + describe_mismatch(manifest["identity"], self.identity))
+
+    def check_identity(self) -> int | None:
+        """Round of the committed checkpoint after checking pointer, manifest and identity; None if none."""
+        manifest = self._read_manifest()
+        if manifest is None:
+            return None
+        self._check(manifest)
+        return int(manifest["round"])
+
     def load(self) -> tuple[int, dict[str, Any]] | None:
         """(round, {"meta", "arrays"}) of the committed checkpoint, None if none; CheckpointError if corrupt."""
         manifest = self._read_manifest()
         if manifest is None:
             return None
-        if self.identity and manifest["identity"] != self.identity:
-            raise CheckpointError(
-                f"checkpoint belongs to a different run: identity {manifest['identity']} != {self.identity}")
+        self._check(manifest)
         arrays: dict[str, np.ndarray] = {}
         for name, e in manifest["arrays"].items():
             try:
@@ -203,4 +265,4 @@ class RunCheckpoint:
         self._known = None
 
 
-__all__ = ["FORMAT", "RunCheckpoint", "checksum"]
+__all__ = ["FORMAT", "STOP_AFTER_ROUND_ENV", "RunCheckpoint", "checksum", "describe_mismatch"]

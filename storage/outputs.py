@@ -9,14 +9,19 @@ Layout (the contract users and checks rely on)::
     DIR/store.zarr      tensors and checkpoints
     DIR/report.json     timings, sizes, expected errors
     DIR/.complete       written last: marks a finished run
+
+Everything in DIR is owner-only (folders 0o700, files 0o600): ``owner_only()`` sets the umask to
+0o077 while a run writes (zarr and Parquet writers create files with the process umask), and
+``RunDirectory.restrict_permissions`` tightens anything left over before the run is marked complete.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,17 @@ import yaml
 from privcube.errors import RunDirectoryError
 
 COMPLETE_MARKER = ".complete"
+OWNER_ONLY_UMASK = 0o077
+
+
+@contextlib.contextmanager
+def owner_only() -> Iterator[None]:
+    """Set the process umask to 0o077 for the duration (files 0o600, folders 0o700), then restore it."""
+    old = os.umask(OWNER_ONLY_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -107,7 +123,10 @@ class RunDirectory:
             except OSError as e:
                 raise RunDirectoryError(f"cannot create output directory {str(self.path)!r}: {e}") from None
             self._created = True
-        os.chmod(self.path, 0o700)
+        try:
+            os.chmod(self.path, 0o700)
+        except OSError as e:
+            raise RunDirectoryError(f"cannot secure output directory {str(self.path)!r}: {e.strerror or e}") from None
         if not os.access(self.path, os.W_OK):
             raise RunDirectoryError(f"output directory {str(self.path)!r} is not writable")
 
@@ -115,6 +134,21 @@ class RunDirectory:
         """Remove the folder if this run created it (bad input: write nothing partial)."""
         if self._created and self.path.exists():
             shutil.rmtree(self.path, ignore_errors=True)
+
+    def restrict_permissions(self) -> None:
+        """chmod every folder in the run directory to 0o700 and every file to 0o600 (symlinks untouched)."""
+        if not self.path.is_dir():
+            return
+        os.chmod(self.path, 0o700)
+        for root, dirs, files in os.walk(self.path):
+            for d in dirs:
+                p = os.path.join(root, d)
+                if not os.path.islink(p):
+                    os.chmod(p, 0o700)
+            for f in files:
+                p = os.path.join(root, f)
+                if not os.path.islink(p):
+                    os.chmod(p, 0o600)
 
     def mark_complete(self) -> None:
         atomic_write_json(self.path / COMPLETE_MARKER, {"complete": True})

@@ -55,12 +55,34 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig) -> PlanSummary:
 
 def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, seed: int | None = None,
         resume: bool = False, scheduler_address: str | None = None, scheduler_file: str | None = None,
-        workers: int | None = None, client: Any = None, quiet: bool = False) -> RunSummary:
+        workers: int | None = None, client: Any = None, quiet: bool = False,
+        overwrite: bool = False) -> RunSummary:
     """Run the configured mechanism on the configured data and write the run directory ``out``.
 
-    The run directory is owner-only; a finished run is never rewritten; ``resume`` continues from the
-    last checkpoint of the same mechanism, seed and config (anything else is a ``CheckpointError``).
+    The run directory is owner-only; a finished run is never rewritten unless ``overwrite`` (then it
+    is moved aside and deleted only once the new run is complete, restored if the new run fails);
+    ``resume`` continues from the last checkpoint of the same mechanism, seed and config (anything
+    else is a ``CheckpointError``).
     """
+    from privcube.storage.outputs import RunDirectory
+
+    if overwrite and not resume and RunDirectory(out).finished:
+        import os
+        import shutil
+
+        target = Path(out)
+        backup = target.with_name(f".{target.name}.replaced-{time.time_ns()}")
+        os.replace(target, backup)
+        try:
+            summary = run(config, out, seed=seed, scheduler_address=scheduler_address,
+                          scheduler_file=scheduler_file, workers=workers, client=client, quiet=quiet)
+        except BaseException:
+            if target.exists():
+                shutil.rmtree(target, ignore_errors=True)
+            os.replace(backup, target)
+            raise
+        shutil.rmtree(backup, ignore_errors=True)
+        return summary
     from privcube.storage.ingest import open_table
     from privcube.storage.outputs import RunDirectory, owner_only
 
@@ -150,12 +172,12 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
     except PrivcubeError:
         expected = None
     try:
+        rundir.write_json("ledger.json", ledger_dict)  # first: what was spent is a fact once measured
+        rundir.write_config(cfg.resolved())
         rundir.write_answers(result.answers, cfg.domain, cfg.schema, labels=cfg.output.get("labels", True))
         if result.synthetic:
             rundir.write_synthetic(result.synthetic)
         _write_tensors(rundir.store_path, cfg, result)
-        rundir.write_json("ledger.json", ledger_dict)
-        rundir.write_config(cfg.resolved())
     except OSError as e:
         raise RunDirectoryError(_write_error(rundir.path, e, "outputs")) from None
     timings["write_s"] = time.perf_counter() - t0

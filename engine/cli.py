@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="run directory (refused if it holds a finished run)")
     r.add_argument("--seed", type=int, help="seed the noise (reproducible; recorded in the outputs)")
     r.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace a finished run in --out (kept until the new run completes)")
     _cluster_flags(r)
 
     s = sub.add_parser("schema", help="inspect a schema, or infer one (NON-PRIVATE) from data")
@@ -91,7 +93,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         res = api.run(args.config, args.out, seed=args.seed, resume=args.resume,
                       scheduler_address=args.scheduler_address, scheduler_file=args.scheduler_file,
-                      workers=args.workers, quiet=args.quiet)
+                      workers=args.workers, quiet=args.quiet, overwrite=args.overwrite)
         spent = res.ledger["spent"]
         print(f"outputs: {res.out_dir}")
         print(f"privacy spent: rho={spent['rho']:.6g} epsilon={spent['epsilon']:.6g} delta={spent['delta']:.3g}")

@@ -118,6 +118,14 @@ def test_run_contract_and_refusal(tmp_path, small_data):
     # a finished run is refused
     r2 = cli("run", str(cfg), "--out", str(out), "--quiet")
     assert r2.returncode == 2 and "finished run" in r2.stderr
+    # ... unless told to: --overwrite replaces it (and a failing replacement keeps the old run)
+    bad = write_config(tmp_path / "bad.yaml", parts.parent / "nowhere", dom)
+    r3 = cli("run", str(bad), "--out", str(out), "--overwrite", "--quiet")
+    assert r3.returncode == 2 and json.loads((out / "ledger.json").read_text()) == ledger
+    r4 = cli("run", str(cfg), "--out", str(out), "--seed", "12", "--overwrite", "--quiet")
+    assert r4.returncode == 0, r4.stderr
+    assert json.loads((out / "report.json").read_text())["noise"]["seed"] == 12
+    assert not list(out.parent.glob(f".{out.name}.replaced-*"))
 
 
 def test_run_same_seed_same_answers(tmp_path, small_data):

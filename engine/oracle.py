@@ -6,8 +6,8 @@ lives in ``privcube.graphs.marginals``.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -26,6 +26,18 @@ class MarginalOracle(Protocol):
     def marginals(self, cliques: Sequence[Clique]) -> dict[Clique, np.ndarray]:
         """Exact count arrays, one per clique, axes in the clique's order, dtype int64."""
         ...
+
+
+def measure(oracle: MarginalOracle, cliques: Sequence[Clique],
+            fn: Callable[[Clique, np.ndarray], Any]) -> dict[Clique, Any]:
+    """``{c: fn(c, exact marginal)}``: where the oracle supports it (``DataOracle`` with a client),
+    ``fn`` runs next to the data and only its (noisy) outputs come back to this process."""
+    cliques = [tuple(c) for c in cliques]
+    remote = getattr(oracle, "measure", None)
+    if callable(remote):
+        return remote(cliques, fn)
+    mus = oracle.marginals(cliques)
+    return {c: fn(c, mus[c]) for c in cliques}
 
 
 class ArrayOracle:

@@ -24,7 +24,7 @@ These are EXACT counts of private data: only mechanisms should read them, and ad
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -371,6 +371,41 @@ def marginal_dask(frame: Any, domain: Domain, clique: Sequence[str], *, weight: 
     return da.concatenate(blocks, axis=0) if len(blocks) > 1 else blocks[0]
 
 
+def _take(flats: list[np.ndarray], i: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Task: root ``i`` of a pass result, as an int64 array of ``shape``."""
+    return np.asarray(flats[i], dtype=np.int64).reshape(shape)
+
+
+def remote_marginals(frame: Any, domain: Domain, cliques: Sequence[Sequence[str]], client: Any, *,
+                     weight: str | None = None, split_every: int = 8,
+                     derive_max_cells: int = DEFAULT_DERIVE_MAX_CELLS) -> dict[Clique, Any]:
+    """EXACT marginals left on the cluster: ``{clique: Future of int64 array}`` from one batched pass."""
+    frame = _unwrap(frame)
+    requested = [tuple(c) for c in cliques]
+    canon = [_canon(domain, c) for c in requested]
+    check_columns(frame, domain, list(dict.fromkeys(a for c in canon for a in c)), weight)
+    roots, derived = plan_batch(domain, canon, derive_max_cells)
+    shapes = [domain.shape_of(r) for r in roots]
+    sizes = domain.to_dict()
+    needed = list(dict.fromkeys(a for r in roots for a in r)) + ([weight] if weight is not None else [])
+    if not needed:
+        needed = [str(frame.columns[0])]
+    import pandas as pd
+
+    counted = frame[needed].map_partitions(partition_counts, roots, shapes, sizes, weight,
+                                           meta=pd.Series([], dtype=object), enforce_metadata=False,
+                                           align_dataframes=False)
+    pass_future = client.compute(_tree_reduce(counted.to_delayed(optimize_graph=True), split_every))
+    computed = {r: client.submit(_take, pass_future, i, shapes[i], pure=False) for i, r in enumerate(roots)}
+    for c, r in derived.items():
+        computed[c] = client.submit(derive_marginal, computed[r], r, c, pure=False)
+    out = {}
+    for req, c in zip(requested, canon):
+        out[req] = client.submit(derive_marginal, computed[c], c, req, pure=False) if req != c else computed[c]
+    pass_future.release()
+    return out
+
+
 # ------------------------------------------------------------------------------------ oracle
 class DataOracle:
     """MarginalOracle over a (dask) DataFrame of codes: EXACT, non-private counts, cached and batched."""
@@ -431,6 +466,29 @@ class DataOracle:
             assert mu is not None
             out[c] = mu
         return out
+
+    def measure(self, cliques: Sequence[Sequence[str]], fn: Callable[[Clique, np.ndarray], Any]) -> dict[Clique, Any]:
+        """``{c: fn(c, exact marginal of c)}``, applying ``fn`` where the counts are.
+
+        With a client, the exact counts are computed, derived and measured on the workers: only
+        ``fn``'s outputs (noisy releases) reach this process, and nothing is cached here. ``fn``
+        must be picklable and deterministic in its inputs (noise keyed by measurement identity).
+        """
+        cliques = [tuple(c) for c in cliques]
+        check_memory(self.domain, cliques, self.max_cells)
+        if self.client is None or not _is_dask_frame(self.frame):
+            mus = self.marginals(cliques)
+            return {c: fn(c, mus[c]) for c in cliques}
+        futures = remote_marginals(self.frame, self.domain, cliques, self.client, weight=self.weight,
+                                   split_every=self.split_every, derive_max_cells=self.derive_max_cells)
+        self.n_passes += 1
+        measured = {c: self.client.submit(fn, c, futures[c], pure=False) for c in cliques}
+        try:
+            results = self.client.gather(list(measured.values()))
+        finally:
+            for f in [*measured.values(), *futures.values()]:
+                f.release()
+        return dict(zip(measured, results))
 
     def total(self) -> int:
         """Number of (weighted) records."""

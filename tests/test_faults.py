@@ -251,7 +251,11 @@ def test_disk_full_while_writing_outputs(tmp_path, job, monkeypatch):
     assert hits
     msg = str(info.value)
     assert "\n" not in msg and str(out) in msg and "No space left on device" in msg and "--resume" in msg
-    assert not (out / ".complete").exists() and not (out / "ledger.json").exists()
+    assert not (out / ".complete").exists()
+    # the ledger is written first: the budget spent by the measurements is recorded even though the
+    # answers could not be written
+    spent = json.loads((out / "ledger.json").read_text())["spent"]
+    assert spent["rho"] == pytest.approx(json.loads((out / "ledger.json").read_text())["budget"]["rho"])
     assert not [p for p in (out / "answers").iterdir()]  # no partial or temporary answer files
     before = tree_digest(out)
     assert before  # the checkpoint survived: resuming spends nothing new and gives the reference result

@@ -22,7 +22,7 @@ from privcube.mechanisms.hdmm.opt_kron import opt_kron
 from privcube.mechanisms.hdmm.opt_marginals import opt_marginals
 from privcube.mechanisms.hdmm.opt_plus import opt_plus
 from privcube.mechanisms.hdmm.strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
-from privcube.oracle import MarginalOracle
+from privcube.oracle import MarginalOracle, measure
 from privcube.privacy.budget import PrivacyBudget
 from privcube.workload import Workload
 
@@ -194,18 +194,12 @@ class HDMM(Mechanism):
         _, _, unit = self.unit_scale(budget)
         if context.progress:
             context.progress("hdmm: strategy selected", 0.3)
-        if iw.attributes:
-            x = np.asarray(oracle.marginals([iw.attributes])[iw.attributes], dtype=float).reshape(-1)
-        else:
-            x = np.asarray(oracle.marginals([()])[()], dtype=float).reshape(1)
-        y = strat.measure(x)
         if kind == "laplace":
             sens = strat.sensitivity(1)
             if budget.pure:
                 ledger.charge(self.name, epsilon=budget.epsilon, strategy=strat.kind, rows=strat.rows())
             else:
                 ledger.charge(self.name, rho=budget.rho, strategy=strat.kind, rows=strat.rows())
-            y = y + noise.laplace((self.name, "measure"), y.shape, unit * sens)
         else:
             sens = strat.sensitivity(2)
             if self.params["calibration"] == "analytic":
@@ -213,7 +207,10 @@ class HDMM(Mechanism):
                               rows=strat.rows())
             else:
                 ledger.charge(self.name, rho=budget.rho, strategy=strat.kind, rows=strat.rows())
-            y = y + noise.gaussian((self.name, "measure"), y.shape, unit * sens)
+        # The release A x + noise runs where the data vector is counted (on a worker when there is a
+        # client): only y, never the exact x, reaches this process.
+        release = StrategyRelease(strat, kind, unit * sens, (self.name, "measure"), noise)
+        y = measure(oracle, [tuple(iw.attributes)], release)[tuple(iw.attributes)]
         estimates = strat.answer(y, iw.terms)
         summary = self._summary(iw, strat, losses, budget)
         row_var = (2.0 * (unit * sens) ** 2) if kind == "laplace" else (unit * sens) ** 2
@@ -222,3 +219,16 @@ class HDMM(Mechanism):
             context.progress("hdmm: answered", 1.0)
         return MechanismResult(answers, report={"plan": summary.to_dict()}, tensors={f"{self.name}.measurements": y})
 
+
+
+class StrategyRelease:
+    """The measurement ``A x + noise`` as a picklable function of the exact data vector."""
+
+    def __init__(self, strategy: Any, kind: str, scale: float, key: tuple, noise: Any) -> None:
+        self.strategy, self.kind, self.scale, self.key, self.noise = strategy, kind, scale, key, noise
+
+    def __call__(self, clique: tuple, mu: np.ndarray) -> np.ndarray:
+        x = np.asarray(mu, dtype=float).reshape(-1)
+        y = self.strategy.measure(x)
+        draw = self.noise.laplace if self.kind == "laplace" else self.noise.gaussian
+        return y + draw(self.key, y.shape, self.scale)

@@ -21,6 +21,8 @@ from privcube.privacy.noise import NoiseSource
 from privcube.storage.relational_data import movielens_like, parent_child_like
 
 FAST = {"iterations": 3, "pgd_iters": 30, "d_max": 10}
+# the paper's schedule: T·K k-way measurements, no noise-aware selection, no shrinkage
+PAPER = {"candidate_orders": "k", "max_noise": None, "noise_penalty": False, "shrinkage": False}
 
 
 def _identity(ds: dict) -> dict:
@@ -72,7 +74,7 @@ def test_ledger_composition(ml: dict) -> None:
     rhos = [PrivacyBudget.from_epsilon_delta(e, 1e-6).rho for e in (1.0, 0.5, 1.0)]
     assert math.isclose(total.rho, sum(rhos), rel_tol=1e-12) and math.isclose(total.delta, 3e-6)
     ledger = PrivacyLedger(total, noise=noise)
-    res = run_relational(ml["tables"], ml["links"], FAST, b, ledger, noise)
+    res = run_relational(ml["tables"], ml["links"], {**FAST, **PAPER}, b, ledger, noise)
     assert math.isclose(ledger.spent_rho, sum(rhos), rel_tol=1e-9)
     charges = ledger.to_dict()["charges"]
     by = {}
@@ -140,7 +142,7 @@ def test_truncation_matches_first_come_rule(ml: dict) -> None:
 
 
 def test_utility_improves_over_random_links(ml: dict) -> None:
-    params = {"iterations": 6, "pgd_iters": 60, "d_max": 10, "slice_fraction": 1.0}
+    params = {"iterations": 6, "pgd_iters": 60, "d_max": 10, "slice_fraction": 1.0, "evaluate_nonprivate": True}
     res = run_relational(ml["tables"], ml["links"], params, {"links": {"epsilon": 1000.0, "delta": 1e-6}},
                          noise=NoiseSource(7), synthetic_tables=_identity(ml))
     ev = res.report["nonprivate_evaluation"]
@@ -287,3 +289,23 @@ def test_shrinkage_closed_forms() -> None:
     assert np.allclose(shrink(y, prior, 0.05), prior + lam * (y - prior))
     out = shrink(np.array([1.5, -0.4, 0.1, -0.2]), prior, 1e-9)
     assert abs(out.sum() - 1) < 1e-12 and np.all(out >= 0)
+
+
+def test_selection_cap_and_candidate_orders() -> None:
+    from privcube.mechanisms.relational.mechanism import candidate_workloads, selection_count
+
+    # cap = τ²·m²·(1−α)·ρ/(d_max²·cells) = 0.25²·1000²·0.8·0.5/(10²·4) = 62.5 → 62, below T·K = 100
+    assert selection_count(10, 10, 500, 0.5, 1000, 10, 0.2, 0.25, 4) == 62
+    assert selection_count(10, 10, 500, 0.5, 1000, 10, 0.2, None, 4) == 100  # the paper: T·K
+    assert selection_count(10, 10, 40, 0.5, 1000, 10, 0.2, None, 4) == 40  # no more than the candidates
+    assert selection_count(10, 10, 500, 1e-6, 1000, 10, 0.2, 0.25, 4) == 1  # at least one
+    assert selection_count(1, 1, 1, 1e-6, 1000, 10, 0.2, 0.25, 4, floor_one=False) == 0
+    d1, d2 = Domain(("a", "b", "c"), (2, 3, 4)), Domain(("x", "y"), (5, 6))
+    # order 2: 3·2 = 6; order 3: (1 left, 2 right) 3·1 + (2 left, 1 right) 3·2 = 9
+    assert len(candidate_workloads(d1, d2, 3, "k")) == 9
+    assert len(candidate_workloads(d1, d2, 3, "closure")) == 15
+    assert len(candidate_workloads(d1, d2, 3, [2])) == 6
+    with pytest.raises(ConfigError, match="candidate_orders"):
+        Relational({"candidate_orders": [1]})
+    with pytest.raises(ConfigError, match="shrinkage"):
+        Relational({"shrinkage": "sometimes"})

@@ -1,0 +1,313 @@
+"""Config of a relational job (mechanism ``relational``): two tables, their links, budgets, cluster.
+
+```yaml
+data:
+  tables:
+    users:    {path: users.parquet, schema: users.schema.yaml, key: id}   # or domain: {col: size} / path
+    sessions: {path: sessions.parquet, schema: sessions.schema.yaml}      # key optional for a child
+  links: {from: sessions.user_id, to: users.id}                           # one-to-many through a FK
+  # many-to-many: links: {path: ratings.parquet, left: users.id, right: movies.id[, columns: [user_id, movie_id]]}
+mechanism: {name: relational, d_max: 50, iterations: 10, ..., evaluate_nonprivate: false}
+privacy:
+  tables: {users: {epsilon: 1, delta: 1e-6}, sessions: {epsilon: 1, delta: 1e-6}}
+  links: {epsilon: 1, delta: 1e-6}
+cluster: {type: local, n_workers: 2}      # optional
+noise_sampler: continuous                 # optional
+output: {labels: true}                    # optional: decoded <attr>_label columns
+```
+Key and foreign-key columns are identifiers: they are read as they are (never encoded) and must not be
+schema attributes. A link file's id columns default to ``<table>.<key>`` (the layout privcube writes),
+else the file's only two columns; otherwise give ``columns``. Every budget needs (epsilon, delta) or
+(rho[, delta]): the links and the table synthesizer use Gaussian noise. Nothing here reads private data.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from privcube.domain import Domain
+from privcube.errors import BudgetError, ConfigError, DomainError, PrivcubeError
+from privcube.privacy.budget import PrivacyBudget
+
+TOP_KEYS = {"data", "mechanism", "privacy", "cluster", "output", "noise_sampler"}
+DATA_KEYS = {"tables", "links"}
+TABLE_KEYS = {"path", "schema", "domain", "key"}
+FK_KEYS = {"from", "to"}
+LINK_TABLE_KEYS = {"path", "left", "right", "columns"}
+OUTPUT_KEYS = {"labels"}
+
+
+@dataclass
+class TableSpec:
+    """One input table: where it is, its public schema and its key column (if any)."""
+
+    name: str
+    path: str
+    schema: Any  # privcube.storage.schema.Schema
+    key: str | None = None
+    has_labels: bool = False
+
+    @property
+    def domain(self) -> Domain:
+        """The code domain of the schema's attributes."""
+        return self.schema.domain
+
+
+@dataclass
+class LinkSpec:
+    """The links: a foreign key (one_to_many) or a link table (many_to_many)."""
+
+    kind: str
+    left: str  # one_to_many: child table; many_to_many: left table
+    left_col: str  # one_to_many: FK column of the child; many_to_many: key column of the left table
+    right: str  # parent / right table
+    right_col: str  # key column of the right table
+    path: str | None = None
+    columns: tuple[str, str] | None = None
+
+
+@dataclass
+class RelationalJob:
+    """A validated relational job."""
+
+    raw: dict[str, Any]
+    base_dir: Path
+    tables: dict[str, TableSpec]
+    links: LinkSpec
+    params: dict[str, Any]
+    budgets: dict[str, Any]  # {tables: {name: PrivacyBudget}, links: PrivacyBudget}
+    parts: dict[str, PrivacyBudget]  # name -> budget, links under "links"
+    total: PrivacyBudget
+    cluster: dict[str, Any] = field(default_factory=dict)
+    output: dict[str, Any] = field(default_factory=dict)
+    noise_sampler: str = "continuous"
+
+    def resolved(self) -> dict[str, Any]:
+        """The config as written to ``config.yaml`` (paths resolved, schemas and budgets spelled out)."""
+        out = copy.deepcopy(self.raw)
+        data = out.setdefault("data", {})
+        for name, t in self.tables.items():
+            data.setdefault("tables", {}).setdefault(name, {})["path"] = t.path
+        if self.links.path is not None:
+            data["links"]["path"] = self.links.path
+        out["mechanism"] = {"name": "relational", **self.params}
+        out["resolved"] = {
+            "schemas": {n: t.schema.to_dict() for n, t in self.tables.items()},
+            "links": {"kind": self.links.kind, "left": f"{self.links.left}.{self.links.left_col}",
+                      "right": f"{self.links.right}.{self.links.right_col}",
+                      **({"columns": list(self.links.columns)} if self.links.columns else {})},
+            "privacy": {"parts": {n: b.to_dict() for n, b in self.parts.items()}, "total": self.total.to_dict(),
+                        "composition": COMPOSITION_NOTE},
+        }
+        return out
+
+
+COMPOSITION_NOTE = ("basic sequential composition of the parts' (epsilon, delta) guarantees: each table and the "
+                    "links are zCDP mechanisms with rho_i = cdp_rho(epsilon_i, delta_i), hence (epsilon_i, delta_i)-DP, "
+                    "and the run is (sum epsilon_i, sum delta_i)-DP; rho also adds (zCDP composition), giving the "
+                    "tighter reading under 'zcdp'")
+
+
+def _resolve_path(p: Any, base: Path, what: str) -> str:
+    from privcube.config import _resolve_path as rp
+
+    if not isinstance(p, str) or not p:
+        raise ConfigError(f"{what}: expected a path string, got {p!r}")
+    return rp(p, base)
+
+
+def _ref(ref: Any, what: str) -> tuple[str, str]:
+    if not isinstance(ref, str) or ref.count(".") != 1 or not all(ref.split(".")):
+        raise ConfigError(f"{what} must look like 'table.column', got {ref!r}")
+    t, c = ref.split(".")
+    return t, c
+
+
+def _schema(name: str, spec: Mapping[str, Any], base: Path) -> Any:
+    from privcube.storage.schema import Schema, load_schema
+
+    given = [k for k in ("schema", "domain") if k in spec]
+    if len(given) != 1:
+        raise ConfigError(f"data.tables.{name}: give exactly one of 'schema' or 'domain'")
+    src = spec[given[0]]
+    try:
+        if isinstance(src, str):
+            path = _resolve_path(src, base, f"data.tables.{name}.{given[0]}")
+            if given[0] == "domain":
+                return Schema.from_domain(Domain.load(path))
+            return load_schema(path)
+        if isinstance(src, Mapping):
+            return load_schema(src)
+    except PrivcubeError as e:
+        raise type(e)(f"data.tables.{name}.{given[0]}: {e}") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"data.tables.{name}.{given[0]}: cannot read it: {e}") from None
+    raise ConfigError(f"data.tables.{name}.{given[0]}: expected a path or a mapping, got {src!r}")
+
+
+def _budget(b: Any, what: str) -> PrivacyBudget:
+    if not isinstance(b, Mapping):
+        raise BudgetError(f"{what}: expected {{epsilon, delta}} or {{rho, delta}}, got {b!r}")
+    try:
+        out = PrivacyBudget.from_config(b)
+    except BudgetError as e:
+        raise BudgetError(f"{what}: {e}") from None
+    if out.pure or out.delta <= 0:
+        raise BudgetError(f"{what}: give delta as well (the Gaussian mechanism needs (epsilon, delta) or rho)")
+    return out
+
+
+def load_relational_config(raw: Mapping[str, Any], base: str | Path = ".") -> RelationalJob:
+    """Validate a relational job config (reads schemas, never data); errors name the key at fault."""
+    from privcube.mechanisms.relational.mechanism import _check_params
+
+    raw = copy.deepcopy(dict(raw))
+    base = Path(base).resolve()
+    unknown = set(raw) - TOP_KEYS
+    if unknown:
+        raise ConfigError(f"unknown top-level key(s) {sorted(unknown)} for mechanism 'relational'; "
+                          f"known: {sorted(TOP_KEYS)}")
+    data = raw.get("data")
+    if not isinstance(data, Mapping):
+        raise ConfigError("data: expected a mapping with 'tables' and 'links'")
+    bad = set(data) - DATA_KEYS
+    if bad:
+        raise ConfigError(f"data: unknown key(s) {sorted(bad)} for mechanism 'relational'; known: {sorted(DATA_KEYS)}")
+    tables_raw = data.get("tables")
+    if not isinstance(tables_raw, Mapping) or not tables_raw:
+        raise ConfigError("data.tables: expected a mapping {name: {path, schema|domain, key}}")
+    if len(tables_raw) != 2:
+        raise ConfigError(f"data.tables: relational synthesis takes exactly two tables, got {len(tables_raw)} "
+                          f"({sorted(map(str, tables_raw))})")
+    tables: dict[str, TableSpec] = {}
+    for name, spec in tables_raw.items():
+        if not isinstance(name, str) or not name or "." in name:
+            raise ConfigError(f"data.tables: table name {name!r} must be a non-empty string without '.'")
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"data.tables.{name}: expected {{path, schema|domain, key}}, got {spec!r}")
+        bad = set(spec) - TABLE_KEYS
+        if bad:
+            raise ConfigError(f"data.tables.{name}: unknown key(s) {sorted(bad)}; known: {sorted(TABLE_KEYS)}")
+        if "path" not in spec:
+            raise ConfigError(f"data.tables.{name}.path is missing")
+        path = _resolve_path(spec["path"], base, f"data.tables.{name}.path")
+        schema = _schema(name, spec, base)
+        key = spec.get("key")
+        if key is not None and (not isinstance(key, str) or not key):
+            raise ConfigError(f"data.tables.{name}.key: expected a column name, got {key!r}")
+        has_labels = "schema" in spec and any(a.kind != "integer" or a.labels_ is not None for a in schema)
+        tables[name] = TableSpec(name, path, schema, key, has_labels)
+
+    links = _links(data.get("links"), tables, base)
+    for t, col, role in ((links.left, links.left_col, "links"), (links.right, links.right_col, "links")):
+        if col in tables[t].schema:
+            raise ConfigError(f"data.tables.{t}: column {col!r} is an identifier used by {role}; it cannot also be "
+                              "a schema attribute")
+    for t in tables.values():
+        if t.key is not None and t.key in t.schema:
+            raise ConfigError(f"data.tables.{t.name}.key: column {t.key!r} cannot also be a schema attribute")
+
+    mech = raw.get("mechanism")
+    if not isinstance(mech, Mapping) or mech.get("name") != "relational":
+        raise ConfigError("mechanism: expected {name: relational, ...}")
+    params = {k: v for k, v in mech.items() if k != "name"}
+    _check_params(params)
+
+    privacy = raw.get("privacy")
+    if not isinstance(privacy, Mapping):
+        raise ConfigError("privacy is missing: give {tables: {name: {epsilon, delta}}, links: {epsilon, delta}}")
+    bad = set(privacy) - {"tables", "links"}
+    if bad:
+        raise ConfigError(f"privacy: unknown key(s) {sorted(bad)}; a relational job takes 'tables' and 'links'")
+    ptab = privacy.get("tables")
+    if not isinstance(ptab, Mapping):
+        raise BudgetError("privacy.tables is missing: give a budget {epsilon, delta} for each table")
+    extra = set(ptab) - set(tables)
+    if extra:
+        raise ConfigError(f"privacy.tables: unknown table(s) {sorted(map(str, extra))}; tables are {sorted(tables)}")
+    if "links" not in privacy:
+        raise BudgetError("privacy.links is missing: give the links budget {epsilon, delta}")
+    parts: dict[str, PrivacyBudget] = {}
+    for name in tables:
+        if name not in ptab:
+            raise BudgetError(f"privacy.tables: no budget for table {name!r}")
+        parts[name] = _budget(ptab[name], f"privacy.tables.{name}")
+    parts["links"] = _budget(privacy["links"], "privacy.links")
+    rho = sum(b.rho for b in parts.values())
+    eps = sum(b.epsilon for b in parts.values())
+    delta = sum(b.delta for b in parts.values())
+    if delta >= 1:
+        raise BudgetError(f"privacy: the deltas add up to {delta:g} >= 1")
+    total = PrivacyBudget(rho, eps, delta, False)
+    budgets = {"tables": {n: parts[n] for n in tables}, "links": parts["links"]}
+
+    cluster = raw.get("cluster") or {}
+    if isinstance(cluster, str):
+        cluster = {"type": cluster}
+    if not isinstance(cluster, Mapping):
+        raise ConfigError("cluster: expected a mapping such as {type: local}")
+    output = raw.get("output") or {}
+    if not isinstance(output, Mapping) or set(output) - OUTPUT_KEYS:
+        raise ConfigError(f"output: expected a mapping with key(s) {sorted(OUTPUT_KEYS)}, got {output!r}")
+    if not isinstance(output.get("labels", True), bool):
+        raise ConfigError(f"output.labels must be true or false, got {output.get('labels')!r}")
+    noise_sampler = raw.get("noise_sampler", "continuous")
+    if noise_sampler not in ("continuous", "discrete"):
+        raise ConfigError(f"noise_sampler must be 'continuous' or 'discrete', got {noise_sampler!r}")
+    return RelationalJob(raw, base, tables, links, params, budgets, parts, total, dict(cluster), dict(output),
+                         noise_sampler)
+
+
+def _links(spec: Any, tables: Mapping[str, TableSpec], base: Path) -> LinkSpec:
+    if not isinstance(spec, Mapping):
+        raise ConfigError("data.links: give {from: child.fk, to: parent.key} or {path, left: t.key, right: t.key}")
+
+    def known(t: str, what: str) -> None:
+        if t not in tables:
+            raise ConfigError(f"{what}: unknown table {t!r}; tables are {sorted(tables)}")
+
+    if "from" in spec or "to" in spec:
+        bad = set(spec) - FK_KEYS
+        if bad:
+            raise ConfigError(f"data.links: unknown key(s) {sorted(bad)} for a foreign key; known: {sorted(FK_KEYS)}")
+        child, fk = _ref(spec.get("from"), "data.links.from")
+        parent, key = _ref(spec.get("to"), "data.links.to")
+        known(child, "data.links.from")
+        known(parent, "data.links.to")
+        if child == parent:
+            raise ConfigError("data.links: self-referential links (one table) are not supported yet")
+        pk = tables[parent].key
+        if pk is not None and pk != key:
+            raise ConfigError(f"data.links.to names {parent}.{key} but data.tables.{parent}.key is {pk!r}")
+        ck = tables[child].key
+        if ck is not None and ck == fk:
+            raise ConfigError(f"data.tables.{child}.key {ck!r} is also the foreign key in data.links.from")
+        return LinkSpec("one_to_many", child, fk, parent, key)
+    if "path" in spec:
+        bad = set(spec) - LINK_TABLE_KEYS
+        if bad:
+            raise ConfigError(f"data.links: unknown key(s) {sorted(bad)} for a link table; known: {sorted(LINK_TABLE_KEYS)}")
+        lt, lk = _ref(spec.get("left"), "data.links.left")
+        rt, rk = _ref(spec.get("right"), "data.links.right")
+        known(lt, "data.links.left")
+        known(rt, "data.links.right")
+        if lt == rt:
+            raise ConfigError("data.links: self-referential links (one table) are not supported yet")
+        for t, k, side in ((lt, lk, "left"), (rt, rk, "right")):
+            if tables[t].key is not None and tables[t].key != k:
+                raise ConfigError(f"data.links.{side} names {t}.{k} but data.tables.{t}.key is {tables[t].key!r}")
+        cols = spec.get("columns")
+        if cols is not None:
+            if (isinstance(cols, (str, bytes)) or not isinstance(cols, (list, tuple)) or len(cols) != 2
+                    or not all(isinstance(c, str) and c for c in cols) or cols[0] == cols[1]):
+                raise ConfigError(f"data.links.columns: expected two distinct column names [left, right], got {cols!r}")
+            cols = (cols[0], cols[1])
+        path = _resolve_path(spec["path"], base, "data.links.path")
+        return LinkSpec("many_to_many", lt, lk, rt, rk, path, cols)
+    raise ConfigError("data.links: give {from: child.fk, to: parent.key} or {path, left: t.key, right: t.key}")
+
+
+__all__ = ["COMPOSITION_NOTE", "LinkSpec", "RelationalJob", "TableSpec", "load_relational_config"]

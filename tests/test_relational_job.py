@@ -1,0 +1,238 @@
+"""`privcube run` with mechanism 'relational': CLI end to end, output contract, ledger, bad input."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from privcube import api
+from privcube.errors import BudgetError, ConfigError, DataError
+
+REGIONS = ["north", "south", "east", "west"]
+KINDS = ["view", "click", "buy"]
+SIZE_BINS = [0, 10, 100, 1000]
+SIZE_LABELS = ["[0, 10)", "[10, 100)", "[100, 1000)"]
+FAST = {"name": "relational", "d_max": 10, "iterations": 2, "pgd_iters": 20, "candidates": 50}
+EPS = {"parents": 1.0, "children": 0.5, "links": 1.0}
+DELTA = {"parents": 1e-6, "children": 2e-6, "links": 1e-6}
+
+
+def _o2m_files(folder: Path, seed: int = 0) -> dict:
+    """Parents (string ids, categorical region, binned size) and children (FK, kind, integer device, hour)."""
+    rng = np.random.default_rng(seed)
+    n_p, n_c = 40, 160
+    region = rng.integers(0, 4, n_p)
+    size = rng.choice([3.0, 50.0, 500.0], n_p)
+    pid = np.array([f"p{k:03d}" for k in range(n_p)])
+    parent = np.concatenate([np.repeat(np.arange(n_p), 3), rng.integers(0, n_p, n_c - 3 * n_p)])
+    rng.shuffle(parent)
+    # cap degrees at 8 (< d_max 10) by reassigning overflow to the least-used parent
+    for c in range(n_c):
+        deg = np.bincount(parent, minlength=n_p)
+        if deg[parent[c]] > 8:
+            parent[c] = int(np.argmin(deg))
+    device = (region[parent] + (rng.random(n_c) < 0.2)) % 4  # planted cross-table correlation
+    kind = rng.integers(0, 3, n_c)
+    hour = rng.integers(0, 24, n_c).astype(float)
+    hour[::17] = np.nan
+    pd.DataFrame({"id": pid, "region": np.array(REGIONS)[region], "size": size}).to_parquet(folder / "parents.parquet")
+    pd.DataFrame({"session": np.arange(n_c) + 7, "parent_id": pid[parent], "kind": np.array(KINDS)[kind],
+                  "device": device, "hour": hour}).to_parquet(folder / "children.parquet")
+    (folder / "parents.yaml").write_text(yaml.safe_dump({"attributes": [
+        {"name": "region", "type": "categorical", "categories": REGIONS},
+        {"name": "size", "type": "numeric", "bins": SIZE_BINS}]}))
+    (folder / "children.yaml").write_text(yaml.safe_dump({"attributes": [
+        {"name": "kind", "type": "categorical", "categories": KINDS},
+        {"name": "device", "type": "integer", "size": 4},
+        {"name": "hour", "type": "numeric", "bins": [0, 6, 12, 18, 24], "missing": "code"}]}))
+    return {
+        "data": {"tables": {"parents": {"path": "parents.parquet", "schema": "parents.yaml", "key": "id"},
+                            "children": {"path": "children.parquet", "schema": "children.yaml", "key": "session"}},
+                 "links": {"from": "children.parent_id", "to": "parents.id"}},
+        "mechanism": dict(FAST),
+        "privacy": {"tables": {n: {"epsilon": EPS[n], "delta": DELTA[n]} for n in ("parents", "children")},
+                    "links": {"epsilon": EPS["links"], "delta": DELTA["links"]}},
+    }
+
+
+def _m2m_files(folder: Path, seed: int = 1) -> dict:
+    """Users × movies with a ratings link table (integer ids, extra rating column), domain-only schemas."""
+    rng = np.random.default_rng(seed)
+    n_u, n_m = 50, 40
+    users = pd.DataFrame({"uid": np.arange(n_u) + 100, "age": rng.integers(0, 5, n_u), "sex": rng.integers(0, 2, n_u)})
+    movies = pd.DataFrame({"mid": np.arange(n_m) + 900, "g0": rng.integers(0, 2, n_m), "g1": rng.integers(0, 2, n_m)})
+    flat = rng.choice(n_u * n_m, size=150, replace=False)
+    ui, mj = np.divmod(flat, n_m)
+    ratings = pd.DataFrame({"user_id": users["uid"].to_numpy()[ui], "movie_id": movies["mid"].to_numpy()[mj],
+                            "rating": rng.integers(1, 6, ui.size)})
+    users.to_parquet(folder / "users.parquet")
+    movies.to_parquet(folder / "movies.parquet")
+    ratings.to_csv(folder / "ratings.csv", index=False)
+    (folder / "users.json").write_text(json.dumps({"age": 5, "sex": 2}))
+    return {
+        "data": {"tables": {"users": {"path": "users.parquet", "domain": "users.json", "key": "uid"},
+                            "movies": {"path": "movies.parquet", "domain": {"g0": 2, "g1": 2}}},
+                 "links": {"path": "ratings.csv", "left": "users.uid", "right": "movies.mid",
+                           "columns": ["user_id", "movie_id"]}},
+        "mechanism": {**FAST, "d_max": 15},
+        "privacy": {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "movies": {"epsilon": 1.0, "delta": 1e-6}},
+                    "links": {"rho": 0.05, "delta": 1e-6}},
+    }
+
+
+def _cli(cfg: dict, folder: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    path = folder / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return subprocess.run([sys.executable, "-m", "privcube", "run", str(path), "--out", str(out), "--seed", "3",
+                           "--quiet", *extra], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_one_to_many_output_contract_and_ledger(tmp_path: Path) -> None:
+    cfg = _o2m_files(tmp_path)
+    out = tmp_path / "run"
+    proc = _cli(cfg, tmp_path, out)
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert names == [".complete", "config.yaml", "ledger.json", "report.json", "synthetic/children.parquet",
+                     "synthetic/parents.parquet"]
+    par = pd.read_parquet(out / "synthetic/parents.parquet")
+    ch = pd.read_parquet(out / "synthetic/children.parquet")
+    # shapes: same row counts as the input (n1, n2 public), key columns unique
+    assert len(par) == 40 and len(ch) == 160
+    assert par["id"].is_unique and ch["session"].is_unique
+    # referential integrity: exactly one parent per child, every FK a parent key
+    assert ch["parent_id"].notna().all() and ch["parent_id"].isin(set(par["id"])).all()
+    assert list(par.columns) == ["id", "region", "size", "region_label", "size_label"]
+    assert list(ch.columns) == ["session", "kind", "device", "hour", "parent_id", "kind_label", "hour_label"]
+    # codes within the domain, labels decoded from the schema (expected labels written out by hand above)
+    assert par["region"].between(0, 3).all() and par["size"].between(0, 2).all()
+    assert (par["region_label"] == np.array(REGIONS)[par["region"]]).all()
+    assert (par["size_label"] == np.array(SIZE_LABELS)[par["size"]]).all()
+    hour_labels = np.array(["[0, 6)", "[6, 12)", "[12, 18)", "[18, 24)", "missing"])
+    assert ch["hour"].between(0, 4).all() and (ch["hour_label"] == hour_labels[ch["hour"]]).all()
+    assert ch["device"].between(0, 3).all() and "device_label" not in ch
+    # ledger: basic composition of the three parts, ε1+ε2+ε_rel and δ1+δ2+δ_rel
+    led = json.loads((out / "ledger.json").read_text())
+    assert math.isclose(led["budget"]["epsilon"], 2.5, rel_tol=1e-12)
+    assert math.isclose(led["budget"]["delta"], 4e-6, rel_tol=1e-12)
+    assert math.isclose(led["spent"]["epsilon"], 2.5, rel_tol=1e-6)
+    assert math.isclose(led["spent"]["delta"], 4e-6, rel_tol=1e-12)
+    parts = led["composition"]["parts"]
+    for n in ("parents", "children", "links"):
+        assert math.isclose(parts[n]["spent"]["epsilon"], EPS[n], rel_tol=1e-6)
+        assert math.isclose(parts[n]["spent"]["rho"], parts[n]["budget"]["rho"], rel_tol=1e-9)
+    assert math.isclose(sum(c["rho"] for c in led["charges"]), led["spent"]["rho"], rel_tol=1e-12)
+    assert led["composition"]["zcdp"]["epsilon"] < 2.5  # zCDP reading is tighter than basic composition
+    assert led["noise"]["seed"] == 3
+    # report: DP error present, no non-private evaluation or degree statistics by default
+    rep = json.loads((out / "report.json").read_text())
+    text = json.dumps(rep)
+    assert "nonprivate_evaluation" not in rep["mechanism_report"] and "NOT differentially private" not in text
+    assert rep["mechanism_report"]["degree"] == {"d_max": 10, "truncated": False, "links_kept": 160}
+    # tiny data: the max_noise cap τ²m²(1−α)ρ/(d_max²·cells_min) = 0.0625·160²·0.8·0.02436/(100·9) ≈ 0.035
+    # allows a single measurement (at least one is always made), instead of T·K = 6
+    assert rep["cross_table_error"]["workloads"] == 1 and rep["cross_table_error"]["average_l1_vs_noisy_pct"] >= 0
+    assert rep["mechanism_report"]["privacy"]["shrinkage"] is True  # 'auto' shrinks when one measurement is noise
+    conf = yaml.safe_load((out / "config.yaml").read_text())
+    assert conf["mechanism"]["name"] == "relational" and conf["resolved"]["links"]["kind"] == "one_to_many"
+    assert "error" not in proc.stderr.lower()
+    # same seed, same output (through the API this time)
+    again = api.run(tmp_path / "cfg.yaml", tmp_path / "run2", seed=3, quiet=True)
+    pd.testing.assert_frame_equal(again.result.synthetic["children"], ch, check_dtype=False)
+
+
+def test_cli_many_to_many_links_file(tmp_path: Path) -> None:
+    cfg = _m2m_files(tmp_path)
+    cfg["mechanism"]["evaluate_nonprivate"] = True
+    out = tmp_path / "run"
+    proc = _cli(cfg, tmp_path, out)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / ".complete").exists()
+    users = pd.read_parquet(out / "synthetic/users.parquet")
+    movies = pd.read_parquet(out / "synthetic/movies.parquet")
+    links = pd.read_parquet(out / "synthetic/links.parquet")
+    assert list(users.columns) == ["uid", "age", "sex"] and list(movies.columns)[:1] == ["mid"]
+    assert list(links.columns) == ["users.uid", "movies.mid"]
+    # n1 = 50, n2 = 40 real and synthetic, so m_syn = m = 150 distinct pairs, every id a key
+    assert len(links) == 150 and not links.duplicated().any()
+    assert links["users.uid"].isin(set(users["uid"])).all() and links["movies.mid"].isin(set(movies["mid"])).all()
+    assert users["age"].between(0, 4).all() and movies["g1"].between(0, 1).all()
+    led = json.loads((out / "ledger.json").read_text())
+    assert math.isclose(led["spent"]["delta"], 3e-6, rel_tol=1e-12)
+    assert math.isclose(led["composition"]["parts"]["links"]["spent"]["rho"], 0.05, rel_tol=1e-9)
+    rep = json.loads((out / "report.json").read_text())
+    ev = rep["mechanism_report"]["nonprivate_evaluation"]  # asked for explicitly, and labelled
+    assert "NOT differentially private" in ev["note"] and ev["average_cross_error_pct"] >= 0
+
+
+def _expect_refusal(cfg: dict, folder: Path, exc: type, match: str) -> None:
+    out = folder / "out-refused"
+    with pytest.raises(exc, match=match):
+        _run_mapping(cfg, folder, out)
+    assert not out.exists(), "a refused run must write nothing"
+
+
+def _run_mapping(cfg: dict, folder: Path, out: Path) -> None:
+    from privcube.relational_job import run_relational_job
+
+    run_relational_job(cfg, folder, out, seed=1, quiet=True)
+
+
+def test_bad_input_refused_and_nothing_written(tmp_path: Path) -> None:
+    cfg = _o2m_files(tmp_path)
+    # a child pointing at an unknown parent id
+    ch = pd.read_parquet(tmp_path / "children.parquet")
+    ch.loc[5, "parent_id"] = "p999"
+    ch.to_parquet(tmp_path / "orphans.parquet")
+    bad = json.loads(json.dumps(cfg))
+    bad["data"]["tables"]["children"]["path"] = "orphans.parquet"
+    _expect_refusal(bad, tmp_path, DataError, "'p999'.*parents.id")
+    # degree above d_max without truncation
+    _expect_refusal({**cfg, "mechanism": {**FAST, "d_max": 4}}, tmp_path, DataError, r"degree \d+ > d_max=4.*truncate")
+    # ε ≤ 0 and a missing delta
+    for e in (0, -1.0):
+        b = json.loads(json.dumps(cfg))
+        b["privacy"]["links"]["epsilon"] = e
+        _expect_refusal(b, tmp_path, BudgetError, "privacy.links.*epsilon")
+    b = json.loads(json.dumps(cfg))
+    del b["privacy"]["tables"]["children"]["delta"]
+    _expect_refusal(b, tmp_path, BudgetError, "privacy.tables.children.*delta")
+    # missing table budget, unknown table in the links, missing file, missing column
+    b = json.loads(json.dumps(cfg))
+    del b["privacy"]["tables"]["parents"]
+    _expect_refusal(b, tmp_path, BudgetError, "no budget for table 'parents'")
+    _expect_refusal({**cfg, "data": {**cfg["data"], "links": {"from": "kids.parent_id", "to": "parents.id"}}},
+                    tmp_path, ConfigError, "unknown table 'kids'")
+    b = json.loads(json.dumps(cfg))
+    b["data"]["tables"]["parents"]["path"] = "nope.parquet"
+    _expect_refusal(b, tmp_path, DataError, "nope.parquet")
+    b = json.loads(json.dumps(cfg))
+    b["data"]["links"]["from"] = "children.owner"
+    _expect_refusal(b, tmp_path, DataError, "column 'owner' is missing")
+    b = json.loads(json.dumps(cfg))
+    del b["data"]["tables"]["children"]
+    _expect_refusal(b, tmp_path, ConfigError, "exactly two tables")
+    # the CLI turns it into one line and exit code 2
+    proc = _cli({**cfg, "mechanism": {**FAST, "d_max": 4}}, tmp_path, tmp_path / "cli-out")
+    assert proc.returncode == 2 and not (tmp_path / "cli-out").exists()
+    assert len(proc.stderr.strip().splitlines()) == 1 and "d_max=4" in proc.stderr
+
+
+def test_truncation_runs_and_withholds_counts(tmp_path: Path) -> None:
+    cfg = _o2m_files(tmp_path)
+    cfg["mechanism"] = {**FAST, "d_max": 4, "truncate": True, "iterations": 1}
+    from privcube.relational_job import run_relational_job
+
+    res = run_relational_job(cfg, tmp_path, tmp_path / "o", seed=0, quiet=True)
+    ch = res.result.synthetic["children"]
+    deg = ch["parent_id"].value_counts()
+    assert len(ch) < 160  # children whose link is truncated are dropped with it
+    assert deg.max() >= 1 and ch["parent_id"].isin(set(res.result.synthetic["parents"]["id"])).all()
+    assert res.report["mechanism_report"]["degree"] == {"d_max": 4, "truncated": True, "links_kept": len(ch)}

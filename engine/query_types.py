@@ -8,6 +8,11 @@ Conventions follow the QuerySmasher paper (Sec. 7, Table "query types"):
   ``circular`` (start s, length l, cells s..s+l-1 mod n: n^2 rows), ``explicit`` (a user matrix).
 * joint over two attributes: ``affine`` (row c = [A_i + A_j <= c]), ``abs-diff``
   (row c = [|A_i - A_j| <= c]), ``random`` (3K Bernoulli(0.3) rows over the K cells, seeded).
+
+``random`` may also stand on one attribute (K = n). Parameters: ``seed`` (default 0), ``p`` (0.3),
+``rows_per_cell`` (3), ``generator`` (``pcg64``: numpy ``default_rng``; ``mt19937``: the legacy
+``np.random.seed(seed); np.random.rand(...)`` stream the QuerySmasher experiments use) and ``offset``
+(uniform draws of that stream to skip first, e.g. the 1-way matrix drawn before the 2-way one).
 """
 from __future__ import annotations
 
@@ -88,8 +93,34 @@ def parse_query_type(spec: Any, where: str) -> QueryType:
     return QueryType(name, tuple(frozen))
 
 
+def random_matrix(qt: QueryType, k: int) -> np.ndarray:
+    """The seeded Bernoulli(p) matrix of a ``random`` query type over k cells (rows_per_cell·k rows)."""
+    rows = int(qt.param("rows_per_cell", 3)) * k
+    p = float(qt.param("p", 0.3))
+    seed = int(qt.param("seed", 0))
+    gen = str(qt.param("generator", "pcg64")).lower()
+    offset = int(qt.param("offset", 0))
+    if rows < 1 or not 0 < p <= 1 or offset < 0:
+        raise WorkloadError(f"query type 'random': need rows_per_cell >= 1, 0 < p <= 1, offset >= 0; got {qt}")
+    if gen == "pcg64":
+        rng = np.random.default_rng(seed)
+        if offset:
+            rng.random(offset)
+        u = rng.random((rows, k))
+    elif gen == "mt19937":
+        rs = np.random.RandomState(seed)
+        if offset:
+            rs.random_sample(offset)
+        u = rs.random_sample((rows, k))
+    else:
+        raise WorkloadError(f"query type 'random': generator must be 'pcg64' or 'mt19937', got {gen!r}")
+    return (u < p).astype(float)
+
+
 def attribute_matrix(qt: QueryType, n: int) -> np.ndarray:
     """Explicit matrix (rows = queries, columns = the n codes) of a per-attribute query type."""
+    if qt.name == "random":
+        return random_matrix(qt, n)
     if qt.joint:
         raise WorkloadError(f"query type {qt.name!r} is joint over two attributes")
     if qt.name == "identity":
@@ -131,9 +162,7 @@ def joint_matrix(qt: QueryType, n1: int, n2: int) -> np.ndarray:
     if qt.name == "abs-diff":
         return (np.abs(a - b)[None, :] <= np.arange(max(n1, n2))[:, None]).astype(float)
     if qt.name == "random":
-        k = n1 * n2
-        rng = np.random.default_rng(int(qt.param("seed", 0)))
-        return (rng.random((int(qt.param("rows_per_cell", 3)) * k, k)) < float(qt.param("p", 0.3))).astype(float)
+        return random_matrix(qt, n1 * n2)
     raise WorkloadError(f"query type {qt.name!r} is not joint")
 
 

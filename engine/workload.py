@@ -34,7 +34,7 @@ class Factor:
     query: QueryType
 
     def matrix(self, domain: Domain) -> np.ndarray:
-        if self.query.joint:
+        if self.query.joint and len(self.attributes) == 2:
             return joint_matrix(self.query, domain[self.attributes[0]], domain[self.attributes[1]])
         return attribute_matrix(self.query, domain[self.attributes[0]])
 
@@ -139,7 +139,8 @@ def group(domain: Domain, attributes: Sequence[str], queries: Any = "identity", 
         raise WorkloadError(f"{where}: weight must be a positive number, got {weight!r}")
     per_attr = _per_attribute_types(queries, attrs, where)
     factors: list[Factor] = []
-    joint = {qt for qt in per_attr.values() if qt.joint}
+    # ``random`` on a single attribute is a per-attribute type (K = n cells)
+    joint = {qt for qt in per_attr.values() if qt.joint and not (qt.name == "random" and len(attrs) == 1)}
     if joint:
         if len(joint) > 1 or len(attrs) != 2 or len(set(per_attr.values())) != 1:
             raise WorkloadError(

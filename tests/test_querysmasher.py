@@ -214,11 +214,156 @@ def test_decompose_structure_mixed() -> None:
     assert [len(p.attrs) for p in subs[("x0", "x1")].parts] == [2]  # affine + prefix: one dense part
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("query,printed", [("affine", 28.25), ("abs-diff", 35.85)])
-def test_table4_affine_abs_n10(query: str, printed: float) -> None:
-    """QS Table 4, n=10 affine/abs (with 1-way prefix): ≤ 0.5% above the paper (exact ≈ 28.01 / 30.1-30.3)."""
-    wl = parse_workload([{"kway": 1, "queries": "prefix"}, {"kway": 2, "queries": query}], _grid(10))
+# Table 4 affine/abs rows: the paper's QS values are solver-limited (digest §10.2); the exact optimum,
+# bracketed independently in the digest by [dual², primal] of a separate fixed-point solver, is lower.
+AFFINE_ABS = [
+    (10, "affine", 28.25, 15_220, (28.010, 28.026)),
+    (10, "abs-diff", 35.85, 8_200, (30.103, 30.283)),
+    pytest.param(20, "affine", 35.71, 31_220, (35.164, 35.212), marks=pytest.mark.slow),
+    pytest.param(20, "abs-diff", 39.49, 16_400, (37.170, 37.259), marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("n,query,printed,count,bracket", AFFINE_ABS)
+def test_table4_affine_abs(n: int, query: str, printed: float, count: int, bracket: tuple[float, float]) -> None:
+    """QS Table 4 ([n]^40, 1-way prefix + 2-way affine/abs, cost 1): ≤ 0.5% above the paper, and inside
+    the digest's independent bracket of the exact optimum (±0.01%), with a certified duality gap."""
+    wl = parse_workload([{"kway": 1, "queries": "prefix"}, {"kway": 2, "queries": query}], _grid(n))
     plan = QuerySmasher().plan(wl, COST1)
-    assert plan.details["num_queries"] == (15_220 if query == "affine" else 8_200)
+    assert plan.details["num_queries"] == count
     assert plan.rmse <= printed * 1.005
+    lo, hi = bracket
+    assert lo * (1 - 1e-4) <= plan.rmse <= hi * (1 + 1e-4)
+    assert plan.details["max_duality_gap"] < 1e-4
+    assert "newton" in plan.details["methods"]
+    # the certificate: the assembled lower bound is within the gap of the plan's weighted SSE
+    d = plan.details
+    assert d["weighted_sse_lower_bound"] <= d["weighted_sse"] <= d["weighted_sse_lower_bound"] * (1 + 3e-4)
+
+
+def _affine_gram(query: str, n: int) -> np.ndarray:
+    from privcube.query_types import joint_matrix
+
+    w = joint_matrix(QueryType(query), n, n)
+    c = centering((n, n))
+    return c @ w.T @ w @ c
+
+
+@pytest.mark.parametrize("query", ["affine", "abs-diff"])
+def test_newton_solver_matches_clarabel_sdp(query: str) -> None:
+    """The dual Newton solver agrees with the SDP (cvxpy/Clarabel, an independent solver) on a 2-D part."""
+    n = 5
+    g = _affine_gram(query, n)
+    nt = solve(g, (n, n), "newton", tol=1e-6)
+    sd = solve(g, (n, n), "sdp")
+    assert nt.gap < 1e-6
+    assert nt.L == pytest.approx(sd.L, rel=1e-5)
+    v = nt.b @ nt.b
+    assert np.max(np.diag(v)) == pytest.approx(1.0, rel=1e-9)  # privacy cost 1
+    assert float(np.sum(g * np.linalg.pinv(v, rcond=1e-10, hermitian=True))) == pytest.approx(nt.L, rel=1e-6)
+    # dominance over the RP-equivalent and WFF strategies (digest §11.7)
+    assert nt.L <= ((n - 1) / n) ** 2 * np.trace(g) * (1 + 1e-9)
+    assert nt.L <= solve(g, (n, n), "fourier").L * (1 + 1e-9)
+
+
+def test_newton_certificate_full_rank_part() -> None:
+    """Full-rank 100-cell part (random workload; exercises the quadrature Hessian): the certificate
+    checked independently — primal tr(G V⁺) from V itself, dual from the returned λ via eigenvalues."""
+    from privcube.mechanisms.querysmasher.solvers import dual_value
+
+    n = 10
+    w = (np.random.default_rng(5).random((3 * n * n, n * n)) < 0.3).astype(float)
+    c = centering((n, n))
+    g = c @ w.T @ w @ c
+    sol = solve(g, (n, n), "newton", tol=1e-6)
+    v = sol.b @ sol.b
+    assert np.max(np.diag(v)) == pytest.approx(1.0, rel=1e-9)
+    primal = float(np.sum(g * np.linalg.pinv(v, rcond=1e-10, hermitian=True)))
+    dual = dual_value(g, sol.info["lam"])
+    assert dual <= primal * (1 + 1e-12)
+    assert (primal - dual) / primal < 1e-6
+    assert primal <= solve(g, (n, n), "eigen").L * (1 + 1e-12)
+
+
+def test_scaled_parts_solved_once() -> None:
+    """Parts equal up to a positive scale share one solve; L scales with the Gram."""
+    wl = parse_workload([{"kway": 1, "queries": "prefix"}, {"kway": 2, "queries": "affine"}], _grid(6, 8))
+    sols, info = QuerySmasher().optimize(wl, COST1)
+    assert info["distinct_parts"] == 2  # one 1-D (prefix + projected affine) and one 2-D affine part
+    one_d = [x for k, x in sols.items() if len(k) == 1]
+    for x in one_d:
+        g = x.sub.parts[0].gram()
+        assert x.sub.alpha * float(np.sum(g * x.parts[0].vpinv)) == pytest.approx(x.L, rel=1e-9)
+
+
+def _paper_random(n: int) -> list[dict]:
+    """Table 4 random row, the authors' convention: np.random.seed(42+n); W1 then W2 from one stream."""
+    rnd = {"type": "random", "generator": "mt19937", "seed": 42 + n}
+    return [{"kway": 1, "queries": rnd}, {"kway": 2, "queries": {**rnd, "offset": 3 * n * n}}]
+
+
+@pytest.mark.parametrize("n,printed,count", [
+    (10, 104.43, 235_200), pytest.param(20, 233.69, 938_400, marks=pytest.mark.slow)])
+def test_table4_random(n: int, printed: float, count: int) -> None:
+    """QS Table 4 random row: ≤ 0.5% above the paper (n = 10: the paper's value is exact, digest §10.2)."""
+    plan = QuerySmasher().plan(parse_workload(_paper_random(n), _grid(n)), COST1)
+    assert plan.details["num_queries"] == count
+    assert plan.rmse <= printed * 1.005
+    if n == 10:
+        assert plan.rmse == pytest.approx(printed, rel=0.005)
+    assert plan.details["max_duality_gap"] < 1e-4
+
+
+@pytest.mark.parametrize("n,d,printed", [
+    (10, 10, 20.41), (10, 20, 51.63), (10, 30, 93.50),
+    pytest.param(20, 10, 34.60, marks=pytest.mark.slow), pytest.param(10, 40, 138.38, marks=pytest.mark.slow),
+])
+def test_table5_mixed(n: int, d: int, printed: float) -> None:
+    """QS Table 5 (1-way range + 2-way affine + 3-way prefix on [n]^d, cost 1): ≤ 0.5% above the paper;
+    the digest's independent feasible QS (20.41 / 51.545 / 89.583 for d = 10/20/30) is matched or beaten."""
+    plan = QuerySmasher().plan(parse_workload([{"kway": 1, "queries": "allrange"}, {"kway": 2, "queries": "affine"},
+                                               {"kway": 3, "queries": "prefix"}], _grid(n, d)), COST1)
+    count = d * n * (n + 1) // 2 + math.comb(d, 2) * (2 * n - 1) + math.comb(d, 3) * n**3
+    assert plan.details["num_queries"] == count
+    assert plan.rmse <= printed * 1.005
+    feasible = {(10, 10): 20.41, (10, 20): 51.545, (10, 30): 89.583, (10, 40): 133.212}.get((n, d))
+    if feasible is not None:
+        assert plan.rmse <= feasible * 1.0005
+    assert plan.details["max_duality_gap"] < 1e-4
+
+
+def _table8_workload(n: int, kind: str, d: int = 40):  # noqa: ANN202
+    """Table 8: weighted 1-way + 2-way on [n]^40, one integer weight 1..5 per marginal drawn by
+    RandomState(42).randint(1, 6) over the marginals in combinations order (digest §2, 'Weights')."""
+    import itertools
+
+    rnd = {"type": "random", "generator": "mt19937", "seed": 42 + n}
+    q1, q2 = {"marginal": ("identity", "identity"), "prefix": ("prefix", "prefix"),
+              "range": ("allrange", "allrange"), "circular": ("circular", "circular"),
+              "affine": ("prefix", "affine"), "abs": ("prefix", "abs-diff"),
+              "random": (rnd, {**rnd, "offset": 3 * n * n})}[kind]
+    dom = _grid(n, d)
+    rs = np.random.RandomState(42)
+    cliques = list(itertools.combinations(dom.attributes, 1)) + list(itertools.combinations(dom.attributes, 2))
+    return parse_workload([{"attributes": list(c), "queries": q1 if len(c) == 1 else q2,
+                            "weight": int(rs.randint(1, 6))} for c in cliques], dom)
+
+
+TABLE8 = {10: {"marginal": 39.22, "prefix": 56.59, "range": 68.82, "circular": 66.70, "affine": 47.33,
+               "abs": 51.94, "random": 174.49},
+          20: {"marginal": 42.90, "prefix": 84.18, "range": 105.93, "circular": 105.53, "affine": 61.68,
+               "abs": 66.89, "random": 386.32}}
+
+
+@pytest.mark.parametrize("n,kind", [(10, k) for k in TABLE8[10]]
+                         + [pytest.param(20, k, marks=pytest.mark.slow) for k in TABLE8[20]])
+def test_table8_weighted(n: int, kind: str) -> None:
+    """QS Table 8 (WRMSE, per-marginal weights): marginal and circular rows exact within 0.5%, every
+    other QS cell at most 0.5% above the paper."""
+    printed = TABLE8[n][kind]
+    plan = QuerySmasher().plan(_table8_workload(n, kind), COST1)
+    wrmse = plan.details["weighted_rmse"]
+    assert wrmse <= printed * 1.005
+    if kind in ("marginal", "circular"):
+        assert wrmse == pytest.approx(printed, rel=0.005)
+    assert plan.details["max_duality_gap"] < 1e-4

@@ -32,7 +32,7 @@ BlockKey = tuple  # (query type, sizes of the factor's attributes, mask of attri
 @lru_cache(maxsize=4096)
 def factor_matrix(query: QueryType, sizes: tuple[int, ...]) -> np.ndarray:
     """Explicit matrix of one factor (memoised by query type and sizes)."""
-    if len(sizes) == 1 and not query.joint:
+    if len(sizes) == 1:  # per-attribute (``random`` may stand on one attribute)
         m = attribute_matrix(query, sizes[0])
     else:
         m = joint_matrix(query, *sizes)

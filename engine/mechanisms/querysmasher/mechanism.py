@@ -1,7 +1,8 @@
 """QuerySmasher (He, Xiao et al. 2026): divide-and-conquer matrix mechanism over residual subspaces.
 
 Plan: decompose every group into residual subworkloads (Sec. 6.2), solve each distinct Kronecker
-part once (closed form / Fourier / L-BFGS / SDP, with duality-gap certificates), split the budget in
+part once (closed form / Fourier / dual interior-point Newton / L-BFGS / SDP, with duality-gap
+certificates; parts whose Grams agree up to scale share one solve), split the budget in
 closed form (Alg. 1, lines 14-17). Run: one oracle call for the subsets' marginals, one correlated
 Gaussian measurement per subworkload, reconstruction of every query with its exact variance.
 
@@ -10,6 +11,8 @@ weighted version WRMSE = sqrt(Σ_q w_q Var(q) / |workload|) (App. E) in ``detail
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 import time
 from collections.abc import Mapping
@@ -29,7 +32,7 @@ from privcube.mechanisms.querysmasher.assembly import (
     query_variances,
 )
 from privcube.mechanisms.querysmasher.decomposition import decompose
-from privcube.mechanisms.querysmasher.solvers import METHODS
+from privcube.mechanisms.querysmasher.solvers import METHODS, NEWTON_LIMIT
 from privcube.oracle import MarginalOracle
 from privcube.workload import Workload
 
@@ -40,14 +43,14 @@ class QuerySmasher(Mechanism):
     """Optimal splittable, residual-respecting matrix mechanism for weighted linear workloads."""
 
     name = "querysmasher"
-    PARAMS = {"solver": "auto", "tol": 1e-4, "sdp_limit": 40, "dense_limit": 4096}
+    PARAMS = {"solver": "auto", "tol": 1e-4, "sdp_limit": 40, "dense_limit": 4096, "newton_limit": NEWTON_LIMIT}
 
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:
         super().__init__(params)
         if self.params["solver"] not in METHODS:
             raise ConfigError(f"mechanism 'querysmasher': parameter 'solver' must be one of {METHODS}, "
                               f"got {self.params['solver']!r}")
-        for k in ("tol",):
+        for k in ("tol", "newton_limit"):
             v = self.params[k]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ConfigError(f"mechanism 'querysmasher': parameter {k!r} must be a positive number, got {v!r}")
@@ -78,10 +81,12 @@ class QuerySmasher(Mechanism):
                 f"querysmasher: subworkload part on {list(p.attrs)} has {p.size} cells, above parameter "
                 f"'dense_limit' ({self.params['dense_limit']}); raise it or use Kronecker query types"
             )
-        keys = list(distinct)
+        keys, rep_of = _dedupe_parts(distinct)
         sols = solve_parts([distinct[k] for k in keys], method=self.params["solver"], tol=self.params["tol"],
-                           sdp_limit=self.params["sdp_limit"], client=client)
-        solved = dict(zip(keys, sols))
+                           sdp_limit=self.params["sdp_limit"], newton_limit=float(self.params["newton_limit"]),
+                           client=client)
+        by_rep = dict(zip(keys, sols))
+        solved = {k: _rescaled(by_rep[r], f) for k, (r, f) in rep_of.items()}
         t2 = time.perf_counter()
         out = assemble(subs, solved, beta)
         cost = privacy_cost(out)
@@ -126,6 +131,32 @@ class QuerySmasher(Mechanism):
         summary = _summary(workload, budget, sols, info)
         report = {"mechanism": self.name, "rho_spent": spend, "expected_rmse": summary.rmse, **info}
         return MechanismResult(answers, report=report)
+
+
+def _dedupe_parts(distinct: Mapping[Any, Any]) -> tuple[list[Any], dict[Any, tuple[Any, float]]]:
+    """Parts whose Grams agree up to a positive scale are solved once (V is scale-free, L scales).
+
+    Returns the representative keys to solve and, per part key, (representative key, scale factor).
+    """
+    reps: dict[Any, tuple[Any, float]] = {}
+    rep_of: dict[Any, tuple[Any, float]] = {}
+    for k, p in distinct.items():
+        g = p.gram()
+        tr = float(np.trace(g))
+        if tr > 0 and np.all(np.isfinite(g)):
+            digest = hashlib.sha1((np.round(g / tr, 10) + 0.0).tobytes()).hexdigest()
+            fp: Any = (tuple(p.shape), digest)
+        else:
+            fp, tr = ("key", k), 1.0
+        rk, rtr = reps.setdefault(fp, (k, tr))
+        rep_of[k] = (rk, tr / rtr)
+    return [k for k, _ in reps.values()], rep_of
+
+
+def _rescaled(sol: Any, factor: float) -> Any:
+    if factor == 1.0:
+        return sol
+    return dataclasses.replace(sol, L=sol.L * factor, dual=sol.dual * factor, info=dict(sol.info, rescaled=factor))
 
 
 def _rho(budget: Any) -> float:

@@ -27,7 +27,7 @@ import numpy as np
 from privcube.domain import Domain
 from privcube.errors import BudgetError, ConfigError
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
-from privcube.oracle import MarginalOracle
+from privcube.oracle import MarginalOracle, measure
 from privcube.workload import Workload
 
 Clique = tuple[str, ...]
@@ -176,16 +176,12 @@ class ResidualPlanner(Mechanism):
         progress = context.progress if context is not None else None
         spend = min(rp.privacy_cost() / 2.0, _rho(budget))
         ledger.charge(self.name, rho=spend, residuals=len(taus), objective=self.params["objective"])
-        exact = oracle.marginals(taus)
-        z: dict[Clique, np.ndarray] = {}
-        for i, t in enumerate(taus):
-            mu = np.asarray(exact[t], dtype=float)
-            sigma = math.sqrt(rp.sigma2[t])
-            y = mu + noise.gaussian((self.name, t), mu.shape, sigma)
-            z[t] = decomp(y, t, t)
-            if progress is not None:
-                progress("measure residuals", (i + 1) / len(taus))
-        del exact
+        # Each residual release runs where its marginal is counted (on a worker when there is a
+        # client), so only the noisy residuals reach this process.
+        sigmas = {t: math.sqrt(rp.sigma2[t]) for t in taus}
+        z: dict[Clique, np.ndarray] = measure(oracle, taus, ResidualRelease(self.name, sigmas, noise))
+        if progress is not None:
+            progress("measure residuals", 1.0)
         answers = []
         for g in workload:
             gamma = domain.canonical(g.attributes)
@@ -199,6 +195,20 @@ class ResidualPlanner(Mechanism):
         report = {"mechanism": self.name, "rho_spent": spend, "expected_rmse": summary.rmse,
                   "residuals": len(taus)}
         return MechanismResult(answers, report=report)
+
+
+class ResidualRelease:
+    """Picklable release of one residual: Decomp(μ_τ + N(0, σ_τ² I)) with noise keyed by (name, τ)."""
+
+    def __init__(self, name: str, sigmas: Mapping[Clique, float], noise: Any) -> None:
+        self.name, self.sigmas, self.noise = name, dict(sigmas), noise
+
+    def __call__(self, tau: Clique, mu: np.ndarray) -> np.ndarray:
+        from privcube.residuals import decomp
+
+        mu = np.asarray(mu, dtype=float)
+        y = mu + self.noise.gaussian((self.name, tau), mu.shape, self.sigmas[tau])
+        return decomp(y, tau, tau)
 
 
 def reconstruct(domain: Domain, residuals: Mapping[Clique, np.ndarray], gamma: Sequence[str]) -> np.ndarray:

@@ -34,6 +34,7 @@ from privcube.mechanisms.querysmasher.assembly import (
 from privcube.mechanisms.querysmasher.decomposition import decompose
 from privcube.mechanisms.querysmasher.solvers import METHODS, NEWTON_LIMIT
 from privcube.oracle import MarginalOracle
+from privcube.oracle import measure as oracle_measure
 from privcube.workload import Workload
 
 Clique = tuple[str, ...]
@@ -117,13 +118,9 @@ class QuerySmasher(Mechanism):
         domain = workload.domain
         spend = min(privacy_cost(sols) / 2.0, _rho(budget))
         ledger.charge(self.name, rho=spend, subworkloads=len(sols))
-        exact = oracle.marginals(list(sols))
-
-        def gaussian(key: Clique, shape: tuple[int, ...], sigma: float) -> np.ndarray:
-            return noise.gaussian((self.name, key), shape, sigma)
-
-        resid = measure(sols, exact, gaussian)
-        del exact
+        # Each subworkload's release runs where its marginal is counted (on a worker when there is
+        # a client): only the noisy, reconstructed residuals reach this process.
+        resid = oracle_measure(oracle, list(sols), SubworkloadRelease(self.name, sols, noise))
         answers = []
         for g in workload:
             est = answer_group(g, resid, domain)
@@ -131,6 +128,19 @@ class QuerySmasher(Mechanism):
         summary = _summary(workload, budget, sols, info)
         report = {"mechanism": self.name, "rho_spent": spend, "expected_rmse": summary.rmse, **info}
         return MechanismResult(answers, report=report)
+
+
+class SubworkloadRelease:
+    """Picklable release of one subworkload: ω = B x + N(0, σ² I), returned as r̂ = B⁺ ω (Alg. 1)."""
+
+    def __init__(self, name: str, sols: Mapping[Any, Any], noise: Any) -> None:
+        self.name, self.sols, self.noise = name, dict(sols), noise
+
+    def _gaussian(self, key: Any, shape: tuple[int, ...], sigma: float) -> np.ndarray:
+        return self.noise.gaussian((self.name, key), shape, sigma)
+
+    def __call__(self, key: Any, mu: np.ndarray) -> np.ndarray:
+        return measure({key: self.sols[key]}, {key: mu}, self._gaussian)[key]
 
 
 def _dedupe_parts(distinct: Mapping[Any, Any]) -> tuple[list[Any], dict[Any, tuple[Any, float]]]:

@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from privcube.atomic import atomic_write_text
 from privcube.errors import CheckpointError
 from privcube.storage.zarr_store import TensorStore
 
@@ -86,20 +86,8 @@ def checksum(array: np.ndarray) -> str:
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temp file in the same directory, fsync, then os.replace."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, allow_nan=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Write JSON atomically (temp file, fsync, os.replace)."""
+    atomic_write_text(path, json.dumps(data, allow_nan=True))
 
 
 class RunCheckpoint:
@@ -190,19 +178,7 @@ class RunCheckpoint:
                     "meta": json.loads(json.dumps(meta, allow_nan=True)), "arrays": entries}
         mname = f"manifest-{round}.json"
         _write_json_atomic(self.dir / mname, manifest)
-        fd, tmp = tempfile.mkstemp(prefix=".CURRENT.", suffix=".tmp", dir=self.dir)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(mname)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self._pointer())  # the commit point
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        atomic_write_text(self._pointer(), mname)  # the commit point
         self._known = entries
         self._collect(entries, keep_manifest=mname)
         _test_stop_after(round)

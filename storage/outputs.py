@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from privcube.atomic import atomic_path, atomic_write_bytes
 from privcube.errors import RunDirectoryError
 
 COMPLETE_MARKER = ".complete"
@@ -47,40 +47,14 @@ def owner_only() -> Iterator[None]:
         os.umask(old)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, default=_json_default) + "\n").encode())
 
 
 def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
     """Write a pandas frame as Parquet atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class RunDirectory:

@@ -5,7 +5,6 @@ Any ``PrivcubeError`` becomes one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from privcube.domain import Domain
-from privcube.errors import BudgetError, ConfigError, DomainError, PrivcubeError
+from privcube.errors import BudgetError, ConfigError, PrivcubeError
 from privcube.privacy.budget import PrivacyBudget
 
 TOP_KEYS = {"data", "mechanism", "privacy", "cluster", "output", "noise_sampler"}

@@ -158,12 +158,10 @@ def _per_attribute_types(queries: Any, attrs: tuple[str, ...], where: str) -> di
         queries = "identity"
     if isinstance(queries, Mapping) and "type" not in queries:
         default = queries.get("default", "identity")
-        unknown = [k for k in queries if k != "default" and k not in attrs]
+        # attributes named in the mapping but not in this group are fine for kway entries
         out = {}
         for a in attrs:
             out[a] = parse_query_type(queries.get(a, default), f"{where}, attribute {a!r}")
-        # attributes named in the mapping but not in this group are fine for kway entries
-        del unknown
         return out
     qt = parse_query_type(queries, where)
     return {a: qt for a in attrs}

@@ -168,7 +168,7 @@ class ResidualPlanner(Mechanism):
     def run(self, oracle: MarginalOracle, workload: Workload, budget: Any, ledger: Any, noise: Any,
             context: RunContext | None = None) -> MechanismResult:
         """Measure every needed residual once, then reconstruct each workload marginal."""
-        from privcube.residuals import decomp, recon_add
+        from privcube.residuals import recon_add
 
         rp = self.optimize(workload, budget)
         domain = workload.domain

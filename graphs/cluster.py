@@ -7,7 +7,7 @@ Spec ``{"type": ..., **options}``:
 - ``local``: a ``distributed.LocalCluster`` with worker processes, sized to the machine by default;
   options ``n_workers``, ``threads_per_worker``, ``memory_limit`` (per worker, bytes or "4GB"),
   ``local_directory`` (spill directory), ``processes`` (default True), ``dashboard_address``
-  (default None: no dashboard).
+  (default: a free port on 127.0.0.1).
 - ``address``: ``Client(address)`` to an existing scheduler; option ``address``.
 - ``scheduler-file``: ``Client(scheduler_file=...)``; option ``scheduler_file``.
 - ``kubernetes``: a dask-kubernetes ``KubeCluster`` (``privcube.graphs.kubernetes``).
@@ -99,7 +99,9 @@ class ClusterHandle:
             if o.get("local_directory") is not None:
                 kw["local_directory"] = str(o["local_directory"])
             kw["processes"] = bool(o.get("processes", True))
-            kw["dashboard_address"] = o.get("dashboard_address")
+            # distributed reads dashboard_address=None as its default port (:8787 on every
+            # interface); without an explicit address, serve it on a free loopback port instead.
+            kw["dashboard_address"] = o.get("dashboard_address") or "127.0.0.1:0"
             kw.update(local_cluster_kwargs(self.security))
             self.cluster = LocalCluster(**kw)
             return self._connect(self.cluster, ckw)

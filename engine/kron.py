@@ -41,10 +41,8 @@ def _apply(factor: Any, z: np.ndarray) -> np.ndarray:
     return np.asarray(r)
 
 
-def kron_matvec(factors: Sequence[Any], x: Any) -> np.ndarray:
-    """(A_1 ⊗ ... ⊗ A_k) x for x of shape (N,) or (N, m), one small product per factor."""
-    shapes = factor_shapes(factors)
-    x = np.asarray(x)
+def check_operand(shapes: Sequence[tuple[int, int]], x: Any) -> tuple[list[int], int]:
+    """Check x (N,) or (N, m) against the factors' column sizes; return (column sizes, m)."""
     if x.ndim not in (1, 2):
         raise DomainError(f"x must have shape (N,) or (N, m), got {x.shape}")
     cols = [c for _, c in shapes]
@@ -53,7 +51,14 @@ def kron_matvec(factors: Sequence[Any], x: Any) -> np.ndarray:
         raise DomainError(
             f"x has {x.shape[0]} rows but the factors' column sizes {cols} multiply to {n}"
         )
-    m = x.shape[1] if x.ndim == 2 else 1
+    return cols, (x.shape[1] if x.ndim == 2 else 1)
+
+
+def kron_matvec(factors: Sequence[Any], x: Any) -> np.ndarray:
+    """(A_1 ⊗ ... ⊗ A_k) x for x of shape (N,) or (N, m), one small product per factor."""
+    shapes = factor_shapes(factors)
+    x = np.asarray(x)
+    cols, m = check_operand(shapes, x)
     t = x.reshape(tuple(cols) + (m,))
     # apply shrinking factors first: later products then run on smaller tensors
     order = sorted(range(len(factors)), key=lambda i: shapes[i][0] / max(shapes[i][1], 1))

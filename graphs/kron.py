@@ -12,8 +12,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from privcube.errors import DomainError
-from privcube.kron import factor_shapes
+from privcube.kron import check_operand, factor_shapes
 
 __all__ = ["kron_matvec_dask", "kron_rmatvec_dask"]
 
@@ -32,15 +31,7 @@ def kron_matvec_dask(factors: Sequence[Any], x: Any) -> da.Array:
     shapes = factor_shapes(factors)
     if not isinstance(x, da.Array):
         x = da.from_array(np.asarray(x))
-    if x.ndim not in (1, 2):
-        raise DomainError(f"x must have shape (N,) or (N, m), got {x.shape}")
-    cols = [c for _, c in shapes]
-    n = math.prod(cols)
-    if x.shape[0] != n:
-        raise DomainError(
-            f"x has {x.shape[0]} rows but the factors' column sizes {cols} multiply to {n}"
-        )
-    m = x.shape[1] if x.ndim == 2 else 1
+    cols, m = check_operand(shapes, x)
     # (m, c_1, ..., c_k): the column axis leads, then each step contracts the leading factor axis
     # and appends the new row axis at the end, so after k steps the order is (m, r_1, ..., r_k).
     t = (x.T if x.ndim == 2 else x[None, :]).reshape((m,) + tuple(cols))

@@ -128,11 +128,7 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
         raise ConfigError("privacy is missing (epsilon, epsilon + delta, or rho)")
     budget = PrivacyBudget.from_config(raw["privacy"])
 
-    cluster = raw.get("cluster") or {}
-    if isinstance(cluster, str):
-        cluster = {"type": cluster}
-    if not isinstance(cluster, Mapping):
-        raise ConfigError("cluster: expected a mapping such as {type: local}")
+    cluster = parse_cluster(raw)
     output = raw.get("output") or {}
     if not isinstance(output, Mapping):
         raise ConfigError("output: expected a mapping")
@@ -143,14 +139,30 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
     if not isinstance(compress, bool):
         raise ConfigError(f"data.compress must be true or false, got {compress!r}")
 
-    noise_sampler = raw.get("noise_sampler", "continuous")
-    if noise_sampler not in ("continuous", "discrete"):
-        raise ConfigError(f"noise_sampler must be 'continuous' or 'discrete', got {noise_sampler!r}")
+    noise_sampler = parse_noise_sampler(raw)
 
     return JobConfig(raw=raw, base_dir=base, domain=domain, schema=schema, data_path=data_path,
                      mechanism=name, mechanism_params=params, workload=workload, budget=budget,
                      cluster=dict(cluster), output=dict(output), compress=compress,
                      noise_sampler=noise_sampler)
+
+
+def parse_cluster(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``cluster`` section as a mapping (a bare name means ``{type: name}``); keys are checked later."""
+    cluster = raw.get("cluster") or {}
+    if isinstance(cluster, str):
+        cluster = {"type": cluster}
+    if not isinstance(cluster, Mapping):
+        raise ConfigError("cluster: expected a mapping such as {type: local}")
+    return dict(cluster)
+
+
+def parse_noise_sampler(raw: Mapping[str, Any]) -> str:
+    """``noise_sampler``: ``continuous`` (default) or ``discrete`` (exact discrete Gaussian/Laplace)."""
+    noise_sampler = raw.get("noise_sampler", "continuous")
+    if noise_sampler not in ("continuous", "discrete"):
+        raise ConfigError(f"noise_sampler must be 'continuous' or 'discrete', got {noise_sampler!r}")
+    return noise_sampler
 
 
 def _resolve_path(p: str, base: Path) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from privcube.config import parse_cluster, parse_noise_sampler
 from privcube.domain import Domain
 from privcube.errors import BudgetError, ConfigError, PrivcubeError
 from privcube.privacy.budget import PrivacyBudget
@@ -244,21 +245,14 @@ def load_relational_config(raw: Mapping[str, Any], base: str | Path = ".") -> Re
     total = PrivacyBudget(rho, eps, delta, False)
     budgets = {"tables": {n: parts[n] for n in tables}, "links": parts["links"]}
 
-    cluster = raw.get("cluster") or {}
-    if isinstance(cluster, str):
-        cluster = {"type": cluster}
-    if not isinstance(cluster, Mapping):
-        raise ConfigError("cluster: expected a mapping such as {type: local}")
+    cluster = parse_cluster(raw)
     output = raw.get("output") or {}
     if not isinstance(output, Mapping) or set(output) - OUTPUT_KEYS:
         raise ConfigError(f"output: expected a mapping with key(s) {sorted(OUTPUT_KEYS)}, got {output!r}")
     if not isinstance(output.get("labels", True), bool):
         raise ConfigError(f"output.labels must be true or false, got {output.get('labels')!r}")
-    noise_sampler = raw.get("noise_sampler", "continuous")
-    if noise_sampler not in ("continuous", "discrete"):
-        raise ConfigError(f"noise_sampler must be 'continuous' or 'discrete', got {noise_sampler!r}")
-    return RelationalJob(raw, base, tables, links, params, budgets, parts, total, dict(cluster), dict(output),
-                         noise_sampler)
+    return RelationalJob(raw, base, tables, links, params, budgets, parts, total, cluster, dict(output),
+                         parse_noise_sampler(raw))
 
 
 def _links(spec: Any, tables: Mapping[str, TableSpec], base: Path) -> LinkSpec:

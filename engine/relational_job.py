@@ -36,16 +36,9 @@ def _read_raw(path: str, columns: list[str], what: str) -> tuple[pd.DataFrame, b
     """The given raw columns of a Parquet/CSV input as pandas (CSV: all text), and whether it was CSV."""
     import dask.dataframe as dd
 
-    from privcube.storage.ingest import _csv_header, _detect_format
+    from privcube.storage.ingest import input_columns
 
-    fmt, target = _detect_format(path, None)
-    if fmt == "csv":
-        available = _csv_header(target, None)
-    else:
-        try:
-            available = [str(c) for c in dd.read_parquet(target).columns]
-        except (FileNotFoundError, OSError, ValueError) as e:
-            raise DataError(f"{what}: cannot read Parquet input {path!r}: {e}") from None
+    fmt, target, available = input_columns(path, what=what)
     absent = [c for c in columns if c not in available]
     if absent:
         raise DataError(f"{what}: column {absent[0]!r} is missing from {path!r}; it has columns {available[:30]}")
@@ -88,18 +81,9 @@ def _link_pairs(job: RelationalJob) -> tuple[pd.DataFrame, list[str]]:
     if lk.columns is not None:
         cols = list(lk.columns)
     else:
-        from privcube.storage.ingest import _csv_header, _detect_format
+        from privcube.storage.ingest import input_columns
 
-        fmt, target = _detect_format(lk.path, None)
-        if fmt == "csv":
-            available = _csv_header(target, None)
-        else:
-            import dask.dataframe as dd
-
-            try:
-                available = [str(c) for c in dd.read_parquet(target).columns]
-            except (FileNotFoundError, OSError, ValueError) as e:
-                raise DataError(f"links: cannot read Parquet input {lk.path!r}: {e}") from None
+        _, _, available = input_columns(lk.path, what="links")
         dotted = [f"{lk.left}.{lk.left_col}", f"{lk.right}.{lk.right_col}"]
         if all(c in available for c in dotted):
             cols = dotted

@@ -325,6 +325,23 @@ def _csv_header(path: Any, storage_options: Mapping[str, Any] | None) -> list[st
         return [str(c) for c in pd.read_csv(f, nrows=0).columns]
 
 
+def input_columns(path: Any, storage_options: Mapping[str, Any] | None = None,
+                  what: str = "") -> tuple[str, Any, list[str]]:
+    """(format, resolved target, column names) of a Parquet/CSV input, from metadata or header only."""
+    import dask.dataframe as dd
+
+    fmt, target = _detect_format(path, storage_options)
+    if fmt == "csv":
+        return fmt, target, _csv_header(target, storage_options)
+    so = {"storage_options": dict(storage_options)} if storage_options else {}
+    try:
+        probe = dd.read_parquet(target, **so)
+    except (FileNotFoundError, OSError, ValueError) as e:
+        prefix = f"{what}: " if what else ""
+        raise DataError(f"{prefix}cannot read Parquet input {_source_str(path)!r}: {e}") from None
+    return fmt, target, [str(c) for c in probe.columns]
+
+
 def open_table(
     path: str | Path | Sequence[str | Path],
     schema: Schema | Domain | Mapping[str, Any] | str | Path,
@@ -345,17 +362,9 @@ def open_table(
     if columns is not None:
         schema = schema.project(list(columns))
     names = list(schema.names)
-    fmt, target = _detect_format(path, storage_options)
+    fmt, target, available = input_columns(path, storage_options)
     source = _source_str(path)
     so = {"storage_options": dict(storage_options)} if storage_options else {}
-    if fmt == "csv":
-        available = _csv_header(target, storage_options)
-    else:
-        try:
-            probe = dd.read_parquet(target, **so)
-        except (FileNotFoundError, OSError, ValueError) as e:
-            raise DataError(f"cannot read Parquet input {source!r}: {e}") from None
-        available = [str(c) for c in probe.columns]
     absent = [n for n in names if n not in available]
     if absent:
         raise DataError(

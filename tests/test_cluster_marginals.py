@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from privcube.domain import Domain
+from reference_counts import groupby_dense
 from privcube.errors import ConfigError
 from privcube.graphs import progress as prog
 from privcube.graphs.cluster import resolve_cluster
@@ -17,23 +18,6 @@ from privcube.graphs.marginals import DataOracle, compute_marginals
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 ADULT = DATA / "adult"
-
-
-def groupby_dense(df: pd.DataFrame, clique: tuple[str, ...], shape: tuple[int, ...],
-                  weight: str | None = None) -> np.ndarray:
-    """Independent reference: pandas groupby counts scattered into a dense array."""
-    out = np.zeros(shape, dtype=np.int64)
-    if not clique:
-        out[()] = len(df) if weight is None else int(df[weight].sum())
-        return out
-    g = df.groupby(list(clique), observed=True)
-    counts = g.size() if weight is None else g[weight].sum()
-    idx = counts.index
-    if len(clique) == 1:
-        out[idx.to_numpy()] = counts.to_numpy()
-    else:
-        out[tuple(idx.get_level_values(i).to_numpy() for i in range(len(clique)))] = counts.to_numpy()
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from privcube.domain import Domain
+from reference_counts import groupby_dense
 from privcube.errors import ConfigError, DataError, DomainError, MemoryLimitError
 from privcube.graphs import progress as prog
 from privcube.graphs.marginals import (
@@ -33,23 +34,6 @@ def _quiet():
     prog.set_quiet(True)
     yield
     prog.set_quiet(False)
-
-
-def groupby_dense(df: pd.DataFrame, clique: tuple[str, ...], shape: tuple[int, ...],
-                  weight: str | None = None) -> np.ndarray:
-    """Independent reference: pandas groupby counts scattered into a dense array."""
-    out = np.zeros(shape, dtype=np.int64)
-    if not clique:
-        out[()] = len(df) if weight is None else int(df[weight].sum())
-        return out
-    g = df.groupby(list(clique), observed=True)
-    counts = g.size() if weight is None else g[weight].sum()
-    idx = counts.index
-    if len(clique) == 1:
-        out[idx.to_numpy()] = counts.to_numpy()
-    else:
-        out[tuple(idx.get_level_values(i).to_numpy() for i in range(len(clique)))] = counts.to_numpy()
-    return out
 
 
 @pytest.fixture(scope="module")

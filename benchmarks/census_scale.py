@@ -34,72 +34,19 @@ import math  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-import psutil  # noqa: E402
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests), not run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rss import MemorySampler  # noqa: E402
 
 GIB = 2**30
 MEMORY_BOUND = 8e9  # issue 7: peak memory must stay below 8 GB
 ALL_STAGES = ("numpy", "marginals", "residual-planner", "aim-grem")
-
-
-# ------------------------------------------------------------------------------------- memory
-class MemorySampler:
-    """Samples the summed RSS of this process and all its descendants every ``interval`` seconds.
-
-    ``peak`` is the peak since start; ``stage_peak`` the peak since the last ``reset_stage()``.
-    """
-
-    def __init__(self, interval: float = 0.05) -> None:
-        self.interval = interval
-        self.peak = self.stage_peak = 0
-        self.samples = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
-
-    def sample(self) -> int:
-        """Summed RSS (bytes) of this process tree now."""
-        me = psutil.Process()
-        total = me.memory_info().rss
-        for c in me.children(recursive=True):
-            try:
-                total += c.memory_info().rss
-            except psutil.Error:  # a child that just exited
-                pass
-        return total
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                rss = self.sample()
-            except psutil.Error:
-                rss = 0
-            with self._lock:
-                self.samples += 1
-                self.peak = max(self.peak, rss)
-                self.stage_peak = max(self.stage_peak, rss)
-            self._stop.wait(self.interval)
-
-    def reset_stage(self) -> None:
-        """Start a new stage window (seeded with one sample, so even a very short stage has a peak)."""
-        rss = self.sample()
-        with self._lock:
-            self.samples += 1
-            self.peak = max(self.peak, rss)
-            self.stage_peak = rss
-
-    def __enter__(self) -> MemorySampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 # --------------------------------------------------------------------------------------- data
@@ -309,8 +256,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if n_sample < rows:
                 ref = None  # only a sample: no exact comparison
         spec = {"type": "local", "n_workers": args.workers, "threads_per_worker": 1,
-                "memory_limit": args.memory_limit, "local_directory": str(args.out_dir / "dask-spill"),
-                "dashboard_address": ":0"}
+                "memory_limit": args.memory_limit, "local_directory": str(args.out_dir / "dask-spill")}
         mem.reset_stage()
         t0 = time.perf_counter()
         with resolve_cluster(spec) as client:

@@ -16,49 +16,14 @@ import argparse
 import itertools
 import math
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 
-
-class MemorySampler:
-    """Samples RSS of this process and of its descendants every ``interval`` seconds."""
-
-    def __init__(self, interval: float = 0.05) -> None:
-        self.interval = interval
-        self.peak_total = self.peak_main = self.peak_children = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        """Sampling loop."""
-        me = psutil.Process()
-        while not self._stop.is_set():
-            try:
-                main = me.memory_info().rss
-                kids = 0
-                for c in me.children(recursive=True):
-                    try:
-                        kids += c.memory_info().rss
-                    except psutil.Error:
-                        pass
-            except psutil.Error:
-                continue
-            self.peak_main = max(self.peak_main, main)
-            self.peak_children = max(self.peak_children, kids)
-            self.peak_total = max(self.peak_total, main + kids)
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> MemorySampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path, not run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rss import MemorySampler  # noqa: E402
 
 
 def _warm_up() -> None:
@@ -221,12 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     for label, dt, mem in results:
         r = rows / dt
         print(f"{label:38s} {dt:9.2f} {r:12.3e} {r / rate_all:9.2f} {r / rate_roots:9.2f} "
-              f"{mem.peak_total / gib:9.2f}")
+              f"{mem.peak / gib:9.2f}")
     print(f"(numpy measured on {n_base:,} in-memory rows and scaled; seconds for numpy = N / rate; "
           f"engine includes Parquet read, excludes cluster start-up and worker imports; "
           f"engine = fastest of {args.repeat})")
     c_mem = results[-1][2]
-    print(f"LocalCluster peak RSS: total {c_mem.peak_total / gib:.2f} GiB = main process (client+scheduler) "
+    print(f"LocalCluster peak RSS: total {c_mem.peak / gib:.2f} GiB = main process (client+scheduler) "
           f"{c_mem.peak_main / gib:.2f} GiB + workers/nannies {c_mem.peak_children / gib:.2f} GiB; "
           f"workers at end: {', '.join(f'{v / gib:.2f}' for v in worker_rss.values())} GiB")
     return 0

@@ -62,7 +62,9 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
     The run directory is owner-only; a finished run is never rewritten unless ``overwrite`` (then it
     is moved aside and deleted only once the new run is complete, restored if the new run fails);
     ``resume`` continues from the last checkpoint of the same mechanism, seed and config (anything
-    else is a ``CheckpointError``).
+    else is a ``CheckpointError``). The config's ``output.answers`` / ``output.zarr`` receive copies of
+    the answers / tensor store before the run is marked complete; an occupied destination is refused
+    before any data is read unless ``overwrite`` or ``resume``.
     """
     from privcube.storage.outputs import RunDirectory
 
@@ -75,7 +77,8 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
         os.replace(target, backup)
         try:
             summary = run(config, out, seed=seed, scheduler_address=scheduler_address,
-                          scheduler_file=scheduler_file, workers=workers, client=client, quiet=quiet)
+                          scheduler_file=scheduler_file, workers=workers, client=client, quiet=quiet,
+                          overwrite=True)
         except BaseException:
             if target.exists():
                 shutil.rmtree(target, ignore_errors=True)
@@ -84,7 +87,7 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
         shutil.rmtree(backup, ignore_errors=True)
         return summary
     from privcube.storage.ingest import open_table
-    from privcube.storage.outputs import RunDirectory, owner_only
+    from privcube.storage.outputs import RunDirectory, check_publish_targets, owner_only
 
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ConfigError(f"--seed must be a non-negative integer, got {seed!r}")
@@ -103,6 +106,7 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
         raise ConfigError("data.path is missing: a run needs the data's location")
     rundir = RunDirectory(out)
     rundir.check_usable(resume)
+    check_publish_targets(cfg.output, replace=resume or overwrite)  # output.answers / output.zarr copies
     mech = get_mechanism(cfg.mechanism)(cfg.mechanism_params)
     if resume:
         _check_resumable(rundir, cfg, seed)  # refuse a different seed/config before reading any data
@@ -164,6 +168,8 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
                 raise RunDirectoryError(_write_error(rundir.path, e, "checkpoint")) from None
             raise
 
+    from privcube.storage.outputs import publish_outputs
+
     t0 = time.perf_counter()
     ledger_dict = ledger.to_dict()
     ledger_dict["noise"] = noise.to_dict()
@@ -199,6 +205,7 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
     try:
         rundir.write_json("report.json", report)
         rundir.restrict_permissions()
+        publish_outputs(rundir.path, cfg.output)
         rundir.mark_complete()
     except OSError as e:
         raise RunDirectoryError(_write_error(rundir.path, e, "outputs")) from None

@@ -65,8 +65,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (batch-system cancel, walltime, pod deletion): unwind so clusters and spill go."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit code (2 for a PrivcubeError, 130 interrupted, 143 terminated).
+
+    SIGTERM is turned into an exception, like Ctrl-C, so that a cancelled job still closes the
+    LocalCluster it started and deletes its private spill folder (exact partial counts) on the way
+    out; a run stopped this way keeps its last checkpoint and continues with ``--resume``.
+    """
+    import signal
+    import threading
+
     args = build_parser().parse_args(argv)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return _dispatch(args)
     except PrivcubeError as e:
@@ -75,6 +98,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("privcube: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("privcube: terminated (SIGTERM); continue an interrupted run with --resume", file=sys.stderr)
+        return 143
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _dispatch(args: argparse.Namespace) -> int:

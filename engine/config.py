@@ -4,12 +4,18 @@ Top-level keys: ``data`` (``path``; ``schema`` for raw data or ``domain`` as a p
 ``{column: size}`` JSON or an inline mapping), ``domain`` (inline, for planning without data),
 ``mechanism`` (``name`` + parameters), ``workload``, ``privacy``, ``output``, ``cluster``,
 ``noise_sampler`` (``continuous``, the default, or ``discrete``: exact discrete Gaussian/Laplace).
-Relative paths are resolved against the config file's folder. Nothing here reads private data.
+``output``: ``labels`` (decoded label columns, default true), ``answers`` / ``zarr`` (a path or
+fsspec URL that receives a copy of the run's answers / tensor store, see
+``privcube.storage.outputs.publish_outputs``; the run directory itself is ``--out``).
+Relative paths -- data, schema, ``output.answers``/``output.zarr``, a local cluster's
+``local_directory``, ``scheduler_file`` and TLS files -- are resolved against the config file's
+folder. Nothing here reads private data.
 """
 from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,13 +134,19 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
         raise ConfigError("privacy is missing (epsilon, epsilon + delta, or rho)")
     budget = PrivacyBudget.from_config(raw["privacy"])
 
-    cluster = parse_cluster(raw)
+    cluster = parse_cluster(raw, base)
     output = raw.get("output") or {}
     if not isinstance(output, Mapping):
         raise ConfigError("output: expected a mapping")
     bad = set(output) - OUTPUT_KEYS
     if bad:
         raise ConfigError(f"output: unknown key(s) {sorted(bad)}; known: {sorted(OUTPUT_KEYS)}")
+    output = dict(output)
+    for key in ("answers", "zarr"):  # published copies of the run's answers / tensor store
+        if key in output:
+            if not isinstance(output[key], str) or not output[key].strip():
+                raise ConfigError(f"output.{key} must be a path or URL, got {output[key]!r}")
+            output[key] = _resolve_path(os.path.expanduser(output[key]), base)
     compress = data.get("compress", False)
     if not isinstance(compress, bool):
         raise ConfigError(f"data.compress must be true or false, got {compress!r}")
@@ -147,14 +159,31 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
                      noise_sampler=noise_sampler)
 
 
-def parse_cluster(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``cluster`` section as a mapping (a bare name means ``{type: name}``); keys are checked later."""
+def parse_cluster(raw: Mapping[str, Any], base: Path | None = None) -> dict[str, Any]:
+    """The ``cluster`` section as a mapping (a bare name means ``{type: name}``); keys are checked later.
+
+    With ``base`` (the config file's folder), paths read on this machine are resolved against it like
+    every other relative path of the config: ``local_directory`` of a ``local`` cluster,
+    ``scheduler_file`` and the ``security.tls`` files. Paths of remote clusters (kubernetes, slurm,
+    pbs) are left as written: they are read on other machines.
+    """
     cluster = raw.get("cluster") or {}
     if isinstance(cluster, str):
         cluster = {"type": cluster}
     if not isinstance(cluster, Mapping):
         raise ConfigError("cluster: expected a mapping such as {type: local}")
-    return dict(cluster)
+    cluster = copy.deepcopy(dict(cluster))
+    if base is None:
+        return cluster
+    local_keys = {"local": ("local_directory",), "scheduler-file": ("scheduler_file",)}
+    for key in local_keys.get(str(cluster.get("type", "none")), ()):
+        if isinstance(cluster.get(key), str):
+            cluster[key] = _resolve_path(os.path.expanduser(cluster[key]), base)
+    tls = cluster.get("security", {}).get("tls") if isinstance(cluster.get("security"), Mapping) else None
+    if isinstance(tls, Mapping):
+        cluster["security"] = {**cluster["security"], "tls": {
+            k: _resolve_path(os.path.expanduser(v), base) if isinstance(v, str) else v for k, v in tls.items()}}
+    return cluster
 
 
 def parse_noise_sampler(raw: Mapping[str, Any]) -> str:

@@ -4,10 +4,18 @@ Spec ``{"type": ..., **options}``:
 
 - ``none`` (also the default when spec is None): no client; dask's local threaded scheduler.
 - ``threads``: no client; options ``num_workers`` (threads) set in dask config inside the context.
-- ``local``: a ``distributed.LocalCluster`` with worker processes, sized to the machine by default;
-  options ``n_workers``, ``threads_per_worker``, ``memory_limit`` (per worker, bytes or "4GB"),
-  ``local_directory`` (spill directory), ``processes`` (default True), ``dashboard_address``
-  (default: a free port on 127.0.0.1).
+- ``local``: a ``distributed.LocalCluster`` with worker processes, sized to the machine by default
+  (``local_defaults``: one single-threaded worker per usable CPU, 80% of the memory available to
+  this process split over them); options ``n_workers``, ``threads_per_worker``, ``memory_limit``
+  (per worker, bytes or "4GB"), ``local_directory`` (parent of the spill folder, see below),
+  ``processes`` (default True), ``dashboard_address`` (default: a free port on 127.0.0.1).
+
+  Workers spill partial (exact, pre-noise) counts to disk under memory pressure. Every LocalCluster
+  started here therefore gets a private scratch folder ``privcube-dask-PID-XXXX`` (mode 0o700, made
+  by ``private_scratch_dir``) under ``local_directory`` or else dask's ``temporary-directory`` / the
+  system temp folder; the scheduler's and every worker's work, spill and log space live in it, and
+  it is deleted when the cluster closes, on errors too. A folder left behind by a killed driver is
+  removed by the next LocalCluster started under the same parent (it holds a lock while in use).
 - ``address``: ``Client(address)`` to an existing scheduler; option ``address``.
 - ``scheduler-file``: ``Client(scheduler_file=...)``; option ``scheduler_file``.
 - ``kubernetes``: a dask-kubernetes ``KubeCluster`` (``privcube.graphs.kubernetes``).
@@ -24,14 +32,19 @@ that is the Client, never the remote cluster).
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import psutil
-
 from privcube.errors import ConfigError
+
+SCRATCH_PREFIX = "privcube-dask-"
+_SCRATCH_LOCK = ".privcube-scratch.lock"
 
 _ALLOWED: dict[str, set[str]] = {
     "none": set(),
@@ -53,12 +66,91 @@ def _positive_int(spec_type: str, key: str, value: Any) -> int:
 
 
 def local_defaults(n_workers: int | None = None, threads_per_worker: int | None = None) -> dict[str, Any]:
-    """LocalCluster sizing for this machine: one thread per worker, 80% of RAM split over workers."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """LocalCluster sizing for this machine: one thread per worker, 80% of the memory split over workers.
+
+    CPUs and memory are what this process may use, not what the host has: dask's ``CPU_COUNT``
+    honours CPU affinity and cgroup CPU quotas, distributed's ``MEMORY_LIMIT`` the cgroup memory
+    limit and ``RLIMIT_RSS`` (so a container with 4 GiB gets workers sized to 4 GiB, not to the host).
+    """
+    from dask.system import CPU_COUNT
+    from distributed.system import MEMORY_LIMIT
+
     tpw = threads_per_worker or 1
-    nw = n_workers or max(1, cpus // tpw)
-    mem = int(psutil.virtual_memory().total * 0.8 / nw)
+    nw = n_workers or max(1, CPU_COUNT // tpw)
+    mem = int(MEMORY_LIMIT * 0.8 / nw)
     return {"n_workers": nw, "threads_per_worker": tpw, "memory_limit": mem}
+
+
+def private_scratch_dir(parent: str | os.PathLike[str] | None = None) -> tuple[str, Any]:
+    """Create an owner-only (0o700) scratch folder for one LocalCluster; returns (path, held lock).
+
+    ``parent`` defaults to dask's ``temporary-directory`` config or the system temp folder and is
+    created (0o700) if missing. The folder holds an exclusive ``flock`` on a lock file for as long as
+    the returned lock object stays open; folders under the same parent whose lock is free (their
+    driver was killed) are deleted first. Errors are ``ConfigError`` naming ``cluster.local_directory``.
+    """
+    import dask
+
+    base = Path(os.path.expanduser(os.fspath(parent))) if parent is not None else Path(
+        dask.config.get("temporary-directory", None) or tempfile.gettempdir())
+    try:
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _sweep_stale_scratch(base)
+        path = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=base)  # mode 0o700
+    except OSError as e:
+        raise ConfigError(f"cluster.local_directory {str(base)!r} cannot hold the private spill folder: "
+                          f"{e.strerror or e}") from None
+    os.chmod(path, 0o700)
+    lock = _hold_lock(Path(path))
+    return path, lock
+
+
+def _hold_lock(folder: Path) -> Any:
+    """Open the folder's lock file and take an exclusive flock (None where flock does not exist)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    # lock first, then give the file its name: a sweeper never sees an unlocked lock file of a live folder
+    staged = folder / f"{_SCRATCH_LOCK}.new"
+    fh = open(staged, "w")  # noqa: SIM115 - held open for the cluster's lifetime
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(staged, folder / _SCRATCH_LOCK)
+    except OSError:  # pragma: no cover - a brand-new folder cannot be locked by anyone else
+        fh.close()
+        return None
+    return fh
+
+
+def _sweep_stale_scratch(base: Path) -> None:
+    """Delete this user's scratch folders under ``base`` whose lock is free (left by a killed driver)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    for folder in base.glob(f"{SCRATCH_PREFIX}*"):
+        lock_path = folder / _SCRATCH_LOCK
+        try:
+            if folder.is_symlink() or folder.stat().st_uid != os.getuid() or not lock_path.is_file():
+                continue  # not ours, or still being created: leave it
+            with open(lock_path) as fh:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # in use by a running cluster
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def remove_scratch_dir(path: str | None, lock: Any) -> None:
+    """Delete a folder made by ``private_scratch_dir`` and release its lock (idempotent)."""
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
+    if lock is not None:
+        with contextlib.suppress(OSError):
+            lock.close()
 
 
 class ClusterHandle:
@@ -72,9 +164,20 @@ class ClusterHandle:
         self.allow_insecure = allow_insecure
         self.client: Any = None
         self.cluster: Any = None
+        self.scratch_dir: str | None = None  # private spill folder of a LocalCluster we started
+        self._scratch_lock: Any = None
         self._config_ctx: Any = None
 
     def __enter__(self) -> Any:
+        try:
+            return self._open()
+        except BaseException:
+            self.close()  # a failed start leaves no cluster, client or spill folder behind
+            raise
+
+    def _open(self) -> Any:
+        """Start or connect what the spec asks for; the Client, or None for in-process schedulers."""
+        import dask
         from distributed import Client, LocalCluster
 
         from privcube.graphs.security import check_address_security, client_kwargs, local_cluster_kwargs
@@ -84,8 +187,6 @@ class ClusterHandle:
         if t == "none":
             return None
         if t == "threads":
-            import dask
-
             cfg: dict[str, Any] = {"scheduler": "threads"}
             if "num_workers" in o:
                 cfg["num_workers"] = o["num_workers"]
@@ -96,14 +197,18 @@ class ClusterHandle:
             kw = local_defaults(o.get("n_workers"), o.get("threads_per_worker"))
             if "memory_limit" in o:
                 kw["memory_limit"] = o["memory_limit"]
-            if o.get("local_directory") is not None:
-                kw["local_directory"] = str(o["local_directory"])
+            self.scratch_dir, self._scratch_lock = private_scratch_dir(o.get("local_directory"))
+            kw["local_directory"] = self.scratch_dir
             kw["processes"] = bool(o.get("processes", True))
             # distributed reads dashboard_address=None as its default port (:8787 on every
             # interface); without an explicit address, serve it on a free loopback port instead.
             kw["dashboard_address"] = o.get("dashboard_address") or "127.0.0.1:0"
-            kw.update(local_cluster_kwargs(self.security))
-            self.cluster = LocalCluster(**kw)
+            # worker processes talk over TCP bound to loopback; processes=False without TLS uses
+            # distributed's in-process transport (inproc://), which takes no host at all
+            kw.update(local_cluster_kwargs(self.security, loopback=kw["processes"] or self.security is not None))
+            # the scheduler (created in this process) takes its work folder from the config
+            with dask.config.set({"temporary-directory": self.scratch_dir}):
+                self.cluster = LocalCluster(**kw)
             return self._connect(self.cluster, ckw)
         if t == "address":
             address = check_address_security(o["address"], self.security, self.allow_insecure)
@@ -117,7 +222,11 @@ class ClusterHandle:
         if t == "kubernetes":
             from privcube.graphs.kubernetes import kube_cluster_from_spec
 
+            if self.security is not None:
+                raise ConfigError("cluster.security.tls (kubernetes): TLS is not rendered into the operator's "
+                                  "pods yet; see privcube.graphs.kubernetes")
             self.cluster = kube_cluster_from_spec({"type": t, **o})
+            check_address_security(self.cluster.scheduler_address, None, self.allow_insecure)
             return self._connect(self.cluster, ckw)
         if t in ("slurm", "pbs"):
             from privcube.graphs.hpc import jobqueue_cluster_from_spec
@@ -145,11 +254,16 @@ class ClusterHandle:
             self._config_ctx.__exit__(None, None, None)
             self._config_ctx = None
         if self.client is not None:
-            self.client.close()
-            self.client = None
-        if self.cluster is not None:
-            self.cluster.close()
-            self.cluster = None
+            client, self.client = self.client, None
+            with contextlib.suppress(Exception):  # closing must go on to the cluster and spill folder
+                client.close()
+        try:
+            if self.cluster is not None:
+                cluster, self.cluster = self.cluster, None
+                cluster.close()
+        finally:
+            remove_scratch_dir(self.scratch_dir, self._scratch_lock)
+            self.scratch_dir = self._scratch_lock = None
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -178,7 +292,8 @@ def resolve_cluster(spec: Mapping[str, Any] | None, *, scheduler_address: str | 
     if spec_type == "kubernetes":
         from privcube.graphs.kubernetes import validate_kubernetes_spec
 
-        validate_kubernetes_spec({"type": spec_type, **spec})
+        validate_kubernetes_spec({"type": spec_type, **spec,
+                                  **({"security": sec_spec} if sec_spec is not None else {})})
     elif spec_type in ("slurm", "pbs"):
         from privcube.graphs.hpc import validate_hpc_spec
 

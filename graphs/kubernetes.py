@@ -16,7 +16,15 @@ Spec keys (``cluster.<key>``): ``image`` (required), ``name`` (default ``privcub
 ``env`` ({NAME: value} or a Kubernetes env list), ``worker_threads``, ``worker_memory_limit``,
 ``image_pull_policy``, ``image_pull_secrets``, ``service_account``, ``node_selector``,
 ``tolerations``, ``volumes``, ``volume_mounts``, ``idle_timeout``, ``scheduler_service_type``,
-``resource_timeout``, ``job`` ({config, out, args, resources}: the DaskJob runner).
+``resource_timeout``, ``job`` ({config, out, args, resources}: the DaskJob runner), and
+``allow_insecure`` / ``security: {allow_insecure}``.
+
+Transport: the operator's pods talk plain ``tcp://`` inside the cluster network (TLS certificates are
+not rendered into the pods yet, so ``security.tls`` is a ``ConfigError``). privcube refuses a plain
+non-loopback scheduler unless the config says ``allow_insecure: true``; rendering a DaskJob with its
+config therefore requires that key and ships it as the runner's ``cluster: {allow_insecure: true}``.
+From a laptop, ``KubeCluster``'s scheduler address is checked the same way (a port-forward to
+``localhost`` passes).
 """
 from __future__ import annotations
 
@@ -49,7 +57,7 @@ KUBERNETES_KEYS = frozenset({
     "type", "name", "image", "namespace", "n_workers", "resources", "scheduler_resources", "env",
     "worker_threads", "worker_memory_limit", "image_pull_policy", "image_pull_secrets",
     "service_account", "node_selector", "tolerations", "volumes", "volume_mounts", "idle_timeout",
-    "scheduler_service_type", "resource_timeout", "job",
+    "scheduler_service_type", "resource_timeout", "job", "security", "allow_insecure",
 })
 JOB_KEYS = frozenset({"config", "out", "args", "resources"})
 
@@ -85,6 +93,31 @@ class KubeSpec:
 
 
 # ------------------------------------------------------------------------------------- validation
+def _check_transport(spec: Mapping[str, Any]) -> None:
+    """``security``/``allow_insecure`` of a kubernetes cluster: TLS is not rendered into the pods yet."""
+    from privcube.graphs.security import allow_insecure_from_spec
+
+    allow = spec.get("allow_insecure", False)
+    if not isinstance(allow, bool):
+        raise _fail("allow_insecure", f"must be true or false, got {allow!r}")
+    sec = spec.get("security")
+    if isinstance(sec, str):
+        sec = {"tls": sec}
+    if sec is not None and not isinstance(sec, Mapping):
+        raise _fail("security", f"expected a mapping such as {{allow_insecure: true}}, got {sec!r}")
+    allow_insecure_from_spec(sec)  # type check of security.allow_insecure
+    if sec and sec.get("tls") not in (None, False):
+        raise _fail("security.tls", "TLS between the operator's scheduler, workers and runner pods is not "
+                                    "rendered yet; run on a network you trust (NetworkPolicy, an encrypting CNI "
+                                    "or a service mesh with mTLS) and set cluster.allow_insecure: true")
+
+
+def allows_insecure(spec: Mapping[str, Any]) -> bool:
+    """Whether the cluster section says ``allow_insecure: true`` (top level or under ``security``)."""
+    sec = spec.get("security")
+    return spec.get("allow_insecure") is True or (isinstance(sec, Mapping) and sec.get("allow_insecure") is True)
+
+
 def _fail(key: str, msg: str) -> ConfigError:
     """A ConfigError naming ``cluster.<key>``."""
     return ConfigError(f"cluster.{key} (kubernetes): {msg}")
@@ -196,6 +229,7 @@ def validate_kubernetes_spec(spec: Mapping[str, Any] | None) -> KubeSpec:
                           f"allowed: {sorted(KUBERNETES_KEYS)}")
     if "image" not in spec:
         raise _fail("image", "missing: the container image with privcube installed (see deploy/docker)")
+    _check_transport(spec)
     kw: dict[str, Any] = {"image": _str("image", spec["image"])}
     if "name" in spec:
         name = _str("name", spec["name"])
@@ -402,8 +436,16 @@ def render_kubernetes_manifests(spec: Mapping[str, Any], *, job_config: Mapping[
             raise _fail("job.config", f"must stay {DEFAULT_JOB_CONFIG!r} when the config is shipped "
                                       "as a ConfigMap")
         # The runner is pointed at its scheduler by --scheduler-address; the shipped config drops
-        # its cluster section so the pod can never try to start a cluster of its own.
+        # its cluster section so the pod can never try to start a cluster of its own. The runner
+        # reaches the scheduler at tcp://NAME-scheduler.NAMESPACE.svc, which privcube refuses as
+        # plain text off loopback unless the config allows it: that consent is shipped, and required.
+        if not allows_insecure(spec):
+            raise _fail("allow_insecure", "the DaskJob's pods talk plain tcp:// over the cluster network and "
+                                          "privcube refuses that by default; on a network you trust "
+                                          "(NetworkPolicy, an encrypting CNI or a service mesh with mTLS) set "
+                                          "cluster.allow_insecure: true")
         shipped = {k: v for k, v in dict(job_config).items() if k != "cluster"}
+        shipped["cluster"] = {"allow_insecure": True}
         config_map = f"{ks.name}-config"
         out.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(ks, config_map),
                     "data": {"config.yaml": yaml.safe_dump(shipped, sort_keys=False)}})

@@ -10,6 +10,11 @@ Layout (the contract users and checks rely on)::
     DIR/report.json     timings, sizes, expected errors
     DIR/.complete       written last: marks a finished run
 
+The config's ``output.answers`` / ``output.zarr`` (local paths or fsspec URLs) receive copies of
+``answers/`` and of ``store.zarr`` (without its checkpoints) once everything else is written and
+before the run is marked complete (``publish_outputs``); a destination that already holds something
+is refused before any data is read, unless the run replaces (``--overwrite``) or resumes its own.
+
 Everything in DIR is owner-only (folders 0o700, files 0o600): ``owner_only()`` sets the umask to
 0o077 while a run writes (zarr and Parquet writers create files with the process umask), and
 ``RunDirectory.restrict_permissions`` tightens anything left over before the run is marked complete.
@@ -170,6 +175,106 @@ class RunDirectory:
         for name, frame in tables.items():
             atomic_write_parquet(folder / f"{_safe(name)}.parquet", frame)
         return folder
+
+
+# ------------------------------------------------------------------------------- published copies
+PUBLISH_KEYS = ("answers", "zarr")  # output.<key> -> the run directory's folder it copies
+_PUBLISHED_FROM = {"answers": "answers", "zarr": "store.zarr"}
+_NOT_PUBLISHED = ("checkpoint",)  # store.zarr/checkpoint: resume state, stays in the run directory
+
+
+def publish_targets(output: Mapping[str, Any]) -> dict[str, str]:
+    """``output.answers`` / ``output.zarr`` destinations given in the config (local paths or fsspec URLs)."""
+    targets = {}
+    for key in PUBLISH_KEYS:
+        value = output.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, (str, os.PathLike)) or not str(value):
+            raise RunDirectoryError(f"output.{key} must be a path or URL, got {value!r}")
+        targets[key] = os.fspath(value)
+    return targets
+
+
+def _fs(target: str) -> tuple[Any, str]:
+    import fsspec
+
+    return fsspec.core.url_to_fs(target)
+
+
+def check_publish_targets(output: Mapping[str, Any], *, replace: bool) -> None:
+    """Refuse (before any data is read) a destination that already holds something, unless ``replace``."""
+    for key, target in publish_targets(output).items():
+        try:
+            fs, path = _fs(target)
+            taken = fs.exists(path) and (not fs.isdir(path) or bool(fs.ls(path)))
+        except (OSError, ValueError, ImportError) as e:
+            raise RunDirectoryError(f"output.{key} {target!r} cannot be checked: {e}") from None
+        if taken and not replace:
+            raise RunDirectoryError(f"output.{key} {target!r} already exists; choose another location "
+                                    "(or pass --overwrite)")
+
+
+def publish_outputs(run_dir: Path, output: Mapping[str, Any]) -> dict[str, str]:
+    """Copy a run's noisy answers (``answers/``) and tensor store (``store.zarr`` without its checkpoints)
+    to ``output.answers`` / ``output.zarr``; returns {key: destination}.
+
+    Local destinations are assembled beside the target and renamed into place (a reader sees the old
+    copy or the new one); fsspec URLs (``s3://``, ``gs://``, ...) are uploaded after removing what was
+    there. Exact counts are never in the run directory, so they are never in a published copy.
+    """
+    done = {}
+    for key, target in publish_targets(output).items():
+        try:
+            _publish_one(run_dir / _PUBLISHED_FROM[key], target)
+        except Exception as e:  # noqa: BLE001 - fsspec backends raise their own types
+            reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+            raise RunDirectoryError(f"cannot publish output.{key} to {target!r}: {reason}; the run is not marked "
+                                    "complete (fix the cause, then rerun with --resume)") from None
+        done[key] = target
+    return done
+
+
+def _publish_one(source: Path, target: str) -> None:
+    """Copy one folder of the run directory to a local path or an fsspec URL (nothing if it is absent)."""
+    import tempfile
+
+    from fsspec.implementations.local import LocalFileSystem
+
+    if not source.exists():
+        return
+    fs, path = _fs(target)
+    if isinstance(fs, LocalFileSystem):
+        _publish_local(source, Path(path))
+        return
+    staging = Path(tempfile.mkdtemp(prefix="privcube-publish-"))  # 0o700
+    try:
+        _copy_tree(source, staging / "copy")
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+        fs.put(str(staging / "copy"), path, recursive=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _copy_tree(source: Path, dest: Path) -> None:
+    shutil.copytree(source, dest, ignore=lambda d, names: [n for n in names if n in _NOT_PUBLISHED
+                                                             and Path(d) == source])
+
+
+def _publish_local(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.with_name(f".{target.name}.publish-{os.getpid()}")
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    shutil.rmtree(staged, ignore_errors=True)
+    try:
+        _copy_tree(source, staged)
+        if target.exists():
+            os.replace(target, old)
+        os.replace(staged, target)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def answer_frame(ans: Any, domain: Any, schema: Any = None) -> pd.DataFrame:

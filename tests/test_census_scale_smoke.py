@@ -4,6 +4,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "census_scale.py"
 
 
@@ -14,6 +16,7 @@ def _load():
     return mod
 
 
+@pytest.mark.slow  # about 45 s on 2 shared cores: three LocalCluster sessions and five stage processes
 def test_census_scale_smoke(tmp_path, capsys):
     mod = _load()
     report = mod.main(["--rows", "20000", "--attributes", "8", "--out-dir", str(tmp_path), "--workers", "1",

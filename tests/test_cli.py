@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -177,6 +178,7 @@ def test_run_missing_column_writes_nothing(tmp_path, small_data):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # about 45 s on 2 shared cores: two demos, each on its own LocalCluster
 def test_demo_runs_on_a_local_cluster(tmp_path):
     r = cli("demo", "--out", str(tmp_path / "demo"), "--rows", "20000", "--workers", "2", "--quiet", timeout=600)
     assert r.returncode == 0, r.stderr
@@ -216,3 +218,68 @@ def test_every_mechanism_runs_through_the_cli(tmp_path, small_data, mechanism, w
         p = cli("plan", str(cfg), "--json")
         assert p.returncode == 0, p.stderr
         assert json.loads(p.stdout)["mechanism"] == mechanism["name"]
+
+
+def test_cluster_flags_override_the_config_file(tmp_path, small_data, monkeypatch):
+    """--workers / --scheduler-address / --scheduler-file reach the cluster resolver and beat the file's section.
+
+    The cluster is not started: the handle records what it was asked for and lets the job run on dask's
+    in-process scheduler, so this checks the CLI -> api.run -> resolve_cluster plumbing quickly.
+    """
+    from privcube.cli import main
+    from privcube.graphs.cluster import ClusterHandle
+
+    parts, dom, _ = small_data
+    cfg = write_config(tmp_path / "job.yaml", parts, dom,
+                       cluster={"type": "local", "n_workers": 64, "memory_limit": "1GiB", "allow_insecure": True})
+    asked: list[tuple[str, dict]] = []
+
+    def record(self):  # noqa: ANN001, ANN202
+        asked.append((self.type, dict(self.options), self.allow_insecure))
+
+    monkeypatch.setattr(ClusterHandle, "__enter__", record)
+    runs = {
+        "workers": ["--workers", "2"],
+        "address": ["--scheduler-address", "tcp://10.9.8.7:8786"],
+        "file": ["--scheduler-file", str(tmp_path / "sched.json")],
+    }
+    for name, flags in runs.items():
+        assert main(["run", str(cfg), "--out", str(tmp_path / name), "--seed", "1", "--quiet", *flags]) == 0
+        assert (tmp_path / name / ".complete").exists()
+    assert asked == [
+        ("local", {"n_workers": 2, "memory_limit": "1GiB"}, True),
+        ("address", {"address": "tcp://10.9.8.7:8786"}, True),  # the file's allow_insecure still applies
+        ("scheduler-file", {"scheduler_file": str(tmp_path / "sched.json")}, True),
+    ]
+    assert main(["run", str(cfg), "--out", str(tmp_path / "none"), "--seed", "1", "--quiet"]) == 0
+    assert asked[-1][:2] == ("local", {"n_workers": 64, "memory_limit": "1GiB"})  # no flag: the file decides
+
+
+@pytest.mark.parametrize("workers", [None, 2], ids=["threads", "local-cluster"])
+def test_data_error_names_the_value_but_no_count(tmp_path, workers):
+    """An out-of-domain value found on a worker: the one-line error (and every worker log line, which reaches
+    the CLI's stderr on a LocalCluster) names column and value but no count: not the rows, not a cell's
+    count, not a partition's size."""
+    rng = np.random.default_rng(23)
+    total, planted = 5003, 1237  # distinctive: the 0-way marginal and the count of cell (a=1, b=2)
+    rest = pd.DataFrame({"a": rng.choice([0, 2], total - planted), "b": rng.integers(0, 4, total - planted)})
+    frame = pd.concat([rest, pd.DataFrame({"a": [1] * planted, "b": [2] * planted})], ignore_index=True)
+    frame = frame.sample(frac=1.0, random_state=1).reset_index(drop=True)
+    frame.loc[4000, "b"] = 77  # out of the domain [0, 4)
+    (tmp_path / "parts").mkdir()
+    sizes = [len(x) for x in np.array_split(np.arange(total), 3)]
+    for i, idx in enumerate(np.array_split(np.arange(total), 3)):
+        frame.iloc[idx].to_parquet(tmp_path / "parts" / f"p{i}.parquet", index=False)
+    dom = tmp_path / "domain.json"
+    dom.write_text(json.dumps({"a": 3, "b": 4}))
+    cfg = write_config(tmp_path / "job.yaml", tmp_path / "parts", dom, workload=[{"kway": 2}])
+    flags = ["--workers", str(workers)] if workers else []
+    r = cli("run", str(cfg), "--out", str(tmp_path / "run"), "--seed", "3", *flags)
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("privcube: error:") and "'b'" in last and "77" in last
+    counts = {total, planted, total - planted, *sizes}
+    text = re.sub(r"line \d+", "", r.stdout + r.stderr)  # traceback line numbers are not data
+    numbers = {int(n) for n in re.findall(r"(?<![\w.])\d+(?![\w.])", text)}
+    assert not (numbers & counts), sorted(numbers & counts)
+    assert not (tmp_path / "run").exists()

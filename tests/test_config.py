@@ -75,3 +75,22 @@ def test_missing_config_file(tmp_path):
 def test_pure_epsilon_budget():
     cfg = load_config(base(privacy={"epsilon": 2.0}), need_data=False)
     assert cfg.budget.pure and cfg.budget.epsilon == 2.0 and cfg.budget.delta == 0.0
+
+
+def test_cluster_paths_resolve_against_the_config_folder(tmp_path):
+    """local_directory, scheduler_file and TLS files are read here: relative to the config like data paths;
+    remote clusters' paths are kept as written."""
+    (tmp_path / "dom.json").write_text(json.dumps({"x": 2}))
+    body = "data: {path: d.parquet, domain: dom.json}\nmechanism: residual-planner\nworkload: [{kway: 1}]\n" \
+           "privacy: {rho: 0.5}\n"
+    (tmp_path / "a.yaml").write_text(body + "cluster: {type: local, local_directory: spill, n_workers: 1}\n")
+    assert load_config(tmp_path / "a.yaml").cluster == {"type": "local", "local_directory": str(tmp_path / "spill"),
+                                                        "n_workers": 1}
+    (tmp_path / "b.yaml").write_text(body + "cluster: {type: scheduler-file, scheduler_file: run/s.json,\n"
+                                            "  security: {tls: {ca_file: ca.pem, cert: /abs/c.pem, key: k.pem}}}\n")
+    c = load_config(tmp_path / "b.yaml").cluster
+    assert c["scheduler_file"] == str(tmp_path / "run" / "s.json")
+    assert c["security"]["tls"] == {"ca_file": str(tmp_path / "ca.pem"), "cert": "/abs/c.pem",
+                                    "key": str(tmp_path / "k.pem")}
+    (tmp_path / "c.yaml").write_text(body + "cluster: {type: slurm, cores: 2, memory: 4GB, local_directory: scratch}\n")
+    assert load_config(tmp_path / "c.yaml").cluster["local_directory"] == "scratch"

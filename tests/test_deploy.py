@@ -44,7 +44,7 @@ SPEC: dict[str, Any] = {
     "volume_mounts": [{"name": "data", "mountPath": "/data"}],
     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "dask", "effect": "NoSchedule"}],
     "node_selector": {"pool": "dask"}, "image_pull_secrets": ["regcred"], "service_account": "privcube",
-    "job": {"out": "/data/runs/r1", "args": ["--seed", "7"]},
+    "job": {"out": "/data/runs/r1", "args": ["--seed", "7"]}, "allow_insecure": True,
 }
 SLURM: dict[str, Any] = {
     "type": "slurm", "queue": "normal", "account": "proj42", "cores": 8, "memory": "32GB", "processes": 2,
@@ -227,13 +227,75 @@ def test_config_map_ships_config_without_cluster_and_is_mounted():
     cm, _, job = render_kubernetes_manifests(SPEC, job_config=job_config)
     assert cm["apiVersion"] == "v1" and cm["kind"] == "ConfigMap" and cm["metadata"]["name"] == "dp-job-config"
     shipped = yaml.safe_load(cm["data"]["config.yaml"])
-    assert shipped == {"data": {"path": "/data/x"}, "mechanism": "residual-planner"}
+    assert shipped == {"data": {"path": "/data/x"}, "mechanism": "residual-planner",
+                       "cluster": {"allow_insecure": True}}
     pod = job["spec"]["job"]["spec"]
     assert {"name": "privcube-config", "configMap": {"name": "dp-job-config"}} in pod["volumes"]
     mount = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "privcube-config"]
     assert mount == [{"name": "privcube-config", "mountPath": "/etc/privcube", "readOnly": True}]
     with pytest.raises(ConfigError, match=r"cluster\.job\.config"):
         render_kubernetes_manifests({**SPEC, "job": {"config": "/elsewhere.yaml"}}, job_config=job_config)
+
+
+def test_daskjob_runner_accepts_its_in_cluster_scheduler_only_with_consent():
+    """The runner's --scheduler-address is tcp://NAME-scheduler.NS.svc...: privcube refuses plain text off
+    loopback, so rendering a DaskJob with its config needs allow_insecure and ships it to the runner."""
+    from privcube.config import parse_cluster
+    from privcube.graphs.cluster import resolve_cluster
+
+    raw = yaml.safe_load((K8S / "privcube-job.yaml").read_text())
+    cm = render_kubernetes_manifests(raw["cluster"], job_config=raw, kinds=["DaskJob"])[0]
+    shipped = parse_cluster(yaml.safe_load(cm["data"]["config.yaml"]))  # as privcube run reads it
+    address = "tcp://privcube-scheduler.privcube.svc.cluster.local:8786"  # what the operator injects
+    handle = resolve_cluster(shipped, scheduler_address=address)
+    assert handle.type == "address" and handle.allow_insecure is True
+    from privcube.graphs.security import check_address_security
+
+    assert check_address_security(address, handle.security, handle.allow_insecure) == address
+    with pytest.raises(ConfigError, match="allow_insecure"):  # what the runner would hit without consent
+        check_address_security(address, None, False)
+
+    no_consent = {k: v for k, v in raw["cluster"].items() if k != "allow_insecure"}
+    with pytest.raises(ConfigError, match=r"cluster\.allow_insecure"):
+        render_kubernetes_manifests(no_consent, job_config=raw, kinds=["DaskJob"])
+    assert render_kubernetes_manifests(no_consent, kinds=["DaskCluster"])  # no runner: nothing to consent to
+    # consent may also sit under security:, as for the other cluster types
+    nested = {**no_consent, "security": {"allow_insecure": True}}
+    assert render_kubernetes_manifests(nested, job_config=raw, kinds=["DaskJob"])[0] == cm
+
+
+def test_kubernetes_tls_is_refused_not_ignored():
+    with pytest.raises(ConfigError, match=r"cluster\.security\.tls"):
+        validate_kubernetes_spec({**SPEC, "security": {"tls": "auto"}})
+    with pytest.raises(ConfigError, match=r"security\.tls"):
+        from privcube.graphs.cluster import resolve_cluster
+
+        resolve_cluster({**SPEC, "security": "auto"})
+    with pytest.raises(ConfigError, match="allow_insecure"):
+        validate_kubernetes_spec({**SPEC, "allow_insecure": "yes"})
+
+
+def test_kube_cluster_scheduler_address_is_security_checked(monkeypatch):
+    """From a laptop, KubeCluster's address is checked like any other: a port-forward to localhost passes,
+    a plain LoadBalancer address needs allow_insecure; a refused cluster is closed again."""
+    from privcube.graphs import kubernetes as k8s
+    from privcube.graphs.cluster import resolve_cluster
+
+    closed: list[str] = []
+
+    class FakeKubeCluster:
+        def __init__(self, address: str) -> None:
+            self.scheduler_address = address
+
+        def close(self) -> None:
+            closed.append(self.scheduler_address)
+
+    monkeypatch.setattr(k8s, "kube_cluster_from_spec", lambda spec: FakeKubeCluster("tcp://203.0.113.7:8786"))
+    spec = {k: v for k, v in SPEC.items() if k != "allow_insecure"}
+    handle = resolve_cluster(spec)
+    with pytest.raises(ConfigError, match="203.0.113.7"), handle:
+        pass
+    assert closed == ["tcp://203.0.113.7:8786"] and handle.cluster is None
 
 
 def test_static_kubernetes_files_are_the_rendered_example(crds):
@@ -309,7 +371,12 @@ def test_kube_cluster_from_spec_hands_our_spec_to_kubecluster(monkeypatch):
     from dask_kubernetes.operator.kubecluster.kubecluster import make_cluster_spec
 
     upstream = make_cluster_spec(name="x", image="img")
-    assert upstream["spec"]["scheduler"]["spec"]["containers"][0]["args"][0] == "dask-scheduler"  # why we override
+    emitted = {upstream["spec"][part]["spec"]["containers"][0]["args"][0] for part in ("scheduler", "worker")}
+    assert emitted == {"dask-scheduler", "dask-worker"}  # why we override: the installed distributed lacks them
+    from importlib.metadata import entry_points
+
+    installed = {e.name for e in entry_points(group="console_scripts")}
+    assert not emitted & installed and shutil.which("dask-scheduler") is None and "dask" in installed
 
     seen: list[dict[str, Any]] = []
 
@@ -357,6 +424,44 @@ def test_kube_cluster_on_a_real_cluster():
 
 
 # ------------------------------------------------------------------------------------ docker/compose
+@pytest.mark.cluster
+def test_compose_job_on_real_docker(tmp_path):
+    """Needs Docker with compose and PRIVCUBE_TEST_DOCKER=1: builds the image, runs scheduler, 2 workers and
+    the runner on a small job, and checks the run directory. Not runnable in the project's CI sandbox."""
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    if os.environ.get("PRIVCUBE_TEST_DOCKER") != "1" or not shutil.which("docker"):
+        pytest.skip("set PRIVCUBE_TEST_DOCKER=1 on a machine with docker and docker compose")
+    job = tmp_path / "job"
+    (job / "data").mkdir(parents=True)
+    (job / "out").mkdir()
+    rng = np.random.default_rng(2)
+    pd.DataFrame({"a": rng.integers(0, 3, 2000), "b": rng.integers(0, 4, 2000)}).to_parquet(
+        job / "data" / "part-0.parquet", index=False)
+    (job / "domain.json").write_text(json.dumps({"a": 3, "b": 4}))
+    (job / "config.yaml").write_text(yaml.safe_dump({
+        "data": {"path": "data", "domain": "domain.json"}, "mechanism": {"name": "residual-planner"},
+        "workload": [{"kway": 2}], "privacy": {"epsilon": 1.0, "delta": 1e-6},
+        "cluster": {"allow_insecure": True}}))  # tcp://scheduler:8786 on the compose bridge network
+    os.chmod(job, 0o777)
+    os.chmod(job / "out", 0o777)  # the containers run as uid 1000
+    env = {**os.environ, "PRIVCUBE_JOB_DIR": str(job), "PRIVCUBE_WORKERS": "2", "PRIVCUBE_RUN": "r1",
+           "PRIVCUBE_UID": "1000", "PRIVCUBE_GID": "1000"}
+    compose = ["docker", "compose", "-p", f"privcube-test-{os.getpid()}", "-f", str(DOCKER / "compose.yaml")]
+    try:
+        r = subprocess.run([*compose, "up", "--build", "--abort-on-container-exit", "--exit-code-from", "runner"],
+                           env=env, capture_output=True, text=True, timeout=1800)
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    finally:
+        subprocess.run([*compose, "down", "--volumes"], env=env, capture_output=True, timeout=300)
+    out = job / "out" / "r1"
+    assert (out / ".complete").exists() and (out / "answers" / "index.json").exists()
+    assert json.loads((out / "ledger.json").read_text())["spent"]["rho"] > 0
+
+
 def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
     out, buf = [], ""
@@ -589,6 +694,10 @@ def test_sbatch_runner_script():
     assert '-m dask worker --scheduler-file "$SCHED_FILE"' in text
     assert re.search(r'-m privcube run "\$CONFIG" --out "\$OUT" --scheduler-file "\$SCHED_FILE"', text)
     assert "srun" in text and "wait_for_workers" in text and "trap stop_all EXIT" in text
+    # spill space is job-private and owner-only, and removed on every node at exit
+    assert re.search(r"^umask 077$", text, re.M)
+    assert 'LOCAL_DIR=${PRIVCUBE_LOCAL_DIR:-${TMPDIR:-/tmp}}/privcube-$JOB_ID' in text
+    assert '--local-directory "$LOCAL_DIR"' in text and 'rm -rf "$LOCAL_DIR"' in text
     assert not re.search(r"\bdask-(worker|scheduler)\b", text)
     r = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "usage" in r.stderr

@@ -75,3 +75,74 @@ def test_answer_frame_rejects_wrong_size():
     g = group(dom, ["a", "b"])
     with pytest.raises(ValueError, match="5 estimates for 6 cells"):
         answer_frame(GroupAnswer(g, np.zeros(5)), dom)
+
+
+def _published_job(folder, output):  # noqa: ANN001, ANN202
+    """A small AIM+GReM job (it checkpoints into store.zarr) with the given output section."""
+    import yaml
+
+    rng = np.random.default_rng(4)
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"a": rng.integers(0, 3, 2000), "b": rng.integers(0, 4, 2000), "c": rng.integers(0, 2, 2000)}
+                 ).to_parquet(folder / "data" / "p.parquet", index=False)
+    cfg = {"data": {"path": "data", "domain": {"a": 3, "b": 4, "c": 2}}, "mechanism": {"name": "aim-grem"},
+           "workload": [{"kway": 2}], "privacy": {"epsilon": 1.0, "delta": 1e-6}, "cluster": "threads",
+           "output": output}
+    (folder / "job.yaml").write_text(yaml.safe_dump(cfg))
+    return folder / "job.yaml"
+
+
+def test_output_answers_and_zarr_receive_published_copies(tmp_path):
+    """output.answers / output.zarr (relative to the config) get the run's answers and tensors, without the
+    checkpoints; an occupied destination is refused before any data is read unless --overwrite."""
+    from privcube import api
+    from privcube.storage.zarr_store import TensorStore
+
+    cfg = _published_job(tmp_path, {"answers": "pub/answers", "zarr": "pub/store.zarr"})
+    out = tmp_path / "run"
+    api.run(cfg, out, seed=1, quiet=True)
+    pub = tmp_path / "pub"
+    assert (out / "store.zarr" / "checkpoint").is_dir()  # the run itself keeps its resume state
+    assert sorted(p.name for p in (pub / "answers").iterdir()) == sorted(p.name for p in (out / "answers").iterdir())
+    for f in (out / "answers").iterdir():
+        assert (pub / "answers" / f.name).read_bytes() == f.read_bytes()
+    assert not (pub / "store.zarr" / "checkpoint").exists()
+    got, ref = TensorStore(pub / "store.zarr", mode="r"), TensorStore(out / "store.zarr", mode="r")
+    names = [n for n in ref.names() if not n.startswith("checkpoint")]
+    assert names and sorted(got.names()) == sorted(names)
+    for n in names:
+        assert np.array_equal(got.read(n), ref.read(n))
+    assert not [p for p in pub.iterdir() if p.name.startswith(".")]  # no staging folders left
+
+    with pytest.raises(RunDirectoryError, match=r"output\.answers .* already exists"):
+        api.run(cfg, tmp_path / "run2", seed=1, quiet=True)
+    assert not (tmp_path / "run2").exists()  # refused before anything was measured or written
+    (pub / "answers" / "marker").write_text("old")
+    api.run(cfg, tmp_path / "run2", seed=2, quiet=True, overwrite=True)
+    assert not (pub / "answers" / "marker").exists() and (pub / "answers" / "index.json").exists()
+
+
+def test_output_answers_to_an_fsspec_url(tmp_path):
+    import fsspec
+
+    from privcube import api
+
+    url = f"memory://privcube-test-{os.getpid()}/answers"
+    cfg = _published_job(tmp_path, {"answers": url})
+    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        api.run(cfg, tmp_path / "run", seed=1, quiet=True)
+        index = json.loads(fs.cat(f"{path}/index.json"))
+        assert index == json.loads((tmp_path / "run" / "answers" / "index.json").read_text())
+        assert len(fs.ls(path)) == len(list((tmp_path / "run" / "answers").iterdir()))
+    finally:
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+
+
+def test_bad_output_destination_is_a_config_error(tmp_path):
+    from privcube.config import load_config
+    from privcube.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"output\.zarr"):
+        load_config(_published_job(tmp_path, {"zarr": ["not", "a", "path"]}))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -122,7 +123,13 @@ def test_cli_run_through_scheduler_file(dataset, scheduler_file, tmp_path):
     before = _executed(scheduler_file)
     assert len(before) == 2
     out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "privcube", "run", str(folder / "job.yaml"), "--out", str(out),
+    # the config names another cluster (nothing listens there): the --scheduler-file flag overrides it
+    job = yaml.safe_load((folder / "job.yaml").read_text())
+    job["cluster"] = {"type": "address", "address": "tcp://127.0.0.1:9"}
+    job["data"] = {"path": str(folder / "parts"), "domain": str(folder / "domain.json")}
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(job))
+    r = subprocess.run([sys.executable, "-m", "privcube", "run", str(config), "--out", str(out),
                         "--scheduler-file", str(scheduler_file), "--seed", "5", "--quiet"],
                        capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, f"privcube run failed:\n{r.stdout}\n{r.stderr}"
@@ -173,3 +180,5 @@ def test_sbatch_runner_script_local_mode(dataset, tmp_path):
     assert (out / "ledger.json").exists() and (out / "answers" / "index.json").exists()
     assert (out / "report.json").exists()
     assert not list((tmp_path / "shared").glob("scheduler-*.json"))  # cleaned up on exit
+    assert (tmp_path / "spill").is_dir() and not list((tmp_path / "spill").iterdir())  # spill space removed
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700  # umask 077 in the script, on top of privcube's own

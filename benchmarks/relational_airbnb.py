@@ -2,9 +2,10 @@
 
     python benchmarks/relational_airbnb.py [--eps-rel 0.1 0.5 1 2 10] [--paper] [--param KEY=JSON ...] [--seed 0]
 
-Reads ../shared/data/airbnb (relative to the project root), encodes both tables with the explicit public
-schema below (categories and bins fixed here, never read off the data), truncates parents to d_max
-children, and prints the average % L1 cross-table 3-way marginal error (the paper's metric) for each
+Reads ../shared/data/airbnb (relative to the project root) through the shipped job config
+benchmarks/configs/airbnb/relational.yaml, encodes both tables with its explicit public schemas
+(users.schema.yaml, sessions.schema.yaml: categories and bins fixed by hand, never read off the data),
+truncates parents to d_max children, and prints the average % L1 cross-table 3-way marginal error (the paper's metric) for each
 ε_rel with the mechanism's default parameters, against two baselines on the same synthetic tables:
 uniformly random links (the algorithm's data-independent start) and the real links transplanted onto the
 synthetic tables (the error floor of the tables alone). All errors are NON-private diagnostics.
@@ -20,34 +21,41 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "airbnb"
-
-USERS = {
-    "gender": {"values": ["-unknown-", "FEMALE", "MALE"]},  # OTHER/missing -> extra code
-    "age": {"bins": [0, 18, 25, 30, 35, 45, 55, 65, 120]},  # missing/implausible -> extra code
-    "signup_method": {"values": ["basic", "facebook"]},
-    "signup_app": {"values": ["Web", "iOS", "Moweb", "Android"]},
-    "first_device_type": {"values": ["Mac Desktop", "Windows Desktop", "iPhone", "iPad", "Other/Unknown"]},
-    "affiliate_channel": {"values": ["direct", "sem-brand", "sem-non-brand", "other", "api", "seo"]},
-    "country_destination": {"values": ["NDF", "US", "other", "FR", "IT", "GB", "ES", "CA"]},
-}
-SESSIONS = {
-    "action_type": {"values": ["view", "data", "click", "-unknown-", "submit", "message_post", "booking_request"]},
-    "device_type": {"values": ["Mac Desktop", "Windows Desktop", "iPhone", "iPad Tablet", "-unknown-",
-                               "Android App Unknown Phone/Tablet", "Android Phone"]},
-    "secs_elapsed": {"bins": [0, 10, 60, 300, 1800, 10800, 86400, 1e8]},
-}
+CONFIG = ROOT / "benchmarks" / "configs" / "airbnb" / "relational.yaml"
 
 
-def load(root: Path = DATA) -> dict:
-    """Both tables encoded, with their Domains, and the FK links spec."""
-    from privcube.storage.relational_data import encode_columns, read_table
+def load_job(config: Path = CONFIG, sample_users: int | None = None, folder: Path | None = None) -> object:
+    """The shipped relational job (schemas with explicit bins); ``sample_users`` keeps the first n users
+    and their sessions, written as CSV to ``folder`` (the config then points there)."""
+    from privcube.config import read_config_file
+    from privcube.relational_config import load_relational_config
 
-    users = read_table(root / "users.csv")
-    sessions = read_table(root / "sessions.csv")
-    u, udom = encode_columns(users, USERS, "users")
-    s, sdom = encode_columns(sessions, SESSIONS, "sessions")
-    return {"tables": {"sessions": (s[["user_id", *sdom.attributes]], sdom), "users": (u[["id", *udom.attributes]], udom)},
-            "links": {"from": "sessions.user_id", "to": "users.id", "child_key": "session_id"}}
+    raw, base = read_config_file(config)
+    if sample_users is not None:
+        import pandas as pd
+
+        if folder is None:
+            raise ValueError("load_job: sample_users needs a folder for the sample files")
+        job = load_relational_config(raw, base)
+        users = pd.read_csv(job.tables["users"].path, dtype=str, keep_default_na=False, na_values=[""])
+        sessions = pd.read_csv(job.tables["sessions"].path, dtype=str, keep_default_na=False, na_values=[""])
+        users = users.iloc[:sample_users]
+        sessions = sessions[sessions["user_id"].isin(set(users["id"]))]
+        users.to_csv(folder / "users.csv", index=False)
+        sessions.to_csv(folder / "sessions.csv", index=False)
+        for t in ("users", "sessions"):
+            raw["data"]["tables"][t]["path"] = str(folder / f"{t}.csv")
+            raw["data"]["tables"][t]["schema"] = str(Path(base) / raw["data"]["tables"][t]["schema"])
+    return load_relational_config(raw, base)
+
+
+def load(config: Path = CONFIG) -> dict:
+    """Both tables encoded by the shipped schemas (benchmarks/configs/airbnb), with their Domains, and the
+    FK links spec, in the shape ``run_relational`` takes."""
+    from privcube.relational_job import read_inputs
+
+    tables, links = read_inputs(load_job(config))
+    return {"tables": tables, "links": links}
 
 
 def real_links_floor(ds: dict, res, d_max: int, rng: np.random.Generator) -> float:
@@ -98,12 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--eps-rel", type=float, nargs="+", default=[0.1, 0.5, 1.0, 2.0, 10.0])
     ap.add_argument("--eps-table", type=float, default=1.0)
-    ap.add_argument("--d-max", type=int, default=50)
+    ap.add_argument("--d-max", type=int, default=None, help="default: the shipped config's d_max (50)")
     ap.add_argument("--paper", action="store_true",
                     help="the paper's schedule: T·K k-way measurements, no noise-aware selection, no shrinkage")
     ap.add_argument("--param", action="append", default=[], metavar="KEY=JSON",
                     help="override a mechanism parameter, e.g. --param iterations=20")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sample-users", type=int, default=None, metavar="N",
+                    help="a quick run on the first N users and their sessions (written to a temporary folder)")
     a = ap.parse_args(argv)
     if not DATA.exists():
         print(f"skip: {DATA} not found", file=sys.stderr)
@@ -113,7 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     from privcube.mechanisms.relational.mechanism import run_relational
     from privcube.privacy.noise import NoiseSource
 
-    ds = load()
+    import tempfile
+
+    tmp = tempfile.TemporaryDirectory(prefix="airbnb-sample-")
+    job = load_job(sample_users=a.sample_users, folder=Path(tmp.name))
+    from privcube.relational_job import read_inputs
+
+    tables, links = read_inputs(job)
+    ds = {"tables": tables, "links": links}
+    d_max = int(a.d_max if a.d_max is not None else job.params.get("d_max", 50))
     extra = {}
     if a.paper:
         extra.update({"candidate_orders": "k", "max_noise": None, "noise_penalty": False, "shrinkage": False})
@@ -121,12 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         k, v = kv.split("=", 1)
         extra[k] = json.loads(v)
     print(f"users {len(ds['tables']['users'][0])} × {len(ds['tables']['users'][1])} attrs, "
-          f"sessions {len(ds['tables']['sessions'][0])} × {len(ds['tables']['sessions'][1])} attrs, d_max {a.d_max}, "
+          f"sessions {len(ds['tables']['sessions'][0])} × {len(ds['tables']['sessions'][1])} attrs, d_max {d_max}, "
           f"table eps {a.eps_table}, params: defaults{' + ' + json.dumps(extra) if extra else ''}")
     print("average % L1 error over all cross-table 3-way marginals (NON-private evaluation)")
     print(f"{'eps_rel':>8} {'learned':>8} {'random':>8} {'real':>8} {'l/rand':>7} {'meas.':>6} {'seconds':>8}")
     for eps in a.eps_rel:
-        params = {"evaluate_nonprivate": True, "d_max": a.d_max, "truncate": True, **extra}
+        params = {**job.params, "evaluate_nonprivate": True, "d_max": d_max, "truncate": True, **extra}
         budgets = {"tables": {"users": {"epsilon": a.eps_table, "delta": 1e-6},
                               "sessions": {"epsilon": a.eps_table, "delta": 1e-6}},
                    "links": {"epsilon": eps, "delta": 1e-6}}
@@ -135,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         dt = time.perf_counter() - t0
         ev = res.report["nonprivate_evaluation"]
         e, r = ev["average_cross_error_pct"], ev["initial_random_links_error_pct"]
-        floor = real_links_floor(ds, res, a.d_max, np.random.default_rng(a.seed))
+        floor = real_links_floor(ds, res, d_max, np.random.default_rng(a.seed))
         print(f"{eps:8.2f} {e:8.2f} {r:8.2f} {floor:8.2f} {e / r:7.3f} {res.report['privacy']['selections']:6d} "
               f"{dt:8.1f}", flush=True)
         np.testing.assert_equal(len(res.links), len(res.tables["sessions"]))

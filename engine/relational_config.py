@@ -1,4 +1,5 @@
-"""Config of a relational job (mechanism ``relational``): two tables, their links, budgets, cluster.
+"""Config of a relational job (mechanism ``relational``): two tables (or one self-linked table), their links,
+budgets, cluster.
 
 ```yaml
 data:
@@ -7,6 +8,8 @@ data:
     sessions: {path: sessions.parquet, schema: sessions.schema.yaml}      # key optional for a child
   links: {from: sessions.user_id, to: users.id}                           # one-to-many through a FK
   # many-to-many: links: {path: ratings.parquet, left: users.id, right: movies.id[, columns: [user_id, movie_id]]}
+  # self-referential (ONE table under data.tables, one table budget):
+  #   links: {path: friends.parquet, left: users.id, right: users.id[, columns: [user_id, friend_id]]}
 mechanism: {name: relational, d_max: 50, iterations: 10, ..., evaluate_nonprivate: false}
 privacy:
   tables: {users: {epsilon: 1, delta: 1e-6}, sessions: {epsilon: 1, delta: 1e-6}}
@@ -17,7 +20,11 @@ output: {labels: true}                    # optional: decoded <attr>_label colum
 ```
 Key and foreign-key columns are identifiers: they are read as they are (never encoded) and must not be
 schema attributes. A link file's id columns default to ``<table>.<key>`` (the layout privcube writes),
-else the file's only two columns; otherwise give ``columns``. Every budget needs (epsilon, delta) or
+else the file's only two columns; otherwise give ``columns``. Self-referential links (``left`` and
+``right`` name the same table, the only one under ``data.tables``) are directed (source = ``left``
+column, target = ``right`` column), exclude self-loops unless the mechanism sets ``self_loops: true``,
+and are written to ``synthetic/links.parquet`` under the input's two column names; a foreign key into
+the same table is refused (give it as a link table). Every budget needs (epsilon, delta) or
 (rho[, delta]): the links and the table synthesizer use Gaussian noise. Nothing here reads private data.
 """
 from __future__ import annotations
@@ -180,9 +187,9 @@ def load_relational_config(raw: Mapping[str, Any], base: str | Path = ".") -> Re
     tables_raw = data.get("tables")
     if not isinstance(tables_raw, Mapping) or not tables_raw:
         raise ConfigError("data.tables: expected a mapping {name: {path, schema|domain, key}}")
-    if len(tables_raw) != 2:
-        raise ConfigError(f"data.tables: relational synthesis takes exactly two tables, got {len(tables_raw)} "
-                          f"({sorted(map(str, tables_raw))})")
+    if len(tables_raw) not in (1, 2):
+        raise ConfigError(f"data.tables: relational synthesis takes two tables (or one table with self-referential "
+                          f"links), got {len(tables_raw)} ({sorted(map(str, tables_raw))})")
     tables: dict[str, TableSpec] = {}
     for name, spec in tables_raw.items():
         if not isinstance(name, str) or not name or "." in name:
@@ -203,6 +210,13 @@ def load_relational_config(raw: Mapping[str, Any], base: str | Path = ".") -> Re
         tables[name] = TableSpec(name, path, schema, key, has_labels)
 
     links = _links(data.get("links"), tables, base)
+    linked = {links.left, links.right}
+    if linked != set(tables):
+        if len(tables) == 1:
+            raise ConfigError(f"data.links: with one table ({next(iter(tables))!r}) the links must be self-referential "
+                              "{path, left: t.key, right: t.key} with t that table")
+        raise ConfigError(f"data.links: links between {sorted(linked)} leave table(s) "
+                          f"{sorted(set(tables) - linked)} unlinked; self-referential links take one table")
     for t, col, role in ((links.left, links.left_col, "links"), (links.right, links.right_col, "links")):
         if col in tables[t].schema:
             raise ConfigError(f"data.tables.{t}: column {col!r} is an identifier used by {role}; it cannot also be "
@@ -245,7 +259,7 @@ def load_relational_config(raw: Mapping[str, Any], base: str | Path = ".") -> Re
     total = PrivacyBudget(rho, eps, delta, False)
     budgets = {"tables": {n: parts[n] for n in tables}, "links": parts["links"]}
 
-    cluster = parse_cluster(raw)
+    cluster = parse_cluster(raw, base)
     output = raw.get("output") or {}
     if not isinstance(output, Mapping) or set(output) - OUTPUT_KEYS:
         raise ConfigError(f"output: expected a mapping with key(s) {sorted(OUTPUT_KEYS)}, got {output!r}")
@@ -272,7 +286,9 @@ def _links(spec: Any, tables: Mapping[str, TableSpec], base: Path) -> LinkSpec:
         known(child, "data.links.from")
         known(parent, "data.links.to")
         if child == parent:
-            raise ConfigError("data.links: self-referential links (one table) are not supported yet")
+            raise ConfigError(f"data.links: a foreign key into the same table ({child}.{fk} -> {parent}.{key}) is not "
+                              "supported; give self-referential links as a link table {path, left: "
+                              f"{parent}.{key}, right: {parent}.{key}, columns: [source_col, target_col]}}")
         pk = tables[parent].key
         if pk is not None and pk != key:
             raise ConfigError(f"data.links.to names {parent}.{key} but data.tables.{parent}.key is {pk!r}")
@@ -288,8 +304,6 @@ def _links(spec: Any, tables: Mapping[str, TableSpec], base: Path) -> LinkSpec:
         rt, rk = _ref(spec.get("right"), "data.links.right")
         known(lt, "data.links.left")
         known(rt, "data.links.right")
-        if lt == rt:
-            raise ConfigError("data.links: self-referential links (one table) are not supported yet")
         for t, k, side in ((lt, lk, "left"), (rt, rk, "right")):
             if tables[t].key is not None and tables[t].key != k:
                 raise ConfigError(f"data.links.{side} names {t}.{k} but data.tables.{t}.key is {tables[t].key!r}")

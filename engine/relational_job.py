@@ -1,13 +1,18 @@
-"""``privcube run`` for mechanism ``relational``: read two tables and their links, synthesize, write the run.
+"""``privcube run`` for mechanism ``relational``: read two tables (or one self-linked table) and their links,
+synthesize, write the run.
 
 Order of work (bad input leaves nothing behind): validate the config and budgets (no data read) → check
-the output folder → read each table (schema columns encoded to codes; key / foreign-key columns kept
-aside as identifiers, never encoded) and the link table → ``run_relational`` under one ledger of the
-composed budget → only then create the run directory and write::
+the output folder (and, with ``--resume``, the checkpoint's identity) → read each table (schema columns
+encoded to codes; key / foreign-key columns kept aside as identifiers, never encoded) and the link
+table → ``run_relational`` under one ledger of the composed budget, which checks links, degrees and
+sizes before its first charge; the run directory appears with the first checkpoint
+(``checkpoint/``, committed after each synthetic table and each link iteration, removed once the run
+is complete) → write::
 
     synthetic/<table>.parquet   key column (synthetic ids 0..n-1), the FK column for one-to-many children,
                                 attribute codes, decoded ``<attr>_label`` columns where the schema has labels
-    synthetic/links.parquet     many-to-many only: (<left>.<key>, <right>.<key>) pairs
+    synthetic/links.parquet     many-to-many only: (<left>.<key>, <right>.<key>) pairs; self-referential
+                                links: (source, target) under the link file's two column names
     ledger.json                 budget/spent/charges of the composed run (convention in ``composition``)
     config.yaml, report.json    resolved config; DP report (non-private evaluation only on request)
     .complete                   last
@@ -15,7 +20,12 @@ composed budget → only then create the run directory and write::
 Composition convention: the ledger's budget is (Σε_i, Σδ_i) over the tables and the links (basic
 composition of (ε_i, δ_i)-DP parts; each part spends ρ_i = cdp_rho(ε_i, δ_i)), ρ = Σρ_i; ``spent``
 reads each part's spent ρ at its own δ and adds, so a full run shows ε1+ε2+ε_rel and δ1+δ2+δ_rel; the
-tighter zCDP reading (cdp_epsilon(Σρ, Σδ)) is recorded under ``composition.zcdp``.
+tighter zCDP reading (cdp_epsilon(Σρ, Σδ)) is recorded under ``composition.zcdp``. A self-referential
+job has one table part: it shows ε_table + ε_rel (the table is synthesized once).
+
+Resume: ``--resume`` continues from ``checkpoint/`` (same config and seed, checked before any data is
+read): finished tables are reused, the ledger is replayed from the checkpoint (no budget spent twice),
+the link loop restarts after the last committed iteration, output files already written are kept.
 """
 from __future__ import annotations
 
@@ -28,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.errors import ConfigError, DataError, PrivcubeError
+from privcube.errors import ConfigError, DataError, RunDirectoryError
 from privcube.relational_config import COMPOSITION_NOTE, RelationalJob, TableSpec, load_relational_config
 
 
@@ -85,13 +95,13 @@ def _link_pairs(job: RelationalJob) -> tuple[pd.DataFrame, list[str]]:
 
         _, _, available = input_columns(lk.path, what="links")
         dotted = [f"{lk.left}.{lk.left_col}", f"{lk.right}.{lk.right_col}"]
-        if all(c in available for c in dotted):
+        if dotted[0] != dotted[1] and all(c in available for c in dotted):
             cols = dotted
         elif len(available) == 2:
             cols = available
         else:
             raise ConfigError(f"data.links.columns: the link file has columns {available[:30]}; name the two id "
-                              "columns as columns: [left, right]")
+                              "columns as columns: [left, right]" + (" (source, target)" if lk.left == lk.right else ""))
     raw, _ = _read_raw(lk.path, cols, "links")
     for c in cols:
         raw[c] = _ids(raw[c]).to_numpy()
@@ -155,30 +165,13 @@ def _composed_ledger(ledger: Any, job: RelationalJob, noise: Any) -> dict[str, A
     return d
 
 
-def run_relational_job(raw: Mapping[str, Any], base: str | Path, out: str | Path, *, seed: int | None = None,
-                       resume: bool = False, scheduler_address: str | None = None, scheduler_file: str | None = None,
-                       workers: int | None = None, client: Any = None, quiet: bool = False) -> Any:
-    """Run a relational job config and write the run directory ``out``; returns ``api.RunSummary``."""
-    from privcube.api import RunSummary, _progress_callback, _set_quiet
-    from privcube.graphs.cluster import resolve_cluster
-    from privcube.mechanisms.base import MechanismResult
-    from privcube.mechanisms.relational.mechanism import run_relational
-    from privcube.privacy.discrete import make_noise_source
-    from privcube.privacy.ledger import PrivacyLedger
-    from privcube.storage.outputs import RunDirectory
+def read_inputs(job: RelationalJob) -> tuple[dict[str, tuple[pd.DataFrame, Any]], dict[str, Any]]:
+    """Read and encode the job's tables and links: ``(tables, links)`` as ``run_relational`` takes them.
 
-    t_start = time.perf_counter()
-    job = load_relational_config(raw, base)
-    if resume:
-        raise ConfigError("--resume: mechanism 'relational' keeps no checkpoints; start again with a new --out")
-    rundir = RunDirectory(out)
-    rundir.check_usable(False)
-    _set_quiet(quiet)
+    Every schema column is encoded to codes (bad values raise DataError naming table, column and
+    value); key and foreign-key columns are kept as identifiers. Reads private data; writes nothing.
+    """
     lk = job.links
-    timings: dict[str, float] = {}
-
-    # ---- read (validates every value against the schemas; nothing written yet)
-    t0 = time.perf_counter()
     if lk.kind == "one_to_many":
         child, parent = job.tables[lk.left], job.tables[lk.right]
         cframe = _read_table(child, [child.key or "", lk.left_col])
@@ -191,7 +184,7 @@ def run_relational_job(raw: Mapping[str, Any], base: str | Path, out: str | Path
     else:
         left, right = job.tables[lk.left], job.tables[lk.right]
         lframe = _read_table(left, [lk.left_col])
-        rframe = _read_table(right, [lk.right_col])
+        rframe = lframe if lk.left == lk.right else _read_table(right, [lk.right_col])
         pairs, cols = _link_pairs(job)
         for c, frame, key in ((cols[0], lframe, lk.left_col), (cols[1], rframe, lk.right_col)):
             a, b = _harmonise(pairs[c], frame[key])
@@ -199,20 +192,111 @@ def run_relational_job(raw: Mapping[str, Any], base: str | Path, out: str | Path
         tables = {left.name: (lframe, left.domain), right.name: (rframe, right.domain)}
         links = {"pairs": pairs, "left": f"{lk.left}.{lk.left_col}", "right": f"{lk.right}.{lk.right_col}",
                  "columns": cols}
+    return tables, links
+
+
+class _LazyCheckpoint:
+    """The relational job's checkpoint (``<out>/checkpoint``, ``mechanisms.relational.checkpoint``).
+
+    The run directory is created on the first save only, i.e. after every input check has passed and
+    the first table has been synthesized: bad input still leaves nothing behind.
+    """
+
+    def __init__(self, rundir: Any, identity: Mapping[str, Any]) -> None:
+        """Checkpoints of ``rundir`` that must match ``identity`` (mechanism, seed, config fingerprint)."""
+        from privcube.mechanisms.relational.checkpoint import RelationalCheckpoint
+
+        self.rundir = rundir
+        self.ck = RelationalCheckpoint(Path(rundir.path) / CHECKPOINT_DIR, identity)
+
+    def check_identity(self) -> int | None:
+        """Round of the committed checkpoint (CheckpointError if it belongs to another run), None if none."""
+        return self.ck.check_identity()
+
+    def load(self) -> Any:
+        """(round, {"meta", "arrays"}) of the committed checkpoint, or None."""
+        return self.ck.load()
+
+    def save(self, round: int, state: Mapping[str, Any]) -> None:
+        """Create the run directory if needed, then commit ``state`` as checkpoint ``round``."""
+        self.rundir.create()
+        self.ck.save(round, state)
+
+
+CHECKPOINT_DIR = "checkpoint"
+
+
+def _fingerprint(job: RelationalJob) -> str:
+    """Hash of what a resumed run must share with the original (data paths, schemas, links, budgets, params)."""
+    import hashlib
+    import json
+
+    resolved = {k: v for k, v in job.resolved().items() if k != "cluster"}
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def run_relational_job(raw: Mapping[str, Any], base: str | Path, out: str | Path, *, seed: int | None = None,
+                       resume: bool = False, scheduler_address: str | None = None, scheduler_file: str | None = None,
+                       workers: int | None = None, client: Any = None, quiet: bool = False) -> Any:
+    """Run a relational job config and write the run directory ``out``; returns ``api.RunSummary``.
+
+    Checkpoints (``out/checkpoint``) are committed after each synthetic table and after each
+    link iteration. ``resume`` continues a killed run from its last checkpoint: the checkpoint must
+    belong to the same config and seed (CheckpointError otherwise, before any data is read), finished
+    tables are reused, the ledger is replayed (no budget is spent twice), output files already written
+    are not rewritten, and a seeded resume writes exactly what the uninterrupted run writes. An
+    unseeded run with partly written outputs but no checkpoint is refused (it would release anew).
+    """
+    from privcube.api import INPUT_ERRORS, RunSummary, _progress_callback, _set_quiet
+    from privcube.graphs.cluster import resolve_cluster
+    from privcube.mechanisms.base import MechanismResult
+    from privcube.mechanisms.relational.mechanism import run_relational
+    from privcube.privacy.discrete import make_noise_source
+    from privcube.privacy.ledger import PrivacyLedger
+    from privcube.storage.outputs import RunDirectory, _safe
+
+    t_start = time.perf_counter()
+    job = load_relational_config(raw, base)
+    rundir = RunDirectory(out)
+    rundir.check_usable(resume)
+    checkpoint = _LazyCheckpoint(rundir, {"mechanism": "relational", "seed": seed, "config": _fingerprint(job)})
+    if resume:
+        done = checkpoint.check_identity()  # refuse another run's checkpoint before reading any data
+        if done is None and seed is None:
+            partial = sorted(p.name for p in (*rundir.path.glob("synthetic/*"), rundir.path / "ledger.json")
+                             if p.exists())
+            if partial:
+                raise RunDirectoryError(
+                    f"--resume: {str(rundir.path)!r} holds partly written outputs ({len(partial)} files) of an "
+                    "unseeded relational run without a checkpoint; rerunning would draw fresh noise and release "
+                    "a second time. Choose a new --out")
+    _set_quiet(quiet)
+    lk = job.links
+    timings: dict[str, float] = {}
+
+    # ---- read (validates every value against the schemas; nothing written yet)
+    t0 = time.perf_counter()
+    tables, links = read_inputs(job)
     timings["read_s"] = time.perf_counter() - t0
 
-    # ---- synthesize (all in memory; bad links / degrees / budgets raise here, before any write)
+    # ---- synthesize (bad links / degrees / budgets raise before the first charge and the first save;
+    # the run directory appears with the first checkpoint)
     noise = make_noise_source(seed, job.noise_sampler)
     ledger = PrivacyLedger(job.total, noise=noise)
     cluster_ctx = contextlib.nullcontext(client) if client is not None else resolve_cluster(
         job.cluster, scheduler_address=scheduler_address, scheduler_file=scheduler_file, workers=workers)
     t0 = time.perf_counter()
-    with cluster_ctx as cl:
-        res = run_relational(tables, links, job.params, job.budgets, ledger, noise, cl,
-                             progress=_progress_callback(quiet))
+    try:
+        with cluster_ctx as cl:
+            res = run_relational(tables, links, job.params, job.budgets, ledger, noise, cl,
+                                 progress=_progress_callback(quiet), checkpoint=checkpoint, resume=resume)
+    except INPUT_ERRORS:
+        if not resume:
+            rundir.discard_if_created()
+        raise
     timings["mechanism_s"] = time.perf_counter() - t0
 
-    # ---- write
+    # ---- write (on resume, files a killed attempt already wrote are kept as they are)
     t0 = time.perf_counter()
     labels = bool(job.output.get("labels", True))
     synthetic = {name: _labelled(frame, job.tables[name], labels) for name, frame in res.tables.items()}
@@ -227,26 +311,44 @@ def run_relational_job(raw: Mapping[str, Any], base: str | Path, out: str | Path
                          "(table sizes n1, n2 and the link count m); 'nonprivate_evaluation' appears only with "
                          "evaluate_nonprivate: true and is NOT private"),
         "cross_table_error": mech_report.get("dp_cross_error"),
-        "sizes": {"rows_synthetic": dict(zip(res.tables, mech_report.get("rows_synthetic", []))),
+        "sizes": {"rows_synthetic": {n: int(len(f)) for n, f in res.tables.items()},
                   "links_synthetic": int(len(res.links))},
         "noise": noise.to_dict(),
         "mechanism_report": mech_report,
     }
+    if lk.left == lk.right:
+        report["self_referential"] = mech_report.get("self_referential")
+
+    def absent(name: str) -> bool:
+        return not (resume and (rundir.path / name).exists())
+
     rundir.create()
     try:
-        rundir.write_synthetic(synthetic)
-        rundir.write_json("ledger.json", ledger_dict)
-        rundir.write_config(job.resolved())
+        todo = {n: f for n, f in synthetic.items() if absent(f"synthetic/{_safe(n)}.parquet")}
+        if todo:
+            rundir.write_synthetic(todo)
+        if absent("ledger.json"):
+            rundir.write_json("ledger.json", ledger_dict)
+        if absent("config.yaml"):
+            rundir.write_config(job.resolved())
         timings["write_s"] = time.perf_counter() - t0
         timings["total_s"] = time.perf_counter() - t_start
         report["timings"] = timings
-        rundir.write_json("report.json", report)
+        if resume:
+            report["resumed"] = True
+        if absent("report.json"):
+            rundir.write_json("report.json", report)
+        rundir.restrict_permissions()
         rundir.mark_complete()
-    except (PrivcubeError, OSError):
-        rundir.discard_if_created()
-        raise
+    except OSError as e:  # the checkpoint is kept: fix the cause, then --resume writes the outputs
+        raise RunDirectoryError(f"cannot write the outputs of run directory {str(rundir.path)!r}: "
+                                f"{e.strerror or e}; its last checkpoint is kept (rerun with --resume)") from None
+    # a finished run is never resumed: its checkpoint (noisy, DP state only) is removed after .complete
+    import shutil
+
+    shutil.rmtree(rundir.path / CHECKPOINT_DIR, ignore_errors=True)
     result = MechanismResult([], report=report, synthetic=synthetic)
     return RunSummary(rundir.path, ledger_dict, report, result)
 
 
-__all__ = ["run_relational_job"]
+__all__ = ["read_inputs", "run_relational_job"]

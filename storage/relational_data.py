@@ -1,5 +1,5 @@
-"""Relational test data: seeded MovieLens-like (many-to-many) and parent/child (one-to-many) generators with
-planted cross-table correlations, plus a reader for two tables and their links from files.
+"""Relational test data: seeded MovieLens-like (many-to-many), parent/child (one-to-many) and people → parents
+(self-referential) generators with planted cross-table correlations, plus a reader for two tables and their links from files.
 
 Every generator returns ``{"tables": {name: (DataFrame with key + code columns, Domain)}, "links": spec}``,
 the shape ``privcube.mechanisms.relational.mechanism.run_relational`` takes.
@@ -85,6 +85,44 @@ def parent_child_like(n_parents: int = 150, n_children: int = 600, *, d_max: int
             "links": {"from": "children.parent_id", "to": "parents.id"}}
 
 
+def self_referential_like(n_households: int = 80, *, d_max: int = 4, seed: int = 0) -> dict[str, Any]:
+    """One ``people`` table (race 4, age group 6, sex 2, education 4) linked to itself: child → parent.
+
+    IPUMS-shaped (the paper's self-referential experiment): households of 2–6 people, the first one or
+    two are parents (same race, adult ages), the others children who link to 1–2 of the household's
+    parents; children share their parents' race and are younger. Links are directed (source = child,
+    target = parent), there are no self-loops, every in/out-degree is ≤ min(d_max, 4).
+    """
+    rng = np.random.default_rng(seed)
+    race, age, sex, edu, src, dst = [], [], [], [], [], []
+    pid = 0
+    for _ in range(n_households):
+        size = int(rng.integers(2, 7))
+        n_par = 1 if size <= 3 else 2  # at most 4 children per parent
+        r = int(rng.choice(4, p=[0.55, 0.25, 0.12, 0.08]))
+        parents = []
+        for q in range(size):
+            is_parent = q < n_par
+            race.append(r if rng.random() < 0.95 else int(rng.integers(0, 4)))
+            age.append(int(rng.integers(3, 6)) if is_parent else int(rng.integers(0, 3)))
+            sex.append(q % 2 if is_parent else int(rng.integers(0, 2)))
+            edu.append(int(rng.integers(1, 4)) if is_parent else int(min(3, rng.integers(0, 2))))
+            if is_parent:
+                parents.append(pid)
+            else:
+                k = min(len(parents), int(rng.integers(1, 3)), d_max)
+                for par in rng.choice(parents, size=k, replace=False):
+                    src.append(pid)
+                    dst.append(int(par))
+            pid += 1
+    dom = Domain(("race", "age", "sex", "education"), (4, 6, 2, 4))
+    people = pd.DataFrame({"id": np.arange(pid) + 10, "race": race, "age": age, "sex": sex, "education": edu})
+    ids = people["id"].to_numpy()
+    pairs = pd.DataFrame({"child_id": ids[np.asarray(src, dtype=np.int64)], "parent_id": ids[np.asarray(dst, dtype=np.int64)]})
+    return {"tables": {"people": (people, dom)},
+            "links": {"pairs": pairs, "left": "people.id", "right": "people.id", "columns": ["child_id", "parent_id"]}}
+
+
 def read_table(path: str | Path) -> pd.DataFrame:
     """A table from CSV or Parquet (by suffix)."""
     p = Path(path)
@@ -124,4 +162,4 @@ def encode_columns(frame: pd.DataFrame, spec: dict[str, Any], table: str) -> tup
     return out, Domain.from_mapping(sizes)
 
 
-__all__ = ["movielens_like", "parent_child_like", "read_table", "encode_columns"]
+__all__ = ["movielens_like", "parent_child_like", "self_referential_like", "read_table", "encode_columns"]

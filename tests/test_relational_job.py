@@ -218,7 +218,10 @@ def test_bad_input_refused_and_nothing_written(tmp_path: Path) -> None:
     _expect_refusal(b, tmp_path, DataError, "column 'owner' is missing")
     b = json.loads(json.dumps(cfg))
     del b["data"]["tables"]["children"]
-    _expect_refusal(b, tmp_path, ConfigError, "exactly two tables")
+    _expect_refusal(b, tmp_path, ConfigError, "unknown table 'children'")
+    b = json.loads(json.dumps(cfg))
+    b["data"]["tables"]["extra"] = dict(b["data"]["tables"]["parents"])
+    _expect_refusal(b, tmp_path, ConfigError, "two tables .or one table with self-referential links., got 3")
     # the CLI turns it into one line and exit code 2
     proc = _cli({**cfg, "mechanism": {**FAST, "d_max": 4}}, tmp_path, tmp_path / "cli-out")
     assert proc.returncode == 2 and not (tmp_path / "cli-out").exists()

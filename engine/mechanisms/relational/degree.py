@@ -48,6 +48,7 @@ def enforce_degree(i: np.ndarray, j: np.ndarray, d_max: int, *, truncate: bool, 
             if deg.size and deg.max() > d_max:
                 r = int(np.argmax(deg))
                 rid = key[r] if key is not None else r
+                rid = rid.item() if isinstance(rid, np.generic) else rid
                 raise DataError(
                     f"table {names[side]!r}: record {rid!r} has degree {int(deg[r])} > d_max={d_max}; raise "
                     f"'d_max' or set mechanism parameter 'truncate: true' to drop links beyond d_max (file order)")

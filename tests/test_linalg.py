@@ -161,3 +161,36 @@ def test_marginal_svdb_matches_dense():
     wd = union_of_kron(terms).dense()
     assert marginal_svdb(marginal_approximation(terms, shape), shape) == pytest.approx(
         svdb_explicit(wd.T @ wd), rel=1e-6)  # dense zero eigenvalues add ~1e-7 of sqrt noise
+
+
+def test_subset_sum_algebra_matches_dense_y_and_pinv():
+    """O(d·2^d) transforms: κ = Y u, its inverse, and 𝔾(η) = 𝔾(u)⁺ (used past 11 attributes) against dense."""
+    from privcube.linalg.marginals import eigenvalues, from_eigenvalues, pinv_weights, subset_sum, superset_sum
+
+    shape = (2, 3, 4)
+    u = RNG.random(8)
+    u[[0b111, 0b011]] = 0.0            # singular 𝔾(u)
+    assert np.allclose(eigenvalues(u, shape), y_matrix(shape) @ u)
+    assert np.allclose(from_eigenvalues(y_matrix(shape) @ u, shape), u)
+    f = RNG.random(16)
+    sup = np.array([sum(f[b] for b in range(16) if b & a == a) for a in range(16)])
+    sub = np.array([sum(f[a] for a in range(16) if a & b == a) for b in range(16)])
+    assert np.allclose(superset_sum(f), sup) and np.allclose(subset_sum(f), sub)
+
+    def gdense(z):
+        return sum(z[a] * _dense_marginal(shape, a).T @ _dense_marginal(shape, a) for a in range(8))
+
+    assert np.allclose(gdense(pinv_weights(u, shape)), np.linalg.pinv(gdense(u), hermitian=True), atol=1e-10)
+
+
+def test_marginal_objective_runs_on_14_attributes():
+    """Adult's 14 attributes (2^14 weights): objective and gradient in O(d·2^d), identity = ‖W‖_F²."""
+    shape = (100, 100, 100, 99, 85, 42, 16, 15, 9, 7, 6, 5, 2, 2)
+    terms = [(1.0, [np.eye(n) if i in c else np.ones((1, n)) for i, n in enumerate(shape)])
+             for c in itertools.combinations(range(14), 2)]
+    w = marginal_approximation(terms, shape)
+    ident = np.zeros(2**14)
+    ident[-1] = 1.0
+    val, g = marginal_objective(ident, w, shape, gradient=True)
+    fro = sum(math.prod(shape) for _ in terms)   # each 2-way marginal of the identity: ‖W_j‖_F² = n
+    assert val == pytest.approx(fro, rel=1e-9) and g.shape == (2**14,) and np.all(np.isfinite(g))

@@ -17,7 +17,8 @@ from scipy.linalg import solve_triangular
 from privcube.errors import WorkloadError
 from privcube.linalg.matrices import Matrix
 
-MAX_DIMS = 11  # dense 2^d × 2^d algebra (4^d pairs) up to this many attributes
+MAX_DIMS = 11  # dense 2^d × 2^d X-algebra (4^d pairs) up to this many attributes
+SPECTRAL_MAX_DIMS = 22  # O(d·2^d) subset-sum (eigenvalue) algebra: objective, SVDB, pseudo-inverse weights
 
 
 def bits(a: int | np.ndarray, d: int) -> np.ndarray:
@@ -106,27 +107,76 @@ def marginal_approximation(terms: Sequence[tuple[float, Sequence[np.ndarray]]], 
     return w
 
 
+def superset_sum(f: np.ndarray) -> np.ndarray:
+    """g(a) = Σ_{b ⊇ a} f(b) over the 2^d marginal lattice, in O(d·2^d)."""
+    g = np.array(f, dtype=float)
+    d = int(round(math.log2(g.size)))
+    for j in range(d):
+        v = g.reshape(-1, 2, 2**j)
+        v[:, 0, :] += v[:, 1, :]
+    return g
+
+
+def superset_mobius(g: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`superset_sum`: f(a) = Σ_{b ⊇ a} (−1)^{|b∖a|} g(b)."""
+    f = np.array(g, dtype=float)
+    d = int(round(math.log2(f.size)))
+    for j in range(d):
+        v = f.reshape(-1, 2, 2**j)
+        v[:, 0, :] -= v[:, 1, :]
+    return f
+
+
+def subset_sum(f: np.ndarray) -> np.ndarray:
+    """g(b) = Σ_{a ⊆ b} f(a) over the 2^d marginal lattice, in O(d·2^d)."""
+    g = np.array(f, dtype=float)
+    d = int(round(math.log2(g.size)))
+    for j in range(d):
+        v = g.reshape(-1, 2, 2**j)
+        v[:, 1, :] += v[:, 0, :]
+    return g
+
+
+def eigenvalues(u: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """κ = Y u (κ(a) = Σ_{b ⊇ a} c(b) u(b)): the eigenvalue of 𝔾(u) on eigenspace a, in O(d·2^d)."""
+    return superset_sum(char_vector(shape) * np.asarray(u, dtype=float))
+
+
+def from_eigenvalues(kappa: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """u = Y⁻¹ κ, the marginal weights whose Gram 𝔾(u) has eigenvalues κ."""
+    return superset_mobius(kappa) / char_vector(shape)
+
+
 def marginal_svdb(w: np.ndarray, shape: Sequence[int]) -> float:
     """SVD bound (Σ sqrt eigenvalues)²/n of 𝔾(w), using κ = Y w and multiplicities ∏(n_i − 1)."""
-    kappa = y_matrix(shape) @ w
+    kappa = eigenvalues(w, shape)
     return float((multiplicity(shape) @ np.sqrt(np.clip(kappa, 0, None))) ** 2 / math.prod(shape))
 
 
 def marginal_objective(u: np.ndarray, w: np.ndarray, shape: Sequence[int],
                        gradient: bool = False) -> tuple[float, np.ndarray | None]:
-    """n·1ᵀφ with X(u)φ = w (restricted inverse) = ‖W 𝕄(√u)⁺‖_F²; +inf if 𝕄 does not support W."""
-    n = math.prod(shape)
-    x = x_matrix(u, shape)
-    phi, resid = restricted_solve(x, w)
-    if np.max(np.abs(resid), initial=0.0) > 1e-10 * max(float(np.max(np.abs(w))), 1e-300):
-        return math.inf, (np.zeros_like(u) if gradient else None)
-    val = n * float(phi.sum())
+    """‖W 𝕄(√u)⁺‖_F² = tr[𝔾(u)⁺𝔾(w)] = Σ_a mult(a)·κ_w(a)/κ_u(a); +inf if 𝕄 does not support W.
+
+    All marginal Grams share the eigenspaces indexed by a (dimension mult(a) = ∏_{i∈a}(n_i − 1)), with
+    eigenvalues κ = Y u, so the objective and its gradient −c(b)·Σ_{a⊆b} mult(a)κ_w(a)/κ_u(a)² are
+    subset-sum transforms: O(d·2^d) per evaluation and no 2^d × 2^d matrix (this equals Thm 11's n·1ᵀφ,
+    X(u)φ = w, with the restricted inverse). 𝕄 supports W iff κ_w = 0 wherever κ_u = 0.
+    """
+    mult = multiplicity(shape)
+    ku, kw = eigenvalues(u, shape), eigenvalues(w, shape)
+    scale = max(float(np.max(np.abs(ku), initial=0.0)), 1e-300)
+    live = (mult > 0) & (ku > 1e-13 * scale)
+    dead = (mult > 0) & ~live
+    if np.any(kw[dead] > 1e-10 * max(float(np.max(np.abs(kw), initial=0.0)), 1e-300)):
+        return math.inf, (np.zeros_like(u, dtype=float) if gradient else None)
+    ratio = np.zeros_like(ku)
+    ratio[live] = mult[live] * kw[live] / ku[live]
+    val = float(ratio.sum())
     if not gradient:
         return val, None
-    psi, _ = restricted_solve(x, -n * np.ones_like(w), transpose=True)
-    a, b, k, cab = _pairs(tuple(shape))
-    grad = np.bincount(a, weights=psi[k] * cab * phi[b], minlength=len(u))
-    return val, grad
+    r2 = np.zeros_like(ku)
+    r2[live] = ratio[live] / ku[live]
+    return val, -char_vector(shape) * subset_sum(r2)
 
 
 def gram_apply(v: np.ndarray, x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
@@ -141,11 +191,25 @@ def gram_apply(v: np.ndarray, x: np.ndarray, shape: Sequence[int]) -> np.ndarray
 
 
 def g_inverse_weights(u: np.ndarray, shape: Sequence[int]) -> np.ndarray:
-    """η with 𝔾(u)𝔾(η)𝔾(u) = 𝔾(u): η_S = X_SS⁻¹ X_SS⁻¹ u_S (Thm 8, restricted)."""
+    """η with 𝔾(u)𝔾(η)𝔾(u) = 𝔾(u): η_S = X_SS⁻¹ X_SS⁻¹ u_S (Thm 8, restricted) up to MAX_DIMS attributes;
+    beyond, the Moore–Penrose weights 𝔾(η) = 𝔾(u)⁺ from the eigenvalues (κ_η = 1/κ_u on κ_u > 0)."""
+    if len(shape) > MAX_DIMS:
+        return pinv_weights(u, shape)
     x = x_matrix(u, shape)
     first, _ = restricted_solve(x, u)
     eta, _ = restricted_solve(x, first)
     return eta
+
+
+def pinv_weights(u: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """η with 𝔾(η) = 𝔾(u)⁺, in O(d·2^d)."""
+    if len(shape) > SPECTRAL_MAX_DIMS:
+        raise WorkloadError(f"marginal algebra supports at most {SPECTRAL_MAX_DIMS} attributes, got {len(shape)}")
+    ku = eigenvalues(u, shape)
+    live = ku > 1e-13 * max(float(np.max(np.abs(ku), initial=0.0)), 1e-300)
+    inv = np.zeros_like(ku)
+    inv[live] = 1.0 / ku[live]
+    return from_eigenvalues(inv, shape)
 
 
 class MarginalsStrategy(Matrix):

@@ -42,11 +42,16 @@ def eigen_queries(g: np.ndarray, tol: float = 1e-10) -> tuple[np.ndarray, np.nda
 
 def program1(c: np.ndarray, q: np.ndarray, solver: str = "CLARABEL") -> tuple[np.ndarray, float]:
     """Optimal weights u (Program 1) and its optimum Σ c_i/u_i at sensitivity² ≤ 1."""
+    return weighting_program(c, q**2, solver)
+
+
+def weighting_program(c: np.ndarray, load: np.ndarray, solver: str = "CLARABEL") -> tuple[np.ndarray, float]:
+    """min Σ_i c_i/u_i s.t. Σ_i u_i load[i, j] ≤ 1 for every column j (Program 1's form), u > 0."""
     import cvxpy as cp
 
     scale = float(c.max())
     u = cp.Variable(len(c), pos=True)
-    prob = cp.Problem(cp.Minimize(cp.sum(cp.multiply(c / scale, cp.inv_pos(u)))), [(q**2).T @ u <= 1])
+    prob = cp.Problem(cp.Minimize(cp.sum(cp.multiply(c / scale, cp.inv_pos(u)))), [load.T @ u <= 1])
     try:
         prob.solve(solver=solver)
     except cp.error.SolverError as e:
@@ -55,6 +60,43 @@ def program1(c: np.ndarray, q: np.ndarray, solver: str = "CLARABEL") -> tuple[np
         raise ConfigError(f"eigen-design: solver {solver!r} returned no solution ({prob.status})")
     val = np.maximum(np.asarray(u.value, dtype=float), 1e-300)
     return val, float(np.sum(c / val))
+
+
+def principal_vectors(c: np.ndarray, q: np.ndarray, k: int, solver: str = "CLARABEL") -> np.ndarray:
+    """Sec. 4.2 speed-up: the top-k eigen-queries get their own weights, all others share one (k+1 variables).
+
+    Returns per-eigen-query weights u (same order as ``c``).
+    """
+    order = np.argsort(c)[::-1]
+    k = int(min(max(k, 1), len(c)))
+    top, rest = order[:k], order[k:]
+    if len(rest) == 0:
+        return weighting_program(c, q**2, solver)[0]
+    cc = np.append(c[top], c[rest].sum())
+    load = np.vstack([q[top] ** 2, (q[rest] ** 2).sum(axis=0)])
+    w, _ = weighting_program(cc, load, solver)
+    u = np.empty(len(c))
+    u[top], u[rest] = w[:-1], w[-1]
+    return u
+
+
+def eigen_separation(c: np.ndarray, q: np.ndarray, group_size: int, solver: str = "CLARABEL") -> np.ndarray:
+    """Sec. 4.2 speed-up: Program 1 per group of ``group_size`` consecutive eigen-queries (by eigenvalue),
+    then one program over per-group factors s_t (C_t = Σ_{i∈t} c_i/u_i, N_tj = Σ_{i∈t} u_i Q_ij²); u_i = s_t u_i."""
+    order = np.argsort(c)[::-1]
+    g = int(max(group_size, 1))
+    groups = [order[i:i + g] for i in range(0, len(order), g)]
+    u = np.empty(len(c))
+    big_c, load = [], []
+    for grp in groups:
+        ug, val = weighting_program(c[grp], q[grp] ** 2, solver)
+        u[grp] = ug
+        big_c.append(val)
+        load.append(ug @ (q[grp] ** 2))
+    s, _ = weighting_program(np.array(big_c), np.array(load), solver)
+    for grp, st in zip(groups, s):
+        u[grp] *= st
+    return u
 
 
 def complete(a1: np.ndarray, tol: float = 1e-9) -> np.ndarray:
@@ -78,17 +120,35 @@ class EigenDesignResult:
     svdb: float
 
 
-def eigen_design(g: np.ndarray, *, variant: str = "best", solver: str = "CLARABEL") -> EigenDesignResult:
-    """Eigen-Design strategy for Gram G (``variant``: best | program1 | closed-form)."""
-    if variant not in ("best", "program1", "closed-form"):
-        raise ConfigError(f"eigen-design: variant must be best, program1 or closed-form, got {variant!r}")
+VARIANTS = ("best", "program1", "closed-form", "principal", "separation")
+
+
+def eigen_design(g: np.ndarray, *, variant: str = "best", solver: str = "CLARABEL", principal: float = 0.1,
+                 group_size: int = 16) -> EigenDesignResult:
+    """Eigen-Design strategy for Gram G (``variant``: best | program1 | closed-form | principal | separation).
+
+    ``principal`` is the fraction (< 1) or number (≥ 1) of principal eigen-queries kept with own weights;
+    ``group_size`` is n_g for eigen-query separation. Every variant is completed and compared with the
+    closed form; the lower-error strategy is returned.
+    """
+    if variant not in VARIANTS:
+        raise ConfigError(f"eigen-design: variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     c, q = eigen_queries(g)
     cands: dict[str, np.ndarray] = {}
     p1 = math.nan
     if variant in ("best", "program1"):
         u, p1 = program1(c, q, solver)
         cands["program1"] = complete(np.sqrt(u)[:, None] * q)
-    if variant in ("best", "closed-form"):
+    if variant == "principal":
+        k = int(round(principal * len(c))) if principal < 1 else int(principal)
+        u = principal_vectors(c, q, k, solver)
+        p1 = float(np.sum(c / u))
+        cands["principal"] = complete(np.sqrt(u)[:, None] * q)
+    if variant == "separation":
+        u = eigen_separation(c, q, group_size, solver)
+        p1 = float(np.sum(c / u))
+        cands["separation"] = complete(np.sqrt(u)[:, None] * q)
+    if variant != "program1":
         cands["closed-form"] = complete((c**0.25)[:, None] * q)
     errors = {k: scale_free_error(g, a) for k, a in cands.items()}
     best = min(errors, key=errors.get)
@@ -101,7 +161,8 @@ class EigenDesign(HDMM):
     """Eigen-Design strategy on the explicit data vector, measured and reconstructed like HDMM's OPT_0."""
 
     name = "eigen-design"
-    PARAMS = {"noise": "auto", "calibration": "zcdp", "variant": "best", "solver": "CLARABEL", "max_cells": 4096}
+    PARAMS = {"noise": "auto", "calibration": "zcdp", "variant": "best", "solver": "CLARABEL", "max_cells": 4096,
+              "principal": 0.1, "group_size": 16}
 
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         Mechanism.__init__(self, params)
@@ -110,11 +171,17 @@ class EigenDesign(HDMM):
             raise ConfigError(f"eigen-design: noise must be auto, laplace or gaussian, got {p['noise']!r}")
         if p["calibration"] not in ("zcdp", "analytic"):
             raise ConfigError(f"eigen-design: calibration must be zcdp or analytic, got {p['calibration']!r}")
-        if p["variant"] not in ("best", "program1", "closed-form"):
-            raise ConfigError(f"eigen-design: variant must be best, program1 or closed-form, got {p['variant']!r}")
+        if p["variant"] not in VARIANTS:
+            raise ConfigError(f"eigen-design: variant must be one of {', '.join(VARIANTS)}, got {p['variant']!r}")
         v = p["max_cells"]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"eigen-design: max_cells must be a positive integer, got {v!r}")
+        g = p["group_size"]
+        if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+            raise ConfigError(f"eigen-design: group_size must be a positive integer, got {g!r}")
+        k = p["principal"]
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or not k > 0:
+            raise ConfigError(f"eigen-design: principal must be a positive fraction or count, got {k!r}")
 
     def _select(self, workload: Workload, budget: PrivacyBudget, client: Any = None
                 ) -> tuple[ImplicitWorkload, Strategy, dict[str, float], str]:
@@ -124,7 +191,8 @@ class EigenDesign(HDMM):
                               f"{self.params['max_cells']} (the method is O(n^3) on an explicit Gram)")
         iw = iw.merged()
         g = sum(c**2 * f[0].T @ f[0] for c, f in iw.terms)
-        res = eigen_design(g, variant=self.params["variant"], solver=self.params["solver"])
+        res = eigen_design(g, variant=self.params["variant"], solver=self.params["solver"],
+                           principal=self.params["principal"], group_size=self.params["group_size"])
         kind = self.noise_kind(budget)
         strat = KronStrategy([res.matrix], res.error, kind="eigen-design")
         losses = {f"X_{k}": v for k, v in res.errors.items()}

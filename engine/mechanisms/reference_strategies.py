@@ -22,7 +22,8 @@ def workload(w: np.ndarray) -> np.ndarray:
 
 
 def hierarchical(n: int, branching: int = 2) -> np.ndarray:
-    """Tree of intervals (root = total; each node split into ``branching`` near-equal children; leaves = cells)."""
+    """Tree of intervals (root = total; each node split into ``branching`` children whose sizes differ by at most
+    one, larger first; leaves = cells)."""
     _check_n(n)
     if branching < 2:
         raise ConfigError(f"branching must be >= 2, got {branching!r}")
@@ -34,7 +35,8 @@ def hierarchical(n: int, branching: int = 2) -> np.ndarray:
             rows.append((s, e))
             if e - s > 1:
                 k = min(branching, e - s)
-                cuts = [s + round(i * (e - s) / k) for i in range(k + 1)]
+                q, r = divmod(e - s, k)                       # the first r children get one extra cell
+                cuts = [s + i * q + min(i, r) for i in range(k + 1)]
                 nxt.extend((cuts[i], cuts[i + 1]) for i in range(k) if cuts[i + 1] > cuts[i])
         level = nxt
     m = np.zeros((len(rows), n))
@@ -48,20 +50,34 @@ def h2(n: int) -> np.ndarray:
     return hierarchical(n, 2)
 
 
-def hb(n: int) -> np.ndarray:
-    """Hierarchical with the branching factor minimising the all-range variance proxy (Qardaji et al. 2013).
-
-    Chooses b in 2..n minimising (b − 1) · h³ with h = ⌈log_b n⌉ (their average-variance heuristic);
-    b = n (a flat tree of the total plus identity) is allowed for small n.
-    """
+def hb_branching(n: int) -> int:
+    """Qardaji et al. (PVLDB 2013) Eq. 3: the b in 2..n minimising (b − 1)h³ − 2(b + 1)h²/3, h = ⌈log_b n⌉."""
     _check_n(n)
     best, best_b = math.inf, 2
     for b in range(2, max(n, 2) + 1):
-        h = max(math.ceil(math.log(n, b) - 1e-12), 1)
-        cost = (b - 1) * h**3
+        h = _ceil_log(n, b)
+        cost = (b - 1) * h**3 - 2 * (b + 1) * h**2 / 3
         if cost < best:
             best, best_b = cost, b
-    return hierarchical(n, best_b)
+    return best_b
+
+
+def hb(n: int) -> np.ndarray:
+    """HB (Qardaji et al. 2013, as compared in HDMM Tables 4/5): the hierarchical tree with the branching
+    factor of :func:`hb_branching`, without the root (the total), so every level below it has equal weight.
+
+    For n ≤ 64 the optimal branching is b = n and HB is the identity (Table 4/5: HB = Identity at n = 64).
+    """
+    tree = hierarchical(n, hb_branching(n))
+    return tree[1:] if tree.shape[0] > 1 else tree
+
+
+def _ceil_log(n: int, b: int) -> int:
+    """Smallest h ≥ 1 with b^h ≥ n (exact integer arithmetic)."""
+    h, p = 1, b
+    while p < n:
+        h, p = h + 1, p * b
+    return h
 
 
 def haar(n: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from privcube.linalg.error import svdb_explicit
-from privcube.linalg.marginals import MAX_DIMS, marginal_approximation, marginal_svdb
+from privcube.linalg.marginals import SPECTRAL_MAX_DIMS, marginal_approximation, marginal_svdb
 
 Terms = Sequence[tuple[float, Sequence[np.ndarray]]]
 DENSE_SVDB_LIMIT = 4096
@@ -27,7 +27,7 @@ def svd_bound(terms: Terms, shape: Sequence[int]) -> float | None:
     if len(terms) == 1:
         c, f = terms[0]
         return c**2 * math.prod(svdb_explicit(np.atleast_2d(x).T @ np.atleast_2d(x)) for x in f)
-    if len(shape) <= MAX_DIMS and all(_is_marginal_factor(x) for _, f in terms for x in f):
+    if len(shape) <= SPECTRAL_MAX_DIMS and all(_is_marginal_factor(x) for _, f in terms for x in f):
         return marginal_svdb(marginal_approximation(terms, shape), shape)
     if math.prod(shape) <= DENSE_SVDB_LIMIT:
         from functools import reduce

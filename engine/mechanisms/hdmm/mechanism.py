@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from privcube.errors import BudgetError, ConfigError, MemoryLimitError
-from privcube.linalg.marginals import MAX_DIMS
+from privcube.linalg.marginals import SPECTRAL_MAX_DIMS as MAX_DIMS
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
 from privcube.mechanisms.hdmm.implicit import ImplicitWorkload, from_workload
 from privcube.mechanisms.hdmm.lower_bound import svd_bound

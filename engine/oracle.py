@@ -40,6 +40,16 @@ def measure(oracle: MarginalOracle, cliques: Sequence[Clique],
     return {c: fn(c, mus[c]) for c in cliques}
 
 
+def marginal_futures(oracle: MarginalOracle, cliques: Sequence[Clique]) -> dict[Clique, Any] | None:
+    """``{c: future of the exact marginal}`` left on the cluster, where the oracle supports it (a
+    ``DataOracle`` over a dask frame with a client), else None. The futures are for tasks that run
+    next to them (scores, noisy releases); the caller must never gather them to this process."""
+    remote = getattr(oracle, "marginal_futures", None)
+    if not callable(remote):
+        return None
+    return remote([tuple(c) for c in cliques])
+
+
 class ArrayOracle:
     """Exact marginals of an in-memory (N × d) integer record array, columns in domain order."""
 

@@ -4,10 +4,13 @@ The kept cliques (W and the candidates in W↓) are split into shards balanced b
 (true marginals + float estimates of its cliques) lives on a worker behind a future. A round's
 residual changes {τ: Δz_τ} are sent only to the shards holding a clique γ ⊇ τ, where the task adds
 Recon(Δz_τ, τ, γ) (Prop. 4.2) to a copy-on-write clone of the shard: a task that dask reruns after a
-worker loss starts again from the unchanged input shard, so no update is ever applied twice; selection scores come back as one L1 error per clique, so
-only small vectors and the selected clique's estimate cross the network. Implements the
-``MarginalTable`` protocol of :mod:`privcube.mechanisms.aim_grem.grem`; the mechanism uses it when a
-client is set and the problem is large, and the in-memory table otherwise.
+worker loss starts again from the unchanged input shard, so no update is ever applied twice.
+Selection scores come back as one L1 error per clique, and measurements are drawn on the shard too
+(:meth:`DistributedMarginals.noisy`), so only small vectors, noisy marginals and the selected
+clique's estimate cross the network. When the true marginals come from the data pass as futures
+(``DataOracle.marginal_futures``) they are attached to the shards on the workers and never reach the
+client at all. Implements the ``MarginalTable`` protocol of :mod:`privcube.mechanisms.aim_grem.grem`;
+the mechanism uses it when a client is set and the problem is large, and the in-memory table otherwise.
 """
 from __future__ import annotations
 
@@ -54,6 +57,25 @@ def _shard_load(shard: LocalMarginals, mu: Mapping[Clique, np.ndarray]) -> Local
     return new
 
 
+def _shard_attach(shard: LocalMarginals, truth: Sequence[np.ndarray]) -> LocalMarginals:
+    """Task: a clone of ``shard`` holding the true marginals of its cliques (in ``shard.cliques`` order)."""
+    new = _clone(shard)
+    arrays = {}
+    for c, mu in zip(shard.cliques, truth):
+        mu = np.asarray(mu)
+        want = tuple(shard.sizes[a] for a in c)
+        if mu.shape != want:
+            raise ValueError(f"true marginal of {list(c)} has shape {mu.shape}, expected {want}")
+        arrays[c] = mu
+    new.truth = arrays
+    return new
+
+
+def _shard_noisy(shard: LocalMarginals, requests: Sequence[tuple[Clique, Any, float]], noise: Any) -> list[np.ndarray]:
+    """Task: noisy marginals μ_c + noise (keyed by measurement identity), computed next to μ_c."""
+    return shard.noisy(requests, noise)
+
+
 def _shard_get(shard: LocalMarginals, gamma: Clique) -> np.ndarray:
     """Task: one estimate."""
     return shard.get(gamma)
@@ -84,8 +106,16 @@ class DistributedMarginals:
     """Marginal table sharded over a dask cluster (``MarginalTable`` protocol)."""
 
     def __init__(self, client: Any, domain: Domain, cliques: Sequence[Clique],
-                 truth: Mapping[Clique, np.ndarray] | None, shards: int | None = None) -> None:
-        """Scatter shards of (truth, zero estimates) to the workers of ``client``."""
+                 truth: Mapping[Clique, np.ndarray] | None, shards: int | None = None, *,
+                 truth_futures: Mapping[Clique, Any] | None = None) -> None:
+        """Scatter shards of (truth, zero estimates) to the workers of ``client``.
+
+        With ``truth_futures`` (futures of the exact marginals on the cluster, e.g. from
+        ``DataOracle.marginal_futures``) the shards are scattered empty and a task attaches the true
+        marginals on the workers: they never pass through this process. The scattered root keeps the
+        shards non-recomputable, so a lost worker surfaces as an error (the run resumes from its
+        checkpoint) instead of a silent replay of every update since the start.
+        """
         self.client = client
         self.domain = domain
         self.cliques = list(cliques)
@@ -99,9 +129,21 @@ class DistributedMarginals:
         self._groups = groups
         self._subsets: list[set[Clique]] = [{t for c in g for t in residual_subsets(c, domain)} for g in groups]
         self._futures = []
+        empties = []
         for g in groups:
+            if truth_futures is not None:
+                empty = client.scatter(LocalMarginals(domain, g, None), hash=False)
+                empties.append(empty)
+                self._futures.append(client.submit(_shard_attach, empty, [truth_futures[c] for c in g], pure=False))
+                continue
             local = LocalMarginals(domain, g, None if truth is None else {c: np.asarray(truth[c]) for c in g})
             self._futures.append(client.scatter(local, hash=False))
+        if truth_futures is not None:
+            from distributed import wait
+
+            wait(self._futures)
+            for f in [*empties, *truth_futures.values()]:  # the shards hold the true marginals now
+                f.release()
 
     def apply(self, deltas: Sequence[tuple[Clique, np.ndarray]]) -> None:
         """Send each changed residual to the shards that hold a clique containing it."""
@@ -130,6 +172,23 @@ class DistributedMarginals:
         got = {i: f.result() for i, f in futs.items()}
         vals = {c: float(v) for i, cs in per.items() for c, v in zip(cs, got[i])}
         return np.array([vals[tuple(c)] for c in cliques], dtype=float)
+
+    def noisy(self, requests: Sequence[tuple[Clique, Any, float]], noise: Any) -> list[np.ndarray]:
+        """Noisy marginals μ_c + noise.gaussian(key, shape, σ), drawn on the worker holding μ_c (one task per
+        shard): only the noisy arrays come back. ``noise`` travels with its root entropy, so the keyed
+        draws equal the in-memory path's bit for bit."""
+        per: dict[int, list[int]] = {}
+        for k, (c, _, _) in enumerate(requests):
+            per.setdefault(self._shard_of[tuple(c)], []).append(k)
+        futs = {i: self.client.submit(_shard_noisy, self._futures[i],
+                                      [(tuple(requests[k][0]), requests[k][1], requests[k][2]) for k in ks], noise,
+                                      pure=False) for i, ks in per.items()}
+        got = dict(zip(futs, self.client.gather(list(futs.values()))))
+        out: list[Any] = [None] * len(requests)
+        for i, ks in per.items():
+            for k, y in zip(ks, got[i]):
+                out[k] = y
+        return out
 
     def snapshot(self) -> dict[Clique, np.ndarray]:
         """All estimates gathered to the client."""

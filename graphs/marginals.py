@@ -490,6 +490,19 @@ class DataOracle:
                 f.release()
         return dict(zip(measured, results))
 
+    def marginal_futures(self, cliques: Sequence[Sequence[str]]) -> dict[Clique, Any] | None:
+        """EXACT marginals left on the cluster (``{clique: Future}``, one batched pass), or None without a
+        client or a dask frame. For mechanisms that keep state next to the counts across rounds; the
+        futures must only feed tasks whose outputs are noisy or scalar, never be gathered here."""
+        cliques = [tuple(c) for c in cliques]
+        check_memory(self.domain, cliques, self.max_cells)
+        if self.client is None or not _is_dask_frame(self.frame):
+            return None
+        futures = remote_marginals(self.frame, self.domain, cliques, self.client, weight=self.weight,
+                                   split_every=self.split_every, derive_max_cells=self.derive_max_cells)
+        self.n_passes += 1
+        return futures
+
     def total(self) -> int:
         """Number of (weighted) records."""
         return int(self.marginals([()])[()])

@@ -2,8 +2,8 @@
 
 The data hold a planted cell whose exact count (7919) occurs nowhere else, and a distinctive total
 (30042 rows). After complete AIM+GReM and ResidualPlanner runs and a killed-and-resumed AIM+GReM run,
-no file (raw bytes as int32/int64/float32/float64, numbers in text, decoded zarr arrays -- the
-checkpoint included -- and Parquet columns) and no stdout/stderr line may contain either count, and
+no file (raw bytes as int32/int64/float32/float64, numbers in text, decoded zarr arrays and
+checkpoint log records, and Parquet columns) and no stdout/stderr line may contain either count, and
 no stored array may equal an exact marginal. Every file and folder of a run directory is owner-only.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 import yaml
 import zarr
 
-from privcube.storage.checkpoint import STOP_AFTER_ROUND_ENV
+from privcube.storage.checkpoint import STOP_AFTER_ROUND_ENV, decode_record
 
 DOMAIN = {"a": 3, "b": 4, "c": 2, "d": 5, "e": 3}
 PLANTED = 7919          # exact count of the cell a=2, b=3 (and of a=2): no other cell has it
@@ -148,6 +148,10 @@ def search_run(out: Path, truth) -> list[str]:  # noqa: ANN001
             for col in table.columns:
                 if table[col].dtype.kind in "iufb":
                     found += leaks_in_array(table[col].to_numpy(), f"{p.relative_to(out)}[{col}]", truth)
+    for p in out.rglob("log-*.rec"):  # checkpoint log records: decode their arrays too
+        rec = decode_record(p.read_bytes(), str(p))
+        for name, arr in rec["arrays"].items():
+            found += leaks_in_array(arr, f"{p.relative_to(out)}[{name}]", truth)
     arrays = zarr_arrays(out)
     assert arrays
     for a in arrays:
@@ -175,8 +179,12 @@ def test_search_finds_a_planted_leak(tmp_path, setup):
     (tmp_path / "t.bin").write_bytes(b"abc" + struct.pack("<q", TOTAL))
     TensorStore(tmp_path / "s.zarr").write("m", truth[("b", "c")].astype(float))
     TensorStore(tmp_path / "s.zarr").write("p", np.array([1.5, PLANTED], dtype=float))
+    from privcube.storage.checkpoint import encode_record
+
+    (tmp_path / "log-1.rec").write_bytes(encode_record(1, {}, {}, {"y.0": truth[("c", "d")].astype(float) * 1.0}))
     found = search_run(tmp_path, truth)
     assert any("r.json" in f for f in found) and any("t.bin" in f for f in found)
+    assert any("log-1.rec[y.0]: equals the exact marginal on ('c', 'd')" in f for f in found)
     assert any("exact marginal on ('b', 'c')" in f for f in found) and any("holds 7919" in f for f in found)
     (tmp_path / "ok.json").write_text(json.dumps({"x": 7919.25, "y": "27919.5", "z": 0.7919}))
     assert not leaks_in_bytes((tmp_path / "ok.json").read_bytes(), "ok.json")
@@ -199,7 +207,8 @@ def test_killed_and_resumed_run_leaks_no_exact_count(tmp_path, setup):
     out = tmp_path / "run"
     r1 = cli("run", str(cfgs["aim-grem"]), "--out", str(out), env={STOP_AFTER_ROUND_ENV: "3"})
     assert r1.returncode == -signal.SIGKILL, r1.stderr.decode()
-    # the checkpoint as the kill left it: noisy state only, owner-only
+    # the checkpoint as the kill left it: noisy state only, owner-only; it holds per-round log records
+    assert len(list((out / "store.zarr" / "checkpoint").glob("log-*.rec"))) == 3
     found = search_run(out, truth) + leaks_in_bytes(r1.stdout, "stdout") + leaks_in_bytes(r1.stderr, "stderr")
     assert not found, found
     assert not permission_problems(out), permission_problems(out)

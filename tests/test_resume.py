@@ -24,7 +24,7 @@ import yaml
 
 from privcube import api
 from privcube.errors import CheckpointError, RunDirectoryError
-from privcube.storage.checkpoint import STOP_AFTER_ROUND_ENV
+from privcube.storage.checkpoint import STOP_AFTER_ROUND_ENV, RunCheckpoint
 from privcube.storage.zarr_store import TensorStore
 
 DOMAIN = {"a": 3, "b": 4, "c": 2, "d": 5, "e": 3}
@@ -184,15 +184,23 @@ def test_resume_without_a_run_is_refused(tmp_path, job):
     assert not (tmp_path / "nothing").exists()
 
 
-def test_unseeded_run_resumes_without_respending(tmp_path, job):
-    """Killed right after initialisation (round 0) without a seed: resumes with fresh noise, spends once."""
+def checkpoint_charges(out: Path) -> list[dict]:
+    """Ledger charges recorded by the committed checkpoint: the base's, then each log record's."""
+    rnd, state = RunCheckpoint(out / "store.zarr").load()
+    return state["meta"]["ledger"]["charges"] + [c for rec in state["log"] for c in rec["meta"]["charges"]]
+
+
+@pytest.mark.parametrize("k", [0, 2])
+def test_unseeded_run_resumes_without_respending(tmp_path, job, k):
+    """Killed right after initialisation (round 0) or round 2 without a seed: resumes with fresh noise for
+    the rounds not yet checkpointed, keeps the charges that were, and spends the budget once."""
     cfg, _, rounds = job
     out = tmp_path / "run"
-    k = 0
     kill_after(cfg, out, k)
     manifest = json.loads((out / "store.zarr" / "checkpoint" / f"manifest-{k}.json").read_text())
-    charged = manifest["meta"]["ledger"]["charges"]
+    charged = checkpoint_charges(out)
     assert manifest["identity"]["seed"] is None
+    assert len(charged) == len(DOMAIN) + 2 * k  # init: one per attribute; then select + measure per round
     r = cli("run", str(cfg), "--out", str(out), "--resume", "--quiet")
     assert r.returncode == 0, r.stderr
     led = assert_budget_spent_once(out)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -79,6 +79,10 @@ class MarginalTable(Protocol):
     def snapshot(self) -> dict[Clique, np.ndarray]:
         """All estimates (for answers and checkpoints)."""
 
+    def noisy(self, requests: Sequence[tuple[Clique, Sequence[Any], float]], noise: Any) -> list[np.ndarray]:
+        """Noisy marginals μ_c + N(0, σ²) (noise drawn as ``noise.gaussian(key, shape, σ)``), one per
+        request (clique c in the table, noise key, σ), computed where the true marginals are."""
+
     def load(self, mu: Mapping[Clique, np.ndarray]) -> None:
         """Replace the estimates (resume from a checkpoint)."""
 
@@ -129,6 +133,16 @@ class LocalMarginals:
         """The estimates themselves (not copies)."""
         return self.mu
 
+    def noisy(self, requests: Sequence[tuple[Clique, Sequence[Any], float]], noise: Any) -> list[np.ndarray]:
+        """μ_c + noise.gaussian(key, shape, σ) per (c, key, σ): the only release of the true marginals."""
+        if self.truth is None:
+            raise ConfigError("marginal table has no true marginals; nothing can be measured")
+        out = []
+        for c, key, sigma in requests:
+            mu = self.truth[tuple(c)]
+            out.append(mu + noise.gaussian(key, mu.shape, sigma))
+        return out
+
     def load(self, mu: Mapping[Clique, np.ndarray]) -> None:
         """Replace estimates, checking shapes."""
         for c in self.cliques:
@@ -154,8 +168,31 @@ class GReMState:
         self.z: dict[Clique, np.ndarray] = {t: np.zeros(residual_shape(t, sizes)) for t in self.residuals}
         self.lam: dict[Clique, float] = {t: 0.0 for t in self.residuals}
         self.table = table
+        self.table_cells = sum(math.prod(size_of(sizes, a) for a in c) for c in table.cliques)
         self._kept = set(table.cliques)
         self._pending: list[tuple[Clique, np.ndarray]] = []
+        self.journal: list[tuple[Clique, np.ndarray, float]] | None = None  # set to [] to record combines
+
+    def take_journal(self) -> list[tuple[Clique, np.ndarray, float]]:
+        """The (τ, measurement, σ²) combined since the last call, in order (empty unless journaling)."""
+        out = self.journal or []
+        if self.journal is not None:
+            self.journal = []
+        return out
+
+    def replay(self, batches: Iterable[Sequence[tuple[Clique, np.ndarray, float]]]) -> None:
+        """Re-combine journaled measurements, batch by batch, exactly as the run did.
+
+        Combining the same measurements in the same order reproduces z_τ and λ_τ bit for bit; the lazy
+        update adds the same Δz into each kept marginal in the same order (a flush per batch bounds the
+        pending memory), and the full update rebuilds once at the end from the same z.
+        """
+        for batch in batches:
+            for tau, z_new, sigma2 in batch:
+                self.combine(tau, z_new, sigma2)
+            if self.update == "lazy":
+                self.flush()
+        self.flush()
 
     def combine(self, tau: Clique, z_new: np.ndarray, sigma2: float) -> np.ndarray:
         """Inverse-variance combine a measurement (variance σ² V_τ) into z_τ; return Δz = z' − z."""
@@ -175,6 +212,8 @@ class GReMState:
         self.z[tau] = z_upd
         self.lam[tau] = lam + prec
         self._pending.append((tau, delta))
+        if self.journal is not None:
+            self.journal.append((tau, z_new, float(sigma2)))
         return delta
 
     def flush(self) -> None:

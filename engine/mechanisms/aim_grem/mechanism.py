@@ -7,6 +7,15 @@ two rounds of budget remain, the next round spends exactly what is left (10% sel
 ends. Annealing compares the selected clique's estimate before and after the update, never the true
 marginal. Every noise draw is keyed by ("aim-grem", round, ...) so a seed reproduces the run bit for
 bit and a resumed run continues identically. True marginals of all of W↓ are read once, in batches.
+With a dask client and a large problem they never reach the driver: the data pass leaves them on the
+workers, next to the sharded estimates, where selection scores (L1 errors) and the noisy measurements
+are computed; the driver receives only noisy arrays, scores and estimates (noise keyed as above, so
+the result equals the in-memory path's bit for bit).
+
+Checkpoints: the first is a small base (the initial measurements); each later round appends an
+O(change) record (its noisy measurements, trace row, ledger charges, next budget), with a full
+snapshot only when the log outgrows the state. A resume replays the records through the same
+combine and lazy update, so it continues bit-identically and never charges a round twice.
 """
 from __future__ import annotations
 
@@ -23,7 +32,7 @@ from privcube.mechanisms.aim_grem import annealing, crp, selection
 from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals, MarginalTable, measurable
 from privcube.mechanisms.aim_grem.state import AIMState, normalise
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, RunContext
-from privcube.oracle import MarginalOracle
+from privcube.oracle import MarginalOracle, marginal_futures
 from privcube.residuals import decomp
 from privcube.workload import Workload
 
@@ -50,6 +59,19 @@ class Problem:
 def _cells(domain: Domain, c: Clique) -> int:
     """n_γ."""
     return math.prod(domain[a] for a in c)
+
+
+SNAPSHOT_ARRAY_COST = 1 << 16  # a stored array costs about as much as writing 64 KiB (zarr metadata, files)
+
+
+def _snapshot_cost(grem: GReMState) -> int:
+    """What a full snapshot costs, in bytes written: estimates and residuals plus a per-array overhead.
+
+    The checkpoint compacts once its log outgrows this, so compaction stays a small share of the
+    per-round appends however many (small) arrays the state has.
+    """
+    arrays = len(grem.table.cliques) + len(grem.residuals)
+    return 8 * (grem.table_cells + sum(z.size for z in grem.z.values())) + SNAPSHOT_ARRAY_COST * arrays
 
 
 class AIMGReM(Mechanism):
@@ -143,20 +165,27 @@ class AIMGReM(Mechanism):
         })
 
     # ------------------------------------------------------------------------------ data access
-    def _truth(self, oracle: MarginalOracle, prob: Problem) -> dict[Clique, np.ndarray]:
-        """Exact marginals of every clique in W↓, requested in batches of bounded total size."""
-        out: dict[Clique, np.ndarray] = {}
+    def _batches(self, prob: Problem) -> list[list[Clique]]:
+        """W↓ in batches of at most ``oracle_batch_cells`` total cells (one data pass each)."""
+        out: list[list[Clique]] = []
         batch: list[Clique] = []
         cells = 0
         cap = self.params["oracle_batch_cells"]
         for c in prob.closure:
             n = _cells(prob.domain, c)
             if batch and cells + n > cap:
-                out.update(oracle.marginals(batch))
+                out.append(batch)
                 batch, cells = [], 0
             batch.append(c)
             cells += n
         if batch:
+            out.append(batch)
+        return out
+
+    def _truth(self, oracle: MarginalOracle, prob: Problem) -> dict[Clique, np.ndarray]:
+        """Exact marginals of every clique in W↓, requested in batches of bounded total size."""
+        out: dict[Clique, np.ndarray] = {}
+        for batch in self._batches(prob):
             out.update(oracle.marginals(batch))
         for c in prob.closure:
             arr = np.asarray(out[c])
@@ -166,13 +195,32 @@ class AIMGReM(Mechanism):
             out[c] = arr
         return out
 
-    def _table(self, prob: Problem, truth: Mapping[Clique, np.ndarray], ctx: RunContext) -> MarginalTable:
-        """Estimates in memory, or on dask workers when a client is set and the problem is large."""
-        if ctx.client is not None and prob.cells_kept >= self.params["distribute_min_cells"]:
+    def _distributed(self, prob: Problem, ctx: RunContext) -> bool:
+        """Whether estimates (and, where the oracle allows, the true marginals) live on dask workers."""
+        return ctx.client is not None and prob.cells_kept >= self.params["distribute_min_cells"]
+
+    def _table(self, oracle: MarginalOracle, prob: Problem, ctx: RunContext) -> MarginalTable:
+        """The marginal table holding the true marginals of W↓ and their estimates.
+
+        With a client and a large problem the table is sharded over the workers; when the oracle can
+        leave its exact marginals on the cluster (``DataOracle`` over a dask frame) they go straight
+        from the data pass into the shards and never reach this process: scores, and the noise of
+        every measurement, are computed on the workers. Otherwise the exact marginals are read here.
+        """
+        if self._distributed(prob, ctx):
             from privcube.graphs.lazy_update import DistributedMarginals
 
-            return DistributedMarginals(ctx.client, prob.domain, prob.kept, truth)
-        return LocalMarginals(prob.domain, prob.kept, truth)
+            futures: dict[Clique, Any] = {}
+            for batch in self._batches(prob):
+                got = marginal_futures(oracle, batch)
+                if got is None:
+                    futures = {}
+                    break
+                futures.update(got)
+            if futures:
+                return DistributedMarginals(ctx.client, prob.domain, prob.kept, None, truth_futures=futures)
+            return DistributedMarginals(ctx.client, prob.domain, prob.kept, self._truth(oracle, prob))
+        return LocalMarginals(prob.domain, prob.kept, self._truth(oracle, prob))
 
     # -------------------------------------------------------------------------------------- run
     def run(self, oracle: MarginalOracle, workload: Workload, budget: Any, ledger: Any, noise: Any,
@@ -192,20 +240,23 @@ class AIMGReM(Mechanism):
         if payload is None and ledger.remaining_rho <= 0:
             raise BudgetError("aim-grem: the privacy ledger has no budget left")
 
-        truth = self._truth(oracle, prob)
-        table = self._table(prob, truth, ctx)
+        table = self._table(oracle, prob, ctx)
         try:
             grem = GReMState(prob.domain, prob.closure, table, self.params["update"])
             if payload is not None:
-                st = AIMState.from_checkpoint(payload, grem, identity)
-                self._restore_ledger(ledger, payload["meta"].get("ledger"))
+                st, saved_ledger = AIMState.restore(payload, grem, identity)
+                self._restore_ledger(ledger, saved_ledger)
             else:
                 if ledger.remaining_rho < rho_total * (1 - 1e-12):
                     rho_total = ledger.remaining_rho
                     identity = self._identity(prob, rho_total, noise)
-                st = self._initialise(prob, truth, grem, ledger, noise, rho_total)
-                self._save(ctx, st, grem, ledger, identity)
-            self._loop(prob, truth, grem, st, ledger, noise, ctx, identity)
+                if ctx.checkpoint is not None:
+                    grem.journal = []
+                st = self._initialise(prob, grem, ledger, noise, rho_total)
+                self._save(ctx, st, grem, ledger, identity, first=True)
+            if ctx.checkpoint is not None:
+                grem.journal = []
+            self._loop(prob, grem, st, ledger, noise, ctx, identity)
             return self._result(workload, prob, grem, st)
         finally:
             table.close()
@@ -227,21 +278,37 @@ class AIMGReM(Mechanism):
             c.pop("delta", None)
             ledger.charge(label, rho=r, **c)
 
-    def _save(self, ctx: RunContext, st: AIMState, grem: GReMState, ledger: Any, identity: Mapping[str, Any]) -> None:
-        """Checkpoint after a round when the context asks for it."""
-        if ctx.checkpoint is not None:
-            grem.flush()
-            ctx.checkpoint.save(st.round, st.to_checkpoint(grem, ledger, identity))
+    def _save(self, ctx: RunContext, st: AIMState, grem: GReMState, ledger: Any, identity: Mapping[str, Any],
+              first: bool = False) -> None:
+        """Checkpoint after a round when the context asks for it.
 
-    def _initialise(self, prob: Problem, truth: Mapping[Clique, np.ndarray], grem: GReMState, ledger: Any,
-                    noise: Any, rho: float) -> AIMState:
+        Usually an O(change) log record (the round's noisy measurements, trace row, charges and next
+        budget); a full snapshot when the checkpoint asks for compaction (its log has outgrown the
+        state) or cannot append. The ``first`` checkpoint of a run stores the journal instead of W↓'s
+        estimates.
+        """
+        ck = ctx.checkpoint
+        if ck is None:
+            return
+        grem.flush()
+        journal = grem.take_journal()
+        if first:  # everything since the start is in the journal: a small base, estimates rebuilt by replay
+            ck.save(st.round, st.to_checkpoint(grem, ledger, identity, journal=journal))
+        elif callable(getattr(ck, "append", None)) and callable(getattr(ck, "should_compact", None)) \
+                and not ck.should_compact(sum(np.asarray(y).nbytes for _, y, _ in journal), _snapshot_cost(grem)):
+            ck.append(st.round, st.to_record(journal, ledger))
+        else:
+            ck.save(st.round, st.to_checkpoint(grem, ledger, identity))
+        st.mark_saved(ledger)
+
+    def _initialise(self, prob: Problem, grem: GReMState, ledger: Any, noise: Any, rho: float) -> AIMState:
         """Alg. 6: each 1-way marginal with σ0² = K/(0.9ρ), split into its residual and the total."""
         k = len(prob.candidates)
         if k == 0:  # workload is only the total: measure it with the whole budget
             sigma2 = 1.0 / (2.0 * rho)
             ledger.charge(f"{TAG} total", rho=rho, sigma=math.sqrt(sigma2), clique=[])
-            y = float(truth[()]) + float(noise.gaussian((TAG, 0, "total"), (), math.sqrt(sigma2)))
-            grem.combine((), np.asarray(y), sigma2)
+            (y,) = grem.table.noisy([((), (TAG, 0, "total"), math.sqrt(sigma2))], noise)
+            grem.combine((), np.asarray(float(y)), sigma2)
             grem.flush()
             return AIMState(0, annealing.RoundBudget(0.0, 0.0, True), done=True, rho_used=rho, rho_total=rho,
                             init={"sigma0": math.sqrt(sigma2), "k": 0})
@@ -250,10 +317,11 @@ class AIMGReM(Mechanism):
         ones = [c for c in prob.closure if len(c) == 1]
         used = 0.0
         for c in ones:
-            a = c[0]
-            ledger.charge(f"{TAG} init {a}", rho=rho_init, sigma=math.sqrt(sigma0_2), clique=[a], round=0)
+            ledger.charge(f"{TAG} init {c[0]}", rho=rho_init, sigma=math.sqrt(sigma0_2), clique=[c[0]], round=0)
             used += rho_init
-            y = truth[c] + noise.gaussian((TAG, 0, "init", a), truth[c].shape, math.sqrt(sigma0_2))
+        ys = grem.table.noisy([(c, (TAG, 0, "init", c[0]), math.sqrt(sigma0_2)) for c in ones], noise)
+        for c, y in zip(ones, ys):
+            a = c[0]
             if measurable(c, prob.domain):
                 grem.combine(c, decomp(y, c, c), sigma0_2)
             grem.combine((), np.asarray(y.sum()), prob.domain[a] * sigma0_2)
@@ -262,8 +330,8 @@ class AIMGReM(Mechanism):
         return AIMState(0, first, rho_used=used, rho_total=rho,
                         init={"sigma0": math.sqrt(sigma0_2), "rho_init": rho_init, "attributes": len(ones), "k": k})
 
-    def _loop(self, prob: Problem, truth: Mapping[Clique, np.ndarray], grem: GReMState, st: AIMState, ledger: Any,
-              noise: Any, ctx: RunContext, identity: Mapping[str, Any]) -> None:
+    def _loop(self, prob: Problem, grem: GReMState, st: AIMState, ledger: Any, noise: Any, ctx: RunContext,
+              identity: Mapping[str, Any]) -> None:
         """Rounds until the budget is spent (or max_rounds): select, plan, measure, update, anneal."""
         max_rounds = self.params["max_rounds"]
         rounds_here = 0
@@ -297,7 +365,7 @@ class AIMGReM(Mechanism):
                           sigma=math.sqrt(sigma2), residuals=len(plan.sigma2), realized_rho=realized)
             st.rho_used += rho_meas
             before = grem.estimate(gamma)
-            self._measure(gamma, plan, sigma2, truth, grem, noise, t)
+            self._measure(gamma, plan, sigma2, grem, noise, t)
             grem.flush()
             after = grem.estimate(gamma)
             annealed = annealing.should_anneal(before, after, math.sqrt(sigma2))
@@ -317,16 +385,20 @@ class AIMGReM(Mechanism):
             if ctx.progress is not None:
                 ctx.progress(TAG, min(1.0, st.rho_used / st.rho_total))
 
-    def _measure(self, gamma: Clique, plan: crp.CRPPlan, sigma2: float, truth: Mapping[Clique, np.ndarray], grem: GReMState,
-                 noise: Any, t: int) -> None:
-        """Alg. 5 per residual (CRP), or one isotropic draw on μ_γ decomposed into all its residuals (IID)."""
+    def _measure(self, gamma: Clique, plan: crp.CRPPlan, sigma2: float, grem: GReMState, noise: Any, t: int) -> None:
+        """Alg. 5 per residual (CRP), or one isotropic draw on μ_γ decomposed into all its residuals (IID).
+
+        The noisy marginals come from the table (next to the true marginals, on workers when
+        distributed); only they, never the exact counts, are decomposed and combined here.
+        """
         if plan.method == "iid":
-            y = truth[gamma] + noise.gaussian((TAG, t, "measure", list(gamma)), truth[gamma].shape, math.sqrt(sigma2))
+            (y,) = grem.table.noisy([(gamma, (TAG, t, "measure", list(gamma)), math.sqrt(sigma2))], noise)
             for tau, s2 in plan.sigma2.items():
                 grem.combine(tau, decomp(y, gamma, tau), s2)
             return
-        for tau, s2 in plan.sigma2.items():
-            y = truth[tau] + noise.gaussian((TAG, t, "measure", list(tau)), truth[tau].shape, math.sqrt(s2))
+        taus = list(plan.sigma2.items())
+        ys = grem.table.noisy([(tau, (TAG, t, "measure", list(tau)), math.sqrt(s2)) for tau, s2 in taus], noise)
+        for (tau, s2), y in zip(taus, ys):
             grem.combine(tau, decomp(y, tau, tau), s2)
 
     # ---------------------------------------------------------------------------------- output

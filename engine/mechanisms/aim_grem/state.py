@@ -1,9 +1,14 @@
 """Checkpointable loop state of AIM+GReM: round counter, next budget, trace, residuals, estimates.
 
 All noise is keyed by (round, clique), so the round number is the whole RNG position. A checkpoint is
-``{"meta": JSON, "arrays": {name: ndarray}}``: residual estimates ``z.<i>`` (i indexes the tracked
-residual list), the precision vector ``lam``, and the kept marginal estimates ``mu.<j>`` (stored so a
-resumed run continues from bit-identical estimates instead of a re-summed reconstruction).
+a *base* ``{"meta": JSON, "arrays": {name: ndarray}}`` -- residual estimates ``z.<i>`` (i indexes the
+tracked residual list), the precision vector ``lam``, and the kept marginal estimates ``mu.<j>``
+(stored so a resumed run continues from bit-identical estimates instead of a re-summed
+reconstruction) -- plus a log of per-round *records* (:meth:`AIMState.to_record`): the round's noisy
+measurements ``y.<i>`` with their residual and variance, its trace row, its ledger charges and the
+next round's budget. Restoring replays the records' measurements through the same inverse-variance
+combine and lazy update, so the state equals the uninterrupted run's bit for bit. Nothing exact
+(pre-noise) is ever part of either.
 """
 from __future__ import annotations
 
@@ -35,18 +40,51 @@ class AIMState:
     rho_total: float = 0.0
     trace: list[dict[str, Any]] = field(default_factory=list)
     init: dict[str, Any] = field(default_factory=dict)
+    saved_trace: int = field(default=0, compare=False)    # trace rows already in a checkpoint
+    saved_charges: int = field(default=0, compare=False)  # ledger charges already in a checkpoint
 
-    def to_checkpoint(self, grem: GReMState, ledger: Any, identity: Mapping[str, Any]) -> dict[str, Any]:
-        """The checkpoint payload of this state plus the GReM arrays and the ledger record."""
-        arrays: dict[str, np.ndarray] = {f"z.{i}": grem.z[t] for i, t in enumerate(grem.residuals)}
+    def _budget_meta(self) -> dict[str, Any]:
+        return {"rho_select": self.budget.rho_select, "rho_measure": self.budget.rho_measure,
+                "final": self.budget.final}
+
+    def to_record(self, journal: list[tuple[tuple[str, ...], np.ndarray, float]], ledger: Any) -> dict[str, Any]:
+        """A log record of what changed since the last checkpoint: noisy measurements (residual, variance,
+        value) in combine order, new trace rows, new ledger charges, and the loop state for the next round."""
+        charges = ledger.charges if ledger is not None else []
+        meta = {
+            "round": self.round, "budget": self._budget_meta(), "done": self.done, "rho_used": self.rho_used,
+            "trace": self.trace[self.saved_trace:], "charges": charges[self.saved_charges:],
+            "measurements": [[list(t), float(s2)] for t, _, s2 in journal],
+        }
+        arrays = {f"y.{i}": np.asarray(y, dtype=float) for i, (_, y, _) in enumerate(journal)}
+        return {"meta": normalise(meta), "arrays": arrays}
+
+    def mark_saved(self, ledger: Any) -> None:
+        """Everything so far is in a checkpoint: the next record starts after it."""
+        self.saved_trace = len(self.trace)
+        self.saved_charges = len(ledger.charges) if ledger is not None else 0
+
+    def to_checkpoint(self, grem: GReMState, ledger: Any, identity: Mapping[str, Any],
+                      journal: list[tuple[tuple[str, ...], np.ndarray, float]] | None = None) -> dict[str, Any]:
+        """The checkpoint payload (a base) of this state plus the GReM arrays and the ledger record.
+
+        Residual estimates are stored for measured residuals only (λ_τ > 0; the others are zero). With
+        ``journal`` -- every measurement combined since the start, i.e. at the first checkpoint of a
+        run -- the marginal estimates are not stored but rebuilt on restore by replaying the journal
+        from zero (far smaller than W↓'s estimates), and the stored z_τ, λ_τ are checked against it.
+        """
+        arrays: dict[str, np.ndarray] = {f"z.{i}": grem.z[t] for i, t in enumerate(grem.residuals) if grem.lam[t] > 0}
         arrays["lam"] = np.array([grem.lam[t] for t in grem.residuals], dtype=float)
-        mu = grem.table.snapshot()
-        for j, c in enumerate(grem.table.cliques):
-            arrays[f"mu.{j}"] = mu[c]
+        if journal is None:
+            mu = grem.table.snapshot()
+            for j, c in enumerate(grem.table.cliques):
+                arrays[f"mu.{j}"] = mu[c]
+        else:
+            for k, (_, y, _) in enumerate(journal):
+                arrays[f"y.{k}"] = np.asarray(y, dtype=float)
         meta = {
             "round": self.round,
-            "budget": {"rho_select": self.budget.rho_select, "rho_measure": self.budget.rho_measure,
-                       "final": self.budget.final},
+            "budget": self._budget_meta(),
             "done": self.done, "rho_used": self.rho_used, "rho_total": self.rho_total,
             "trace": self.trace, "init": self.init,
             "identity": normalise(identity),
@@ -54,11 +92,22 @@ class AIMState:
             "kept": [list(c) for c in grem.table.cliques],
             "ledger": ledger.to_dict() if ledger is not None else None,
         }
+        if journal is not None:
+            meta["replay"] = [[list(t), float(s2)] for t, _, s2 in journal]
         return {"meta": normalise(meta), "arrays": arrays}
 
     @classmethod
     def from_checkpoint(cls, payload: Mapping[str, Any], grem: GReMState, identity: Mapping[str, Any]) -> AIMState:
         """Restore ``grem`` (residuals, precisions, estimates) and return the loop state; validates identity."""
+        return cls.restore(payload, grem, identity)[0]
+
+    @classmethod
+    def restore(cls, payload: Mapping[str, Any], grem: GReMState,
+                identity: Mapping[str, Any]) -> tuple[AIMState, dict[str, Any]]:
+        """Restore ``grem`` from the base and replay the log; return (loop state, ledger record {"charges"}).
+
+        CheckpointError if the checkpoint belongs to another run or is malformed.
+        """
         meta, arrays = payload["meta"], payload["arrays"]
         try:
             if meta["identity"] != normalise(identity):
@@ -69,20 +118,73 @@ class AIMState:
             lam = np.asarray(arrays["lam"], dtype=float)
             if lam.shape != (len(grem.residuals),):
                 raise CheckpointError(f"checkpoint precision vector has shape {lam.shape}")
+            zs: dict[tuple[str, ...], np.ndarray] = {}
             for i, t in enumerate(grem.residuals):
-                z = np.asarray(arrays[f"z.{i}"], dtype=float)
+                name = f"z.{i}"
+                if name not in arrays:
+                    if lam[i] != 0:
+                        raise CheckpointError(f"checkpoint lacks the estimate of measured residual {list(t)}")
+                    zs[t] = np.zeros(grem.z[t].shape)
+                    continue
+                z = np.asarray(arrays[name], dtype=float)
                 if z.shape != grem.z[t].shape:
                     raise CheckpointError(f"checkpoint residual {list(t)} has shape {z.shape}, expected {grem.z[t].shape}")
-                grem.z[t] = z.copy()
-                grem.lam[t] = float(lam[i])
-            grem.table.load({c: arrays[f"mu.{j}"] for j, c in enumerate(grem.table.cliques)})
+                zs[t] = z
+            if "replay" in meta:  # the first checkpoint: rebuild everything from zero by replaying it
+                grem.replay([_entries(meta["replay"], arrays, grem, "the base")])
+                for i, t in enumerate(grem.residuals):
+                    if grem.lam[t] != float(lam[i]) or not np.array_equal(grem.z[t], zs[t]):
+                        raise CheckpointError(f"checkpoint is corrupt: replaying its measurements does not give "
+                                              f"the stored estimate of residual {list(t)}")
+            else:
+                for i, t in enumerate(grem.residuals):
+                    grem.z[t] = zs[t].copy()
+                    grem.lam[t] = float(lam[i])
+                grem.table.load({c: arrays[f"mu.{j}"] for j, c in enumerate(grem.table.cliques)})
             b = meta["budget"]
-            return cls(round=int(meta["round"]),
-                       budget=RoundBudget(float(b["rho_select"]), float(b["rho_measure"]), bool(b["final"])),
-                       done=bool(meta["done"]), rho_used=float(meta["rho_used"]), rho_total=float(meta["rho_total"]),
-                       trace=list(meta["trace"]), init=dict(meta["init"]))
+            st = cls(round=int(meta["round"]),
+                     budget=RoundBudget(float(b["rho_select"]), float(b["rho_measure"]), bool(b["final"])),
+                     done=bool(meta["done"]), rho_used=float(meta["rho_used"]), rho_total=float(meta["rho_total"]),
+                     trace=list(meta["trace"]), init=dict(meta["init"]))
+            ledger_meta = meta.get("ledger")
+            if ledger_meta is None:
+                raise CheckpointError("checkpoint has no ledger record")
+            charges = list(ledger_meta.get("charges", []))
+            log = list(payload.get("log", []))
+            batches = []
+            for rec in log:
+                rm, ra = rec["meta"], rec["arrays"]
+                if int(rm["round"]) != int(rec["round"]) or int(rec["round"]) <= st.round:
+                    raise CheckpointError(f"checkpoint log record for round {rec['round']} is out of order")
+                batches.append(_entries(rm["measurements"], ra, grem, f"log record {rec['round']}"))
+                st.trace.extend(rm["trace"])
+                charges.extend(rm["charges"])
+                b = rm["budget"]
+                st.round = int(rm["round"])
+                st.budget = RoundBudget(float(b["rho_select"]), float(b["rho_measure"]), bool(b["final"]))
+                st.done, st.rho_used = bool(rm["done"]), float(rm["rho_used"])
+            grem.replay(batches)
+            st.saved_trace = len(st.trace)
+            st.saved_charges = len(charges)
+            return st, {"charges": charges}
         except KeyError as e:
             raise CheckpointError(f"checkpoint lacks entry {e}") from None
+        except (TypeError, ValueError) as e:
+            raise CheckpointError(f"checkpoint is malformed: {e}") from None
+
+
+def _entries(spec: Any, arrays: Mapping[str, np.ndarray], grem: GReMState,
+             where: str) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
+    """Journal entries (τ, noisy measurement ``y.<k>``, σ²) of a checkpoint part, checked against ``grem``."""
+    out = []
+    for k, (tau, s2) in enumerate(spec):
+        tau = tuple(tau)
+        y = np.asarray(arrays[f"y.{k}"], dtype=float)
+        if tau not in grem.z or y.shape != grem.z[tau].shape:
+            raise CheckpointError(f"checkpoint {where} measures {list(tau)} with shape {y.shape}, "
+                                  "which this run does not track")
+        out.append((tau, y, float(s2)))
+    return out
 
 
 __all__ = ["AIMState", "normalise"]

@@ -176,3 +176,20 @@ def test_noise_is_drawn_on_the_workers(cluster):
         assert where in pids.values()
     finally:
         table.close()
+
+
+@pytest.mark.parametrize("address, remote", [
+    ("tls://10.1.2.3:8786", True), ("tcp://scheduler.svc:8786", True), ("tcp://[2001:db8::1]:8786", True),
+    ("tcp://127.0.0.1:8786", False), ("tls://localhost:8786", False), ("inproc://10.0.0.1/1/1", False),
+])
+def test_remote_cluster_keeps_exact_marginals_on_workers_whatever_the_size(address, remote):
+    """Against a scheduler off this machine's loopback, even a tiny AIM+GReM problem runs sharded."""
+    from types import SimpleNamespace
+
+    mech = AIMGReM({})
+    client = SimpleNamespace(scheduler=SimpleNamespace(address=address))
+    tiny = SimpleNamespace(cells_kept=10)
+    assert mech._distributed(tiny, RunContext(client=client)) is remote
+    assert mech._distributed(tiny, RunContext(client=None)) is False
+    big = SimpleNamespace(cells_kept=mech.params["distribute_min_cells"])
+    assert mech._distributed(big, RunContext(client=client)) is True

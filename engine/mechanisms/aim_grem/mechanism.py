@@ -196,8 +196,17 @@ class AIMGReM(Mechanism):
         return out
 
     def _distributed(self, prob: Problem, ctx: RunContext) -> bool:
-        """Whether estimates (and, where the oracle allows, the true marginals) live on dask workers."""
-        return ctx.client is not None and prob.cells_kept >= self.params["distribute_min_cells"]
+        """Whether estimates (and, where the oracle allows, the true marginals) live on dask workers.
+
+        Always on a cluster reached over the network (its scheduler is not on this machine's loopback
+        interface), so exact counts never travel to the client (#8); on a loopback cluster from
+        ``distribute_min_cells`` cells, below which the in-memory path is faster.
+        """
+        if ctx.client is None:
+            return False
+        if prob.cells_kept >= self.params["distribute_min_cells"]:
+            return True
+        return not _scheduler_on_loopback(ctx.client)
 
     def _table(self, oracle: MarginalOracle, prob: Problem, ctx: RunContext) -> MarginalTable:
         """The marginal table holding the true marginals of W↓ and their estimates.
@@ -429,3 +438,16 @@ class AIMGReM(Mechanism):
 
 
 __all__ = ["AIMGReM", "Problem"]
+
+
+def _scheduler_on_loopback(client: Any) -> bool:
+    """Whether the client's scheduler listens on the loopback interface (a cluster on this machine)."""
+    from urllib.parse import urlsplit
+
+    from privcube.graphs.security import is_loopback_host
+
+    address = str(getattr(getattr(client, "scheduler", None), "address", "") or "")
+    if address.startswith("inproc://"):
+        return True
+    host = urlsplit(address if "://" in address else f"tcp://{address}").hostname or ""
+    return is_loopback_host(host)

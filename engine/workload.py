@@ -229,3 +229,32 @@ def mixed(domain: Domain) -> Workload:
     """QS Table 5 mixed workload: all 1-way allrange + all 2-way affine + all 3-way prefix."""
     return parse_workload([{"kway": 1, "queries": "allrange"}, {"kway": 2, "queries": "affine"},
                            {"kway": 3, "queries": "prefix"}], domain)
+
+
+def hybrid_joint(domain: Domain, numeric: Iterable[str], query: str = "affine", limit: int | None = 5000,
+                 weight: float = 1.0) -> Workload:
+    """QS Table 3 workload: all 1-way groups (prefix on ``numeric`` attributes, identity elsewhere)
+    and all 2-way groups of the joint type ``query`` (``affine`` or ``abs-diff``, on every pair,
+    categorical ones included); a pair whose residual dimension (d_i − 1)(d_j − 1) exceeds ``limit``
+    gets the Kronecker hybrid prefix/identity instead (the authors' experiment code, digest §2;
+    ``limit=None`` keeps the joint type on every pair)."""
+    numeric = set(numeric)
+    for a in numeric:
+        if a not in domain:
+            raise WorkloadError(f"hybrid_joint workload: numeric attribute {a!r} is not in the domain {list(domain)}")
+    qt = parse_query_type(query, "hybrid_joint workload")
+    if not qt.joint:
+        raise WorkloadError(f"hybrid_joint workload: query type must be joint over two attributes, got {query!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise WorkloadError(f"hybrid_joint workload: limit must be a non-negative integer or None, got {limit!r}")
+
+    def per_attr(a: str) -> str:
+        return "prefix" if a in numeric else "identity"
+
+    groups = [group(domain, [a], per_attr(a), weight) for a in domain.attributes]
+    for a, b in itertools.combinations(domain.attributes, 2):
+        if limit is None or (domain[a] - 1) * (domain[b] - 1) <= limit:
+            groups.append(group(domain, [a, b], qt, weight))
+        else:
+            groups.append(group(domain, [a, b], {a: per_attr(a), b: per_attr(b)}, weight))
+    return Workload(domain, tuple(groups))

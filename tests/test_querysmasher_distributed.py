@@ -38,3 +38,22 @@ def test_scatter_matches_local_plan() -> None:
         for p, q in zip(x.parts, y.parts):
             assert p.method == q.method
             np.testing.assert_allclose(p.vpinv, q.vpinv, rtol=1e-10, atol=1e-12)
+
+
+def test_scatter_factored_parts() -> None:
+    """Parts above dense_limit (factored, low-rank strategies) scatter and come back identical."""
+    dom = Domain(("a", "b", "c"), (12, 15, 4))
+    wl = parse_workload([{"kway": 1, "queries": "prefix"}, {"kway": 2, "queries": "abs-diff"}], dom)
+    params = {"dense_limit": 50}
+    local_sols, local_info = QuerySmasher(params).optimize(wl, COST1)
+    assert "lowrank" in local_info["methods"]
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
+        sols, info = QuerySmasher(params).optimize(wl, COST1, client=client)
+    assert info["methods"] == local_info["methods"]
+    for key, x in sols.items():
+        y = local_sols[key]
+        assert x.L == pytest.approx(y.L, rel=1e-12), key
+        for p, q in zip(x.parts, y.parts):
+            assert (p.vpinv is None) == (q.vpinv is None)
+            np.testing.assert_allclose(p.pinv_dense(), q.pinv_dense(), rtol=1e-9, atol=1e-10)

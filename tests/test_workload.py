@@ -171,3 +171,25 @@ def test_errors_name_what_is_wrong(entries: list, match: str) -> None:
 def test_error_names_entry_index() -> None:
     with pytest.raises(WorkloadError, match="workload entry 1"):
         parse_workload([{"kway": 1}, {"kway": 1, "queries": "nope"}], DOM)
+
+
+def test_hybrid_joint_table3_rules() -> None:
+    """QS Table 3 helper: 1-way prefix (numeric) / identity; joint type on pairs with (d_i−1)(d_j−1) ≤ limit,
+    Kronecker prefix/identity above it (categorical pairs get the joint type too)."""
+    from privcube.workload import hybrid_joint
+
+    wl = hybrid_joint(DOM, ["age", "hours"], "abs-diff", limit=10)  # (4−1)(5−1) = 12 > 10
+    by = {g.attributes: g for g in wl}
+    assert len(wl) == 4 + 6
+    assert by[("age",)].query_types() == {"age": "prefix"} and by[("sex",)].query_types() == {"sex": "identity"}
+    assert by[("sex", "edu")].query_types() == {"sex": "abs-diff", "edu": "abs-diff"}
+    assert by[("age", "hours")].query_types() == {"age": "prefix", "hours": "prefix"}
+    assert by[("edu", "hours")].query_types() == {"edu": "abs-diff", "hours": "abs-diff"}  # 2·4 = 8 ≤ 10
+    assert by[("age", "hours")].num_queries(DOM) == 4 * 5
+    assert by[("sex", "edu")].num_queries(DOM) == 3  # max(d_i, d_j) thresholds
+    full = hybrid_joint(DOM, ["age"], "affine", limit=None)
+    assert all(len(g.factors) == 1 and g.factors[0].query.name == "affine" for g in full if len(g.attributes) == 2)
+    with pytest.raises(WorkloadError, match="joint"):
+        hybrid_joint(DOM, ["age"], "prefix")
+    with pytest.raises(WorkloadError, match="numeric attribute"):
+        hybrid_joint(DOM, ["nope"], "affine")

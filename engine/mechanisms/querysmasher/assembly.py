@@ -21,8 +21,9 @@ from privcube.mechanisms.querysmasher.decomposition import (
     dense_kron,
     group_terms,
     projected,
+    term_rows,
 )
-from privcube.mechanisms.querysmasher.solvers import PartSolution, _psd_pinv
+from privcube.mechanisms.querysmasher.solvers import PartSolution
 from privcube.workload import QueryGroup
 
 Clique = tuple[str, ...]
@@ -66,11 +67,18 @@ def _trace_term(sol: SubSolution, blocks: tuple, domain: Domain) -> float:
     val = 1.0
     for part, ps in zip(sol.sub.parts, sol.parts):
         if not part.terms:  # shared block: exactly one block of the term
-            val *= float(np.sum(block_gram(by_attrs[part.attrs].key) * ps.vpinv))
+            key = by_attrs[part.attrs].key
+            if ps.vpinv is None or part.size > 4096:  # factored strategy / big part: no c × c Gram
+                val *= ps.trace_rows(projected(*key))
+            else:
+                val *= float(np.sum(block_gram(key) * ps.vpinv))
         else:
             pos = {a: i for i, a in enumerate(part.attrs)}
             mine = tuple((tuple(pos[a] for a in b.attrs), b.key) for b in blocks if b.attrs[0] in pos)
-            val *= float(np.sum(dense_kron(mine, part.shape) * ps.vpinv))
+            if ps.vpinv is None or part.size > 4096:
+                val *= ps.trace_rows(term_rows(mine, part.shape))
+            else:
+                val *= float(np.sum(dense_kron(mine, part.shape) * ps.vpinv))
     return val
 
 
@@ -105,7 +113,7 @@ def query_variances(group: QueryGroup, sols: Mapping[Clique, SubSolution], domai
             q = mats[0]
             for m in mats[1:]:
                 q = np.kron(q, m)
-            d = np.einsum("ij,jk,ik->i", q, ps.vpinv, q)
+            d = ps.quad(q)
             t = t * _axis(d, idx, rows)
         out += sol.sigma2 * t
     return out.reshape(-1)
@@ -130,8 +138,9 @@ def measure(sols: Mapping[Clique, SubSolution], exact: Mapping[Clique, np.ndarra
         perm = [key.index(a) for a in order]
         xt = np.transpose(x, perm).reshape(-1)
         bs = [p.b for p in sol.parts]
-        omega = kron_matvec(bs, xt) + gaussian(key, (xt.size,), math.sqrt(sol.sigma2))
-        r = kron_matvec([_psd_pinv(b) for b in bs], omega)
+        bx = kron_matvec(bs, xt)  # factored parts have fewer rows than cells
+        omega = bx + gaussian(key, bx.shape, math.sqrt(sol.sigma2))
+        r = kron_matvec([p.b_pinv() for p in sol.parts], omega)
         r = np.transpose(r.reshape([shape[i] for i in perm]), np.argsort(perm))
         for ax in range(r.ndim):
             r = r - r.mean(axis=ax, keepdims=True)

@@ -108,7 +108,23 @@ class Part:
 
     @property
     def size(self) -> int:
+        """Number of cells c (the Gram is c × c)."""
         return math.prod(self.shape)
+
+    def row_count(self) -> int:
+        """Number of rows of :meth:`rows` (without forming them)."""
+        if not self.terms:
+            return int(projected(*self.key).shape[0])
+        return sum(math.prod(projected(*k).shape[0] for _, k in blocks) for _, blocks in self.terms)
+
+    def rows(self, max_rows: int | None = None) -> np.ndarray | None:
+        """Rows R with RᵀR = the part's Gram (√α · ⊗ projected factors per term), or None when
+        there would be more than ``max_rows`` of them."""
+        if max_rows is not None and self.row_count() > max_rows:
+            return None
+        if not self.terms:
+            return np.asarray(projected(*self.key))
+        return np.vstack([math.sqrt(alpha) * term_rows(blocks, self.shape) for alpha, blocks in self.terms])
 
 
 def dense_kron(blocks: Iterable[tuple[tuple[int, ...], BlockKey]], shape: tuple[int, ...]) -> np.ndarray:
@@ -128,6 +144,23 @@ def dense_kron(blocks: Iterable[tuple[tuple[int, ...], BlockKey]], shape: tuple[
     perm = [layout.index(("r", i)) for i in range(k)] + [layout.index(("c", i)) for i in range(k)]
     c = math.prod(shape)
     return np.transpose(t, perm).reshape(c, c)
+
+
+def term_rows(blocks: Iterable[tuple[tuple[int, ...], BlockKey]], shape: tuple[int, ...]) -> np.ndarray:
+    """⊗ of the blocks' projected query rows, columns over ``shape`` (C order): R with RᵀR = dense_kron."""
+    blocks = list(blocks)
+    k = len(shape)
+    t = np.ones(())
+    layout: list[tuple[str, int]] = []
+    nrows = 1
+    for bi, (pos, key) in enumerate(blocks):
+        p = np.asarray(projected(*key))
+        nrows *= p.shape[0]
+        t = np.multiply.outer(t, p.reshape((p.shape[0],) + tuple(shape[i] for i in pos)))
+        layout.append(("r", bi))
+        layout.extend(("c", i) for i in pos)
+    perm = [layout.index(("r", bi)) for bi in range(len(blocks))] + [layout.index(("c", i)) for i in range(k)]
+    return np.transpose(t, perm).reshape(nrows, math.prod(shape))
 
 
 @dataclass
@@ -185,7 +218,7 @@ def group_terms(domain: Domain, g: QueryGroup) -> Iterable[tuple[Clique, Term]]:
                     alpha *= block_scalar(f.query, sizes)
             if alpha <= 0:
                 continue
-            if any(not np.any(block_gram(b.key)) for b in blocks):
+            if any(not np.any(projected(*b.key)) for b in blocks):  # PᵀP = 0 iff P = 0
                 continue
             yield sub, Term(alpha, tuple(blocks))
 

@@ -1,8 +1,9 @@
 """QuerySmasher (He, Xiao et al. 2026): divide-and-conquer matrix mechanism over residual subspaces.
 
 Plan: decompose every group into residual subworkloads (Sec. 6.2), solve each distinct Kronecker
-part once (closed form / Fourier / dual interior-point Newton / L-BFGS / SDP, with duality-gap
-certificates; parts whose Grams agree up to scale share one solve), split the budget in
+part once (closed form / Fourier / dual interior-point Newton / active-set low-rank Newton / L-BFGS /
+SDP, with duality-gap certificates; parts whose Grams agree up to scale share one solve; parts above
+``dense_limit`` cells are solved in factored form, never as c × c matrices), split the budget in
 closed form (Alg. 1, lines 14-17). Run: one oracle call for the subsets' marginals, one correlated
 Gaussian measurement per subworkload, reconstruction of every query with its exact variance.
 
@@ -41,7 +42,14 @@ Clique = tuple[str, ...]
 
 
 class QuerySmasher(Mechanism):
-    """Optimal splittable, residual-respecting matrix mechanism for weighted linear workloads."""
+    """Optimal splittable, residual-respecting matrix mechanism for weighted linear workloads.
+
+    Parameters: ``solver`` (see ``solvers.METHODS``), ``tol`` (duality-gap target), ``sdp_limit`` (largest
+    part given to cvxpy), ``newton_limit`` (flop budget per dense Newton step) and ``dense_limit``: parts
+    with more cells are never formed as c × c matrices when their Gram has a thin row factor (affine,
+    abs-diff, ... pairs: exact factored solve); other parts above it are solved densely if the memory
+    is available, else a ConfigError names the part and the memory it would need.
+    """
 
     name = "querysmasher"
     PARAMS = {"solver": "auto", "tol": 1e-4, "sdp_limit": 40, "dense_limit": 4096, "newton_limit": NEWTON_LIMIT}
@@ -75,17 +83,12 @@ class QuerySmasher(Mechanism):
         for s in subs.values():
             for p in s.parts:
                 distinct.setdefault(p.key, p)
-        too_big = [p for p in distinct.values() if p.size > self.params["dense_limit"]]
-        if too_big:
-            p = too_big[0]
-            raise ConfigError(
-                f"querysmasher: subworkload part on {list(p.attrs)} has {p.size} cells, above parameter "
-                f"'dense_limit' ({self.params['dense_limit']}); raise it or use Kronecker query types"
-            )
-        keys, rep_of = _dedupe_parts(distinct)
+        # parts above dense_limit are solved in factored form or, memory permitting, densely; a part
+        # that fits neither raises a ConfigError naming it (solvers.solve_part)
+        keys, rep_of = _dedupe_parts(distinct, self.params["dense_limit"])
         sols = solve_parts([distinct[k] for k in keys], method=self.params["solver"], tol=self.params["tol"],
                            sdp_limit=self.params["sdp_limit"], newton_limit=float(self.params["newton_limit"]),
-                           client=client)
+                           dense_limit=self.params["dense_limit"], client=client)
         by_rep = dict(zip(keys, sols))
         solved = {k: _rescaled(by_rep[r], f) for k, (r, f) in rep_of.items()}
         t2 = time.perf_counter()
@@ -143,19 +146,31 @@ class SubworkloadRelease:
         return measure({key: self.sols[key]}, {key: mu}, self._gaussian)[key]
 
 
-def _dedupe_parts(distinct: Mapping[Any, Any]) -> tuple[list[Any], dict[Any, tuple[Any, float]]]:
+def _dedupe_parts(distinct: Mapping[Any, Any], dense_limit: int = 4096) -> tuple[list[Any], dict[Any, tuple[Any, float]]]:
     """Parts whose Grams agree up to a positive scale are solved once (V is scale-free, L scales).
 
-    Returns the representative keys to solve and, per part key, (representative key, scale factor).
+    Parts above ``dense_limit`` cells are compared through G·Z for a fixed random probe Z (c × 4),
+    computed from their row factor, so no c × c Gram is formed. Returns the representative keys to
+    solve and, per part key, (representative key, scale factor).
     """
     reps: dict[Any, tuple[Any, float]] = {}
     rep_of: dict[Any, tuple[Any, float]] = {}
     for k, p in distinct.items():
-        g = p.gram()
-        tr = float(np.trace(g))
-        if tr > 0 and np.all(np.isfinite(g)):
+        rows = p.rows(max_rows=p.size // 3) if p.size > dense_limit else None
+        if rows is not None:
+            z = np.random.default_rng(0).standard_normal((p.size, 4))
+            g = rows.T @ (rows @ z)
+            tr = float(np.sum(rows * rows))
+            tag = "probe"
+        elif p.size > dense_limit:
+            g, tr, tag = None, 0.0, "key"
+        else:
+            g = p.gram()
+            tr = float(np.trace(g))
+            tag = "gram"
+        if g is not None and tr > 0 and np.all(np.isfinite(g)):
             digest = hashlib.sha1((np.round(g / tr, 10) + 0.0).tobytes()).hexdigest()
-            fp: Any = (tuple(p.shape), digest)
+            fp: Any = (tuple(p.shape), tag, digest)
         else:
             fp, tr = ("key", k), 1.0
         rk, rtr = reps.setdefault(fp, (k, tr))

@@ -17,6 +17,11 @@ reported ``gap`` is (primal − dual) / primal.
   to the requested gap; the primal V = F (FᵀΛF)^{-½} Fᵀ (G = FFᵀ) is recovered without dividing by λ.
   Cost O(c² min(r², 20r)) per step (r = rank G; a quadrature form of the Hessian for large r), so
   ``auto`` uses it when that is below ``newton_limit`` (e.g. 2-D parts up to ~400 cells).
+* ``lowrank``: for a thin Gram G = RᵀR (rank r ≪ c, e.g. affine / abs-diff pairs): the same dual
+  Newton on an active set of cells grown by KKT violators, certified on all cells; V kept factored
+  (B is r × c, V⁺ = vfac vfacᵀ), so parts of many thousand cells are solved exactly without any c × c
+  matrix. ``auto`` uses it when dense Newton would exceed ``newton_limit``; :func:`solve_part` uses it
+  for every thin part above ``dense_limit``.
 * ``lbfgs``: L-BFGS on the unit-diagonal parameterisation V = D^{-½} RᵀR D^{-½}.
 * ``sdp``: the SDP via cvxpy/Clarabel (Schur-complement epigraph), small c only.
 * ``auto``: the cheapest of the above whose certificate reaches ``tol``.
@@ -33,7 +38,7 @@ import scipy.optimize as sopt
 
 from privcube.errors import ConfigError
 
-METHODS = ("auto", "closed", "fourier", "eigen", "newton", "lbfgs", "sdp")
+METHODS = ("auto", "closed", "fourier", "eigen", "newton", "lowrank", "lbfgs", "sdp")
 
 #: per-step flop budget (c²r²) below which ``auto`` uses the Newton dual solver
 NEWTON_LIMIT = 4e9
@@ -41,14 +46,19 @@ NEWTON_LIMIT = 4e9
 
 @dataclass
 class PartSolution:
-    """A cost-1 strategy for one Gram: V⁺ (c × c), its symmetric root B (BᵀB = V), error and certificate."""
+    """A cost-1 strategy for one Gram: V⁺, the strategy B (BᵀB = V), error L and certificate.
+
+    Dense solutions hold V⁺ (c × c) and the symmetric root B (c × c). Factored (low-rank) solutions
+    hold ``vpinv = None``, ``vfac`` (c × r, V⁺ = vfac vfacᵀ = B⁺B⁺ᵀ) and B (r × c): nothing c × c.
+    """
 
     L: float
-    vpinv: np.ndarray
+    vpinv: np.ndarray | None
     b: np.ndarray
     method: str
     dual: float = float("nan")
     info: dict[str, Any] = field(default_factory=dict)
+    vfac: np.ndarray | None = None
 
     @property
     def gap(self) -> float:
@@ -56,6 +66,35 @@ class PartSolution:
         if not math.isfinite(self.dual) or self.L <= 0:
             return float("nan")
         return max(self.L - self.dual, 0.0) / self.L
+
+    def pinv_dense(self) -> np.ndarray:
+        """V⁺ as a dense c × c matrix (materialised for factored solutions)."""
+        if self.vpinv is not None:
+            return self.vpinv
+        return self.vfac @ self.vfac.T
+
+    def quad(self, q: np.ndarray) -> np.ndarray:
+        """Row-wise q V⁺ qᵀ for query rows q (m × c): the cost-1 variance of each row."""
+        q = np.asarray(q, dtype=float)
+        if self.vfac is not None:
+            return np.sum((q @ self.vfac) ** 2, axis=1)
+        return np.sum((q @ self.vpinv) * q, axis=1)
+
+    def trace_rows(self, p: np.ndarray) -> float:
+        """tr(PᵀP V⁺) for rows P (m × c): the cost-1 error of those rows summed."""
+        return float(np.sum(self.quad(p)))
+
+    def trace_gram(self, g: np.ndarray) -> float:
+        """tr(G V⁺) for a dense Gram G (c × c)."""
+        if self.vfac is not None:
+            return float(np.sum((g @ self.vfac) * self.vfac))
+        return float(np.sum(np.asarray(g) * self.vpinv))
+
+    def b_pinv(self) -> np.ndarray:
+        """B⁺ (reconstruction of the measured residual from ω = Bx + noise)."""
+        if self.vfac is not None:
+            return self.vfac
+        return _psd_pinv(self.b)
 
 
 def centering(shape: tuple[int, ...]) -> np.ndarray:
@@ -154,23 +193,48 @@ def _dft(shape: tuple[int, ...]) -> np.ndarray:
     return f
 
 
-def solve_fourier(g: np.ndarray, shape: tuple[int, ...]) -> PartSolution:
-    """Weighted Fourier factorisation (WFF): V = Fᴴ diag(s) F / c with s ∝ √(diag F G Fᴴ / c)."""
-    c = g.shape[0]
-    f = _dft(shape)
-    gk = np.real(np.einsum("ki,ij,kj->k", f, g, f.conj())) / c
-    gk = np.clip(gk, 0, None)
+def _circulant(h: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The multi-level circulant matrix M[i, j] = h[(i − j) mod shape] (cells in C order)."""
+    k = len(shape)
+    idx = []
+    for ax, n in enumerate(shape):
+        sh = [1] * (2 * k)
+        sh[ax] = sh[k + ax] = n
+        idx.append(((np.arange(n)[:, None] - np.arange(n)[None, :]) % n).reshape(sh))
+    c = math.prod(shape)
+    return np.asarray(h).reshape(shape)[tuple(idx)].reshape(c, c)
+
+
+def fourier_spectrum(shape: tuple[int, ...], g: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
+    """g_k = (F G Fᴴ)_kk / c for every frequency k (F the multi-dimensional DFT), from G or from rows R (G = RᵀR)."""
+    c = math.prod(shape)
+    axes = tuple(range(1, len(shape) + 1))
+    if rows is not None:
+        fr = np.fft.fftn(np.asarray(rows, dtype=float).reshape((-1,) + tuple(shape)), axes=axes)
+        return np.sum(np.abs(fr) ** 2, axis=0).reshape(-1) / c
+    k = len(shape)
+    m = np.fft.fftn(np.asarray(g, dtype=float).reshape(tuple(shape) * 2), axes=tuple(range(k)))
+    m = np.fft.fftn(np.conj(m), axes=tuple(range(k, 2 * k)))  # conj of (F G Fᴴ)
+    return np.real(np.conj(np.diagonal(m.reshape(c, c)))) / c
+
+
+def solve_fourier(g: np.ndarray | None, shape: tuple[int, ...], rows: np.ndarray | None = None) -> PartSolution:
+    """Weighted Fourier factorisation (WFF): V = Fᴴ diag(s) F / c with s ∝ √(diag F G Fᴴ / c).
+
+    Computed with FFTs: the spectrum from G (or its rows), V⁺ and B = V^½ as multi-level circulants.
+    """
+    c = math.prod(shape)
+    gk = fourier_spectrum(shape, g, rows)
+    gk = np.where(gk > 1e-12 * max(float(gk.max()), 0.0), gk, 0.0)  # round-off on null frequencies
     root = np.sqrt(gk)
     total = root.sum()
     if total <= 0:
         raise ConfigError("fourier solver: the Gram matrix is zero")
     s = c * root / total
-    v = np.real(f.conj().T @ (s[:, None] * f)) / c
     inv = np.where(s > 0, 1.0 / np.where(s > 0, s, 1), 0.0)
-    vp = np.real(f.conj().T @ (inv[:, None] * f)) / c
-    b = np.real(f.conj().T @ (np.sqrt(s)[:, None] * f)) / c
+    vp = _circulant(np.real(np.fft.ifftn(inv.reshape(shape))), shape)
+    b = _circulant(np.real(np.fft.ifftn(np.sqrt(s).reshape(shape))), shape)
     lval = float(total**2 / c)
-    del v
     return PartSolution(lval, (vp + vp.T) / 2, (b + b.T) / 2, "fourier", float("nan"), {})
 
 
@@ -273,42 +337,65 @@ def solve_newton(g: np.ndarray, *, tol: float = 1e-6, max_steps: int = 150) -> P
     with L = 2φ·max ∇φ, while φ² is a dual bound: gap = 1 − φ / (2 max ∇φ), driven below ``tol``.
     """
     f, scale = _gram_factor(g)
-    c, r = f.shape
-    if r == 0:
+    if f.shape[1] == 0:
         raise ConfigError("newton solver: the Gram matrix is zero")
+    lam, steps = _newton_dual(f, tol, max_steps)
+    phi, grad, ft, q, s = _dual_eval(f, lam)
+    x = (ft / s) @ ft.T  # F A^{-1/2} Fᵀ
+    sol = _finish(g, x, "newton", phi * phi * scale, steps=steps, lam=lam)
+    sol.dual = min(sol.dual, sol.L)  # round-off only
+    return sol
+
+
+def _dual_eval(f: np.ndarray, lam: np.ndarray, hess: bool = False):  # noqa: ANN202
+    """φ(λ) = tr √(FᵀΛF), its gradient ½ diag(F A^{-½} Fᵀ), and (``hess``) the Hessian in λ."""
+    c, r = f.shape
+    w, q = np.linalg.eigh(f.T @ (lam[:, None] * f))
+    s = np.sqrt(np.clip(w, 1e-300, None))
+    ft = f @ q
+    grad = 0.5 * np.sum(ft * ft / s, axis=1)
+    if not hess:
+        return float(s.sum()), grad, ft, q, s
+    h = np.zeros((c, c))
+    ts, ws = _exp_quadrature(float(s.min()), float(s.max()))
+    if len(ts) < r // 2:
+        # Γ_ab = −½ ∫₀^∞ e^{−t s_a}/s_a · e^{−t s_b}/s_b dt: rank one in (a, b) per node, so
+        # H ≈ −½ Σ_k w_k (F̃ diag(e^{−t_k s}/s) F̃ᵀ)∘² at c²r flops per node instead of c²r².
+        for t, wk in zip(ts, ws):
+            a = ft * np.sqrt(np.exp(-t * s) / s)
+            m = _syrk(a)
+            h -= 0.5 * wk * m * m
+        return float(s.sum()), grad, h
+    gam = -0.5 / (s[:, None] * s[None, :] * (s[:, None] + s[None, :]))
+    bs = max(1, int(2e6 // (c * r)))
+    for a0 in range(0, r, bs):
+        a1 = min(r, a0 + bs)
+        z = (ft[:, a0:a1, None] * ft[:, None, :]).reshape(c, -1)
+        h += (z * gam[a0:a1].reshape(-1)) @ z.T
+    return float(s.sum()), grad, h
+
+
+def _newton_dual(f: np.ndarray, tol: float, max_steps: int, lam0: np.ndarray | None = None,
+                 mu0: float = 0.1) -> tuple[np.ndarray, int]:
+    """Barrier Newton ascent of φ over the simplex for the factor F (c × r); returns (λ, steps).
+
+    ``lam0`` warm-starts λ (else uniform + fixed-point steps); the barrier weight starts at mu0·φ/c."""
+    c = f.shape[0]
 
     def evalf(lam: np.ndarray, hess: bool = False):  # noqa: ANN202
-        w, q = np.linalg.eigh(f.T @ (lam[:, None] * f))
-        s = np.sqrt(np.clip(w, 1e-300, None))
-        ft = f @ q
-        grad = 0.5 * np.sum(ft * ft / s, axis=1)
-        if not hess:
-            return float(s.sum()), grad, ft, q, s
-        h = np.zeros((c, c))
-        ts, ws = _exp_quadrature(float(s.min()), float(s.max()))
-        if len(ts) < r // 2:
-            # Γ_ab = −½ ∫₀^∞ e^{−t s_a}/s_a · e^{−t s_b}/s_b dt: rank one in (a, b) per node, so
-            # H ≈ −½ Σ_k w_k (F̃ diag(e^{−t_k s}/s) F̃ᵀ)∘² at c²r flops per node instead of c²r².
-            for t, w in zip(ts, ws):
-                a = ft * np.sqrt(np.exp(-t * s) / s)
-                m = _syrk(a)
-                h -= 0.5 * w * m * m
-            return float(s.sum()), grad, h
-        gam = -0.5 / (s[:, None] * s[None, :] * (s[:, None] + s[None, :]))
-        bs = max(1, int(2e6 // (c * r)))
-        for a0 in range(0, r, bs):
-            a1 = min(r, a0 + bs)
-            z = (ft[:, a0:a1, None] * ft[:, None, :]).reshape(c, -1)
-            h += (z * gam[a0:a1].reshape(-1)) @ z.T
-        return float(s.sum()), grad, h
+        return _dual_eval(f, lam, hess)
 
-    lam = np.full(c, 1.0 / c)
-    for _ in range(20):  # fixed-point warm start λ ← λ∘∇φ / φ (digest §5.2)
-        _, grad, *_ = evalf(lam)
-        lam = np.clip(lam * grad, 1e-12, None)
+    if lam0 is None:
+        lam = np.full(c, 1.0 / c)
+        for _ in range(20):  # fixed-point warm start λ ← λ∘∇φ / φ (digest §5.2)
+            _, grad, *_ = evalf(lam)
+            lam = np.clip(lam * grad, 1e-12, None)
+            lam /= lam.sum()
+    else:
+        lam = np.clip(np.asarray(lam0, dtype=float), 1e-12, None)
         lam /= lam.sum()
     phi, grad, *_ = evalf(lam)
-    mu = 0.1 * phi / c
+    mu = mu0 * phi / c
     steps = 0
     last_gap = math.inf
     ones = np.ones((c, 1))
@@ -341,17 +428,89 @@ def solve_newton(g: np.ndarray, *, tol: float = 1e-6, max_steps: int = 150) -> P
             lam = new
             if dec < 1e-3 * mu * c or steps >= max_steps:
                 break
-        phi, grad, ft, q, s = evalf(lam)
+        phi, grad, *_ = evalf(lam)
         gap = 1 - phi / (2 * grad.max())
         if gap <= tol or gap > 0.5 * last_gap:  # converged, or stalled at round-off
             break
         last_gap = gap
         mu *= 0.1
-    phi, grad, ft, q, s = evalf(lam)
-    x = (ft / s) @ ft.T  # F A^{-1/2} Fᵀ
-    sol = _finish(g, x, "newton", phi * phi * scale, steps=steps, lam=lam)
-    sol.dual = min(sol.dual, sol.L)  # round-off only
-    return sol
+    return lam, steps
+
+
+def rows_factor(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Thin factor of G = RᵀR: (U, σ, scale) with G/scale = U diag(σ²) Uᵀ, U orthonormal (c × r)."""
+    rows = np.asarray(rows, dtype=float)
+    scale = float(np.sum(rows * rows)) or 1.0
+    if rows.shape[0] >= rows.shape[1]:
+        w, u = np.linalg.eigh(rows.T @ rows / scale)
+        keep = w > 1e-12 * max(float(w.max()), 1e-300)
+        return u[:, keep], np.sqrt(w[keep]), scale
+    _, sv, vt = np.linalg.svd(rows / math.sqrt(scale), full_matrices=False)
+    keep = sv > 1e-6 * max(float(sv.max()), 1e-300)
+    return vt[keep].T, sv[keep], scale
+
+
+def solve_lowrank(rows: np.ndarray, *, tol: float = 1e-6, max_rounds: int = 40,
+                  max_steps: int = 150) -> PartSolution:
+    """Exact solve for a low-rank Gram G = RᵀR (rank r ≪ c) without any c × c matrix.
+
+    The dual max_{λ∈Δ} tr √(FᵀΛF) (G = FFᵀ, F = Uσ) is an A-optimal-design problem whose optimal λ
+    is supported on few cells: an active-set method runs the barrier Newton of :func:`solve_newton`
+    on a working set W (initially the 3r cells of largest fixed-point λ), then adds the cells whose
+    gradient exceeds the working set's maximum (the KKT violators) until the certificate on ALL cells,
+    gap = 1 − φ / (2 max_i ∇φ_i), is ≤ ``tol``. The primal is V = F A^{-½} Fᵀ / max diag, kept
+    factored: B = diag(w^{-¼}) Qᵀ Fᵀ / √m (r × c) and V⁺ = vfac vfacᵀ, vfac = √m U σ⁻¹ Q diag(w^{¼}).
+    """
+    u, sv, scale = rows_factor(rows)
+    f = u * sv
+    c, r = f.shape
+    if r == 0:
+        raise ConfigError("lowrank solver: the Gram matrix is zero")
+    lam = np.full(c, 1.0 / c)
+    for _ in range(30):  # multiplicative fixed point: picks out the likely support
+        _, grad, *_ = _dual_eval(f, lam)
+        lam = np.clip(lam * grad, 0, None)
+        lam /= lam.sum()
+    work = np.sort(np.argsort(-lam, kind="stable")[: min(c, 3 * r)])
+    best: tuple[float, np.ndarray] | None = None
+    steps = rounds = 0
+    gap = math.inf
+    warm = None
+    for rounds in range(1, max_rounds + 1):
+        fw = f[work]
+        uw, sw, _ = rows_factor(fw.T)  # restricted problem in its own (full-rank) coordinates
+        if warm is None:
+            lam_w, k = _newton_dual(uw * sw, 0.5 * tol, max_steps)
+        else:  # later rounds: start from the last λ (new cells small) with a small barrier weight
+            lam_w, k = _newton_dual(uw * sw, 0.5 * tol, max_steps, lam0=warm[work], mu0=1e-3)
+        steps += k
+        lam = np.zeros(c)
+        lam[work] = lam_w
+        phi, grad, *_ = _dual_eval(f, lam)
+        gap = 1 - phi / (2 * grad.max())
+        if best is None or gap < best[0]:
+            best = (gap, lam)
+        if gap <= tol or len(work) == c:
+            break
+        top = float(grad[work].max())
+        viol = np.flatnonzero(grad > top * (1 + 1e-9))
+        viol = viol[np.argsort(-grad[viol], kind="stable")][: max(r // 2, 10)]
+        keep = work[lam_w > 1e-8 * lam_w.max()]
+        if len(keep) < r:
+            keep = work
+        work = np.union1d(keep, viol)
+        warm = lam.copy()
+        warm[viol] = 1e-2 * float(lam.max())
+    gap, lam = best
+    phi, grad, ft, q, s = _dual_eval(f, lam)
+    m = float(2 * grad.max())  # max diag X, X = F A^{-½} Fᵀ
+    w4 = np.sqrt(s)  # w^{1/4}
+    vfac = math.sqrt(m) * (u / sv) @ (q * w4)
+    b = ((q / w4).T @ f.T) / math.sqrt(m)
+    lval = m * phi * scale
+    return PartSolution(lval, None, b, "lowrank", min(phi * phi * scale, lval),
+                        {"rounds": rounds, "steps": steps, "support": int(np.sum(lam > 0)), "rank": r,
+                         "lam": lam}, vfac)
 
 
 def solve_sdp(g: np.ndarray, shape: tuple[int, ...]) -> PartSolution:
@@ -407,6 +566,9 @@ def solve(g: np.ndarray, shape: tuple[int, ...], method: str = "auto", *, tol: f
         return solve_lbfgs(g, _psd_pinv(solve_eigen(g).vpinv))
     if method == "newton":
         return solve_newton(g, tol=0.5 * tol)
+    if method == "lowrank":
+        f, scale = _gram_factor(g)
+        return solve_lowrank(f.T * math.sqrt(scale), tol=0.5 * tol)
     # auto: eigen-design, Fourier, then the Newton dual (when c²r² ≤ newton_limit), then L-BFGS from
     # the best, then SDP if still not certified
     cands = [solve_eigen(g)]
@@ -419,16 +581,23 @@ def solve(g: np.ndarray, shape: tuple[int, ...], method: str = "auto", *, tol: f
     best.dual = max(best.dual if math.isfinite(best.dual) else 0.0, lower)
     if best.gap <= tol:
         return best
-    if newton_cost(g) <= newton_limit:
-        nt = solve_newton(g, tol=0.5 * tol)
-        nt.dual = max(nt.dual, lower)
-        if nt.L <= best.L:
-            best = nt
+    w = np.linalg.eigvalsh(g)
+    rank = int(np.sum(w > 1e-12 * max(float(w.max()), 1e-300)))
+    exact = None
+    if float(c * c) * float(min(rank * rank, 20 * rank)) <= newton_limit:  # newton_cost(g)
+        exact = solve_newton(g, tol=0.5 * tol)
+    elif 3 * rank <= c:  # low rank: active-set Newton on the support only
+        f, scale = _gram_factor(g)
+        exact = solve_lowrank(f.T * math.sqrt(scale), tol=0.5 * tol)
+    if exact is not None:
+        exact.dual = max(exact.dual, lower)
+        if exact.L <= best.L:
+            best = exact
         else:
-            best.dual = max(best.dual, nt.dual)
+            best.dual = max(best.dual, exact.dual)
         if best.gap <= tol:
             return best
-    v0 = _psd_pinv(best.vpinv)
+    v0 = _psd_pinv(best.pinv_dense())
     lb = solve_lbfgs(g, v0 + 1e-3 * np.eye(c))
     lb.dual = max(lb.dual, lower)
     if lb.L > best.L:
@@ -443,3 +612,62 @@ def solve(g: np.ndarray, shape: tuple[int, ...], method: str = "auto", *, tol: f
         else:
             best.dual = max(best.dual, sd.dual)
     return best
+
+
+#: bytes of working memory a dense solve of a c-cell part needs, per c² (≈ 16 dense c × c float64 arrays)
+DENSE_BYTES_PER_CELL2 = 16 * 8
+
+
+def _available_memory() -> float:
+    try:
+        import psutil
+
+        return float(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - no psutil / no /proc: do not block the solve
+        return math.inf
+
+
+def solve_part(part: Any, method: str = "auto", *, tol: float = 1e-4, sdp_limit: int = 40,
+               newton_limit: float = NEWTON_LIMIT, dense_limit: int = 4096) -> PartSolution:
+    """Solve one decomposition part (``shape``, ``size``, ``gram()``, ``rows(max_rows)``, ``attrs``).
+
+    Up to ``dense_limit`` cells: :func:`solve` on the dense Gram. Above it the part is never
+    materialised as c × c when its Gram has a thin row factor (≤ c/3 rows, e.g. affine or abs-diff
+    pairs): ``auto``/``lowrank`` then use :func:`solve_lowrank`. Other large parts are solved densely
+    when the memory a dense solve needs is available; otherwise a ConfigError names the part.
+    """
+    if method not in METHODS:
+        raise ConfigError(f"querysmasher: parameter 'solver' must be one of {METHODS}, got {method!r}")
+    c = int(part.size)
+    thin = c > 1 and part.row_count() <= c // 3  # thin factor: rank ≤ c/3
+    if thin and c > dense_limit:
+        need = 6 * 8 * float(c) * part.row_count()  # rows, factor, vfac, B and temporaries
+        avail = _available_memory()
+        if need > avail:
+            raise ConfigError(
+                f"querysmasher: subworkload part on {list(part.attrs)} (shape {tuple(part.shape)}, {c} cells, "
+                f"{part.row_count()} rows) needs about {need / 1e9:.1f} GB even in factored form, but only "
+                f"{avail / 1e9:.1f} GB is available"
+            )
+    rows = part.rows() if thin else None
+    if rows is not None:
+        if method == "lowrank":
+            return solve_lowrank(rows, tol=0.5 * tol)
+        if method == "fourier":
+            return solve_fourier(None, tuple(part.shape), rows=rows)
+        if method == "auto":
+            r = len(rows_factor(rows)[1])
+            if c > dense_limit or float(c * c) * float(min(r * r, 20 * r)) > newton_limit:
+                return solve_lowrank(rows, tol=0.5 * tol)  # dense Newton too costly: active set
+    if c <= dense_limit:
+        return solve(part.gram(), part.shape, method, tol=tol, sdp_limit=sdp_limit, newton_limit=newton_limit)
+    need = DENSE_BYTES_PER_CELL2 * float(c) ** 2
+    avail = _available_memory()
+    if need > avail:
+        kind = "no thin row factor" if rows is None else f"solver {method!r} needs the dense Gram"
+        raise ConfigError(
+            f"querysmasher: subworkload part on {list(part.attrs)} (shape {tuple(part.shape)}, {c} cells; "
+            f"{kind}) needs about {need / 1e9:.1f} GB for a dense solve, but only {avail / 1e9:.1f} GB is "
+            f"available; use Kronecker-structured query types on these attributes or a machine with more memory"
+        )
+    return solve(part.gram(), part.shape, method, tol=tol, sdp_limit=sdp_limit, newton_limit=newton_limit)

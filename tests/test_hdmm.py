@@ -272,16 +272,94 @@ def test_table_6_7_census_sf1():
     assert rmse_from_loss(gau.loss, m, "gaussian", sigma=SIGMA) == pytest.approx(9.80, rel=0.02)
 
 
-def test_graphs_select_strategy_on_threaded_client():
+def get_task_stream(client):
+    """distributed's task-stream recorder (context manager) for ``client``."""
+    from distributed import get_task_stream as stream
+
+    return stream(client=client)
+
+
+def _two_worker_client():
     distributed = pytest.importorskip("distributed")
-    from privcube.graphs.hdmm import select_strategy_on
+    cluster = distributed.LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0")
+    return cluster, distributed.Client(cluster)
+
+
+def test_subproblems_are_scattered_as_cluster_tasks_on_several_workers():
+    """Every restart / per-factor / per-product OPT_0 / OPT_M start is its own task, spread over the workers,
+    and the selected strategy and every optimiser's loss equal the in-process run."""
+    from privcube.graphs.hdmm import LABEL, select_strategy_on
+    from privcube.mechanisms.hdmm.subproblems import plan_tasks
 
     iw = ImplicitWorkload(tuple("abcd"), [(a,) for a in "abcd"], SHAPE3, _two_way_terms(SHAPE3), [])
-    with distributed.Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as client:
-        strat, losses = select_strategy_on(client, iw, "laplace", restarts=3, seed=0)
+    plan = plan_tasks(iw, "laplace", ["kron", "plus", "marginals"], 3, 0)
+    kinds = plan.labels()
+    # 3 OPT_⊗ restarts (union: one task each), 3 OPT_M starts, and the OPT_+ factors: I and T per attribute,
+    # each solved exactly by a template, so one task each although 6 products × 4 factors use them
+    assert kinds.count("KronTask") == 3 and kinds.count("MarginalsTask") == 3 and kinds.count("Opt0Task") == 8
+    cluster, client = _two_worker_client()
+    try:
+        with get_task_stream(client=client) as ts:
+            strat, losses = select_strategy_on(client, iw, "laplace", restarts=3, seed=0)
+        ran = [t for t in ts.data if str(t["key"]).strip("()'\"").startswith(LABEL)]
+    finally:
+        client.close()
+        cluster.close()
+    assert len(ran) == len(plan.tasks) == 14
+    assert len({t["worker"] for t in ran}) == 2
     local, local_losses = select_strategy(iw, "laplace", "auto", restarts=3, seed=0)
-    assert losses == pytest.approx(local_losses, rel=1e-9)
+    assert losses == pytest.approx(local_losses, rel=1e-12)
     assert set(losses) == {"kron", "plus", "marginals"} and strat.loss == min(losses.values())
+    assert local_losses["plus"] == pytest.approx(85070, abs=0.5)   # Table 3 OPT_+ from the scattered pieces
+
+
+def test_single_product_opt_kron_is_one_opt0_per_factor_and_restart():
+    """Thm 4: OPT_⊗ of one product is d independent OPT_0 problems; Gaussian OPT_0 is deterministic (1 task)."""
+    from privcube.mechanisms.hdmm.subproblems import plan_tasks, solve_candidates
+
+    factors = [_prefix(16), one_d("allrange", 8), np.ones((1, 5))]
+    iw = ImplicitWorkload(tuple("abc"), [(a,) for a in "abc"], (16, 8, 5), [(2.0, factors)], [])
+    lap = plan_tasks(iw, "laplace", ["kron"], 4, 7)
+    assert lap.labels() == ["Opt0Task"] * 9          # 4 restarts × 2 p-Identity factors + the exact Total
+    assert plan_tasks(iw, "gaussian", ["kron"], 4, 7).labels() == ["Opt0Task"] * 3
+    strat = solve_candidates(iw, "laplace", ["kron"], 4, 7)["kron"]
+    # the loss is w² ∏ tr[(A_iᵀA_i)⁺ W_iᵀW_i], checked from the factors themselves
+    direct = 4.0 * math.prod(float(np.sum(np.linalg.pinv(a.T @ a) * (f.T @ f))) for a, f in zip(strat.factors, factors))
+    assert strat.loss == pytest.approx(direct, rel=1e-8)
+    assert all(np.allclose(np.abs(a).sum(axis=0), 1.0) for a in strat.factors)
+    # each factor is the best of its restarts
+    for a, f in zip(strat.factors[:2], factors[:2]):
+        v = f.T @ f
+        singles = [opt0_laplace(v / np.mean(np.abs(v)), restarts=1, seed=7 + r).loss for r in range(4)]
+        assert float(np.sum(np.linalg.pinv(a.T @ a) * v)) / np.mean(np.abs(v)) == pytest.approx(min(singles), rel=1e-9)
+
+
+def test_mechanism_run_with_a_client_scatters_the_strategy_search():
+    from privcube.domain import Domain
+    from privcube.graphs.hdmm import LABEL
+    from privcube.mechanisms import get_mechanism
+    from privcube.mechanisms.base import RunContext
+    from privcube.oracle import ArrayOracle
+    from privcube.privacy.budget import PrivacyBudget
+    from privcube.privacy.ledger import PrivacyLedger
+    from privcube.privacy.noise import NoiseSource
+    from privcube.workload import parse_workload
+
+    dom = Domain.from_mapping({"a": 6, "b": 5, "c": 4})
+    wl = parse_workload([{"kway": 2, "queries": {"a": "prefix", "default": "identity"}}], dom)
+    oracle = ArrayOracle(dom, np.column_stack([np.random.default_rng(1).integers(0, s, 300) for s in dom.shape]))
+    budget = PrivacyBudget.pure_epsilon(1.0)
+    cluster, client = _two_worker_client()
+    try:
+        with get_task_stream(client=client) as ts:
+            res = get_mechanism("hdmm")({"restarts": 2}).run(oracle, wl, budget, PrivacyLedger(budget), NoiseSource(0),
+                                                             RunContext(client=client))
+        ran = [t for t in ts.data if str(t["key"]).strip("()'\"").startswith(LABEL)]
+    finally:
+        client.close()
+        cluster.close()
+    local = get_mechanism("hdmm")({"restarts": 2}).plan(wl, budget)
+    assert len(ran) >= 6 and res.report["plan"]["details"]["losses"] == pytest.approx(local.details["losses"], rel=1e-12)
 
 
 # (workload, n): (HB Laplace, HB Gaussian) printed in Tables 4/5 (HB = Qardaji Eq. 3 branching, no root)

@@ -8,7 +8,6 @@ Gaussian σ(ε, δ) with ``calibration: analytic``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,36 +17,14 @@ from privcube.linalg.marginals import SPECTRAL_MAX_DIMS as MAX_DIMS
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
 from privcube.mechanisms.hdmm.implicit import ImplicitWorkload, from_workload
 from privcube.mechanisms.hdmm.lower_bound import svd_bound
-from privcube.mechanisms.hdmm.opt_kron import opt_kron
-from privcube.mechanisms.hdmm.opt_marginals import opt_marginals
-from privcube.mechanisms.hdmm.opt_plus import opt_plus
-from privcube.mechanisms.hdmm.strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
+from privcube.mechanisms.hdmm.strategy import Strategy
+from privcube.mechanisms.hdmm.subproblems import Mapper, solve_candidates
 from privcube.oracle import MarginalOracle, measure
 from privcube.privacy.budget import PrivacyBudget
 from privcube.workload import Workload
 
 OPTIMIZERS = ("auto", "opt0", "kron", "plus", "marginals")
 OPT0_LIMIT = 4096  # cells: OPT_0 on the explicit merged domain
-
-
-def _run_optimizer(args: tuple[str, ImplicitWorkload, str, int, int]) -> Strategy:
-    """One optimiser on one implicit workload (a picklable task for map_tasks)."""
-    name, iw, noise, restarts, seed = args
-    if name == "opt0":
-        merged = iw.merged()
-        res = opt_kron(merged.terms, noise, restarts=restarts, seed=seed)
-        return KronStrategy(res.factors, res.loss, kind="opt0")
-    if name == "kron":
-        res = opt_kron(iw.terms, noise, restarts=restarts, seed=seed)
-        return KronStrategy(res.factors, res.loss)
-    if name == "plus":
-        res = opt_plus(iw.terms, noise, restarts=restarts, seed=seed)
-        blocks = [KronStrategy(f, e) for f, e in zip(res.factors, res.term_losses)]
-        return UnionStrategy(res.weights, blocks, res.loss)
-    if name == "marginals":
-        res = opt_marginals(iw.terms, iw.shape, noise, restarts=restarts, seed=seed)
-        return MarginalStrategy(iw.shape, res.theta, res.loss)
-    raise ConfigError(f"hdmm: unknown optimizer {name!r}; known: {', '.join(OPTIMIZERS)}")
 
 
 def candidate_optimizers(iw: ImplicitWorkload, optimizer: str) -> list[str]:
@@ -69,13 +46,17 @@ def candidate_optimizers(iw: ImplicitWorkload, optimizer: str) -> list[str]:
 
 
 def select_strategy(iw: ImplicitWorkload, noise: str, optimizer: str = "auto", restarts: int = 3, seed: int = 0,
-                    mapper: Callable[..., list[Strategy]] | None = None) -> tuple[Strategy, dict[str, float]]:
-    """Run the candidate optimisers (optionally through ``mapper``) and keep the lowest loss."""
+                    mapper: Mapper | None = None) -> tuple[Strategy, dict[str, float]]:
+    """Run the candidate optimisers and keep the lowest loss.
+
+    Their independent subproblems (restarts, per-factor and per-product OPT_0 problems, OPT_M starts; see
+    ``subproblems``) go through ``mapper`` as one batch: with ``privcube.graphs.scatter.map_tasks`` each is a
+    task on the cluster; without a mapper they run here in order. The result does not depend on the mapper.
+    """
     names = candidate_optimizers(iw, optimizer)
-    tasks = [(n, iw, noise, restarts, seed) for n in names]
-    results = mapper(_run_optimizer, tasks) if mapper is not None else [_run_optimizer(t) for t in tasks]
-    losses = {n: float(r.loss) for n, r in zip(names, results)}
-    return min(results, key=lambda r: r.loss), losses
+    strategies = solve_candidates(iw, noise, names, restarts, seed, mapper)
+    losses = {n: float(s.loss) for n, s in strategies.items()}
+    return min(strategies.values(), key=lambda s: s.loss), losses
 
 
 class HDMM(Mechanism):
@@ -131,8 +112,8 @@ class HDMM(Mechanism):
         kind = self.noise_kind(budget)
         mapper = None
         if client is not None:
-            from privcube.graphs.scatter import map_tasks
-            mapper = lambda fn, items: map_tasks(fn, items, client=client, label="hdmm-opt")  # noqa: E731
+            from privcube.graphs.hdmm import cluster_mapper
+            mapper = cluster_mapper(client)
         strat, losses = select_strategy(iw, kind, self.params["optimizer"], self.params["restarts"],
                                         self.params["seed"], mapper)
         if strat.kind == "opt0":

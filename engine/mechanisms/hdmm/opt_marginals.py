@@ -40,17 +40,45 @@ def closed_form(w: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     return np.clip(from_eigenvalues(np.sqrt(np.clip(eigenvalues(w, shape), 0, None)), shape), 0, None)
 
 
-def opt_marginals(terms: Terms, shape: Sequence[int], noise: str, *, restarts: int = 1, seed: int = 0,
-                  ftol: float = 1e-10) -> MarginalsResult:
-    """Best of ``restarts`` L-BFGS-B runs (plus the closed form for Gaussian)."""
+def _normalised_w(terms: Terms, shape: Sequence[int]) -> tuple[np.ndarray, float]:
+    """The marginal approximation w of the workload scaled to max |w| = 1, and that scale."""
+    w = marginal_approximation(terms, tuple(int(s) for s in shape))
+    scale = float(np.max(np.abs(w))) or 1.0
+    return w / scale, scale
+
+
+def marginal_starts(terms: Terms, shape: Sequence[int], noise: str, restarts: int = 1, seed: int = 0) -> list[np.ndarray]:
+    """Start points of the OPT_M runs: ``restarts`` uniform draws (seeded), preceded by Thm 13's closed form
+    for Gaussian noise."""
     if noise not in ("laplace", "gaussian"):
         raise ConfigError(f"noise must be 'laplace' or 'gaussian', got {noise!r}")
     shape = tuple(int(s) for s in shape)
-    w = marginal_approximation(terms, shape)
-    w = w / (np.max(np.abs(w)) or 1.0)
-    scale_back = float(np.max(np.abs(marginal_approximation(terms, shape)))) or 1.0
-    size = 2 ** len(shape)
     rng = np.random.default_rng(seed)
+    starts = [rng.random(2 ** len(shape)) for _ in range(max(restarts, 1))]
+    if noise == "gaussian":
+        starts.insert(0, closed_form(_normalised_w(terms, shape)[0], shape) + 1e-9)
+    return starts
+
+
+def opt_marginals(terms: Terms, shape: Sequence[int], noise: str, *, restarts: int = 1, seed: int = 0,
+                  ftol: float = 1e-10) -> MarginalsResult:
+    """Best of ``restarts`` L-BFGS-B runs (plus the closed form for Gaussian)."""
+    return opt_marginals_from(terms, shape, noise, marginal_starts(terms, shape, noise, restarts, seed), ftol=ftol)
+
+
+def opt_marginals_from(terms: Terms | np.ndarray, shape: Sequence[int], noise: str, starts: Sequence[np.ndarray], *,
+                       ftol: float = 1e-10) -> MarginalsResult:
+    """Best OPT_M run over the given start points (θ for Laplace, u = θ² for Gaussian); ``terms`` may also be
+    the workload's marginal approximation w (Thm 10) itself. No valid run: the Identity strategy θ = e_full."""
+    if noise not in ("laplace", "gaussian"):
+        raise ConfigError(f"noise must be 'laplace' or 'gaussian', got {noise!r}")
+    shape = tuple(int(s) for s in shape)
+    if isinstance(terms, np.ndarray):
+        scale_back = float(np.max(np.abs(terms))) or 1.0
+        w = terms / scale_back
+    else:
+        w, scale_back = _normalised_w(terms, shape)
+    size = 2 ** len(shape)
     big = [1e300]
 
     def lap(theta: np.ndarray) -> tuple[float, np.ndarray]:
@@ -71,13 +99,10 @@ def opt_marginals(terms: Terms, shape: Sequence[int], noise: str, *, restarts: i
         big[0] = min(big[0], 100 * f) if big[0] < 1e300 else 100 * f
         return f, val + s * g
 
-    starts = [rng.random(size) for _ in range(max(restarts, 1))]
-    if noise == "gaussian":
-        starts.insert(0, closed_form(w, shape) + 1e-9)
     best: MarginalsResult | None = None
     for z0 in starts:
         fun = lap if noise == "laplace" else gau
-        res = minimize(fun, z0, jac=True, method="L-BFGS-B", bounds=[(0, None)] * size,
+        res = minimize(fun, np.asarray(z0, dtype=float), jac=True, method="L-BFGS-B", bounds=[(0, None)] * size,
                        options={"ftol": ftol, "gtol": 1e-12, "maxiter": 5000})
         z = np.maximum(res.x, 0)
         theta = z if noise == "laplace" else np.sqrt(z)

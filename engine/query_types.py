@@ -166,6 +166,42 @@ def joint_matrix(qt: QueryType, n1: int, n2: int) -> np.ndarray:
     raise WorkloadError(f"query type {qt.name!r} is not joint")
 
 
+def row_descriptions(qt: QueryType, names: tuple[str, ...], sizes: tuple[int, ...],
+                     values: tuple[list[str] | None, ...] | None = None) -> list[str]:
+    """One readable description per row of a factor's matrix, in row order (e.g. ``age <= 30``).
+
+    ``values`` gives per attribute the label of each code (a schema's categories or bin ranges);
+    codes are used where it is None. Joint types are described on codes (``a + b <= 3``)."""
+    values = values or (None,) * len(names)
+
+    def v(i: int) -> str:
+        return str(values[0][i]) if values[0] is not None else str(i)
+
+    if qt.joint and len(names) == 2:
+        a, b = names
+        if qt.name == "affine":
+            return [f"{a} + {b} <= {c}" for c in range(sizes[0] + sizes[1] - 1)]
+        if qt.name == "abs-diff":
+            return [f"|{a} - {b}| <= {c}" for c in range(max(sizes))]
+        return [f"{a},{b}: {qt.name} row {r}" for r in range(int(qt.param("rows_per_cell", 3)) * sizes[0] * sizes[1])]
+    (a,), (n,) = names, sizes
+    if qt.name == "identity":
+        return [f"{a} = {v(i)}" for i in range(n)]
+    if qt.name == "total":
+        return [f"{a}: all"]
+    if qt.name == "prefix":
+        return [f"{a} <= {v(c)}" for c in range(n)]
+    if qt.name in ("allrange", "range"):
+        w = int(qt.param("width", 0))
+        rows = [(s, e) for s in range(n) for e in range(s, n)] if qt.name == "allrange" else \
+            [(s, s + w - 1) for s in range(n - w + 1)]
+        return [f"{a} in [{v(s)}, {v(e)}]" for s, e in rows]
+    if qt.name == "circular":
+        return [f"{a} in [{v(s)}, {v((s + length - 1) % n)}] (circular)" for s in range(n) for length in range(1, n + 1)]
+    rows = int(qt.param("rows_per_cell", 3)) * n if qt.name == "random" else len(qt.param("matrix"))
+    return [f"{a}: {qt.name} row {r}" for r in range(rows)]
+
+
 def _intervals(rows: list[tuple[int, int]], n: int) -> np.ndarray:
     m = np.zeros((len(rows), n))
     for r, (s, e) in enumerate(rows):

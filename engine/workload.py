@@ -21,7 +21,7 @@ import numpy as np
 
 from privcube.domain import Domain
 from privcube.errors import DomainError, WorkloadError
-from privcube.query_types import QueryType, attribute_matrix, joint_matrix, parse_query_type
+from privcube.query_types import QueryType, attribute_matrix, joint_matrix, parse_query_type, row_descriptions
 
 IDENTITY = QueryType("identity")
 
@@ -69,6 +69,16 @@ class QueryGroup:
 
     def label(self) -> str:
         return "-".join(self.attributes) if self.attributes else "total"
+
+    def row_descriptions(self, domain: Domain, values: Mapping[str, list[str]] | None = None) -> list[str]:
+        """A readable description of every query (row of :meth:`matrix`), e.g. ``age <= 30 & sex = F``;
+        ``values`` maps attributes to code labels (schema categories or bins)."""
+        values = values or {}
+        per = [row_descriptions(f.query, f.attributes, tuple(domain[a] for a in f.attributes),
+                                tuple(values.get(a) for a in f.attributes)) for f in self.factors]
+        if not per:
+            return ["total"]
+        return [" & ".join(t) for t in itertools.product(*per)]  # first factor slowest, as np.kron
 
 
 @dataclass(frozen=True)

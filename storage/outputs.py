@@ -278,7 +278,8 @@ def _publish_local(source: Path, target: Path) -> None:
 
 
 def answer_frame(ans: Any, domain: Any, schema: Any = None) -> pd.DataFrame:
-    """Tidy table of one group's answers: attribute codes (or ``query``), ``estimate``, ``variance``."""
+    """Tidy table of one group's answers: attribute codes and labels (marginals) or ``query`` number and
+    ``description`` (other groups), ``estimate``, ``variance``."""
     g = ans.group
     est = np.asarray(ans.estimate, dtype=float).ravel()
     cols: dict[str, Any] = {}
@@ -295,16 +296,34 @@ def answer_frame(ans: Any, domain: Any, schema: Any = None) -> pd.DataFrame:
     if ans.variance is not None:
         var = np.broadcast_to(np.asarray(ans.variance, dtype=float).ravel(), est.shape)
         cols["variance"] = np.array(var)
+    values = _value_labels(g.attributes, schema)
+    if not g.is_marginal and est.size <= MAX_DESCRIBED_ROWS:
+        cols = {"query": cols["query"], "description": g.row_descriptions(domain, values),
+                **{k: v for k, v in cols.items() if k != "query"}}
     frame = pd.DataFrame(cols)
-    if schema is not None and g.is_marginal and hasattr(schema, "labels"):
-        for a in g.attributes:
-            try:
-                labels = schema.labels(a)
-            except Exception:  # noqa: BLE001 - labels are a convenience
-                continue
-            if labels is not None and getattr(schema.attribute(a), "kind", "integer") != "integer":
-                frame[f"{a}_label"] = np.asarray(labels, dtype=object)[frame[a].to_numpy()]
+    if g.is_marginal:
+        for a, labels in values.items():
+            frame[f"{a}_label"] = np.asarray(labels, dtype=object)[frame[a].to_numpy()]
     return frame
+
+
+#: groups with more queries than this get no per-row ``description`` column (strings cost memory)
+MAX_DESCRIBED_ROWS = 1_000_000
+
+
+def _value_labels(attributes: Iterable[str], schema: Any) -> dict[str, list[str]]:
+    """Code labels (categories, bin ranges) of the attributes a rich schema labels; {} without one."""
+    out: dict[str, list[str]] = {}
+    if schema is None or not hasattr(schema, "labels"):
+        return out
+    for a in attributes:
+        try:
+            labels = schema.labels(a)
+        except Exception:  # noqa: BLE001 - labels are a convenience
+            continue
+        if labels is not None and getattr(schema.attribute(a), "kind", "integer") != "integer":
+            out[a] = list(labels)
+    return out
 
 
 def _safe(s: str) -> str:

@@ -67,7 +67,27 @@ def test_answer_tables_and_index(tmp_path):
     assert t0["a"].tolist() == [0, 0, 0, 1, 1, 1] and t0["b"].tolist() == [0, 1, 2, 0, 1, 2]
     assert t0["estimate"].tolist() == est_ab.tolist()
     t1 = pd.read_parquet(folder / index[1]["file"])
-    assert list(t1.columns) == ["query", "estimate"]
+    assert list(t1.columns) == ["query", "description", "estimate"]
+    assert t1["description"].tolist() == ["b <= 0", "b <= 1", "b <= 2"]
+
+
+def test_query_descriptions_follow_matrix_rows():
+    """Every non-marginal query is described; row order is the Kronecker order of the matrix."""
+    dom = Domain.from_mapping({"a": 3, "b": 2, "c": 4})
+    g = group(dom, ["a", "b"], {"a": "allrange", "b": "identity"})
+    desc = g.row_descriptions(dom, {"b": ["F", "M"]})
+    m = g.matrix(dom)
+    assert len(desc) == m.shape[0] == 12
+    assert desc[0] == "a in [0, 0] & b = F" and desc[1] == "a in [0, 0] & b = M"
+    assert desc[3] == "a in [0, 1] & b = M"
+    # row 3 counts cells a in {0,1}, b = M (C order over (a, b): cell index 2a + b)
+    assert np.flatnonzero(m[3]).tolist() == [1, 3]
+    joint = group(dom, ["a", "c"], "affine")
+    assert joint.row_descriptions(dom) == [f"a + c <= {k}" for k in range(6)]
+    absd = group(dom, ["a", "c"], "abs-diff")
+    assert absd.row_descriptions(dom)[-1] == "|a - c| <= 3"
+    circ = group(dom, ["a"], "circular").row_descriptions(dom)
+    assert len(circ) == 9 and circ[5] == "a in [1, 0] (circular)"  # start 1, length 3 wraps to 0
 
 
 def test_answer_frame_rejects_wrong_size():

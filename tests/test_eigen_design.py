@@ -62,13 +62,22 @@ def test_permutation_invariance():
     assert a.error == pytest.approx(b.error, rel=1e-5)
 
 
-@pytest.mark.parametrize("shape,k", [((2,) * 6, 2), ((4, 4, 4), 1), ((4, 4, 4), 2)])
+@pytest.mark.parametrize("shape,k", [((2,) * 6, 2), ((4, 4, 4), 1), ((4, 4, 4), 2), ((3, 5, 4), 2), ((2, 3, 4, 5), 2),
+                                     ((2, 3, 4, 5), 3)])
 def test_marginal_workloads_reach_lower_bound(shape, k):
+    """Li & Miklau: Eigen-Design is optimal on marginal workloads, i.e. it attains the SVD bound (to solver
+    precision: Clarabel's weights, 1e-5 relative), uniform and non-uniform domains alike."""
     g = 0
     for c in itertools.combinations(range(len(shape)), k):
         g = g + reduce(np.kron, [np.eye(n) if i in c else np.ones((n, n)) for i, n in enumerate(shape)])
     res = eigen_design(g)
-    assert res.error == pytest.approx(res.svdb, rel=1e-4)
+    # the bound from the Gram's own eigenvalues, independently of the code under test: (Σ √λ)² / n
+    lam = np.clip(np.linalg.eigvalsh(g), 0, None)
+    bound = float(np.sqrt(lam).sum() ** 2 / g.shape[0])
+    assert res.svdb == pytest.approx(bound, rel=1e-9)
+    a = res.matrix
+    x = float((a**2).sum(axis=0).max() * np.sum(np.linalg.pinv(a.T @ a) * g))   # X(A) recomputed from A
+    assert x == pytest.approx(bound, rel=1e-5)
 
 
 def test_mechanism_plan_and_bad_params():
@@ -125,3 +134,25 @@ def test_speedups_principal_vectors_and_separation_within_paper_error_range():
         assert lb * (1 - 1e-9) <= res.error and np.sqrt(res.error / full) <= bound
         assert np.allclose((res.matrix**2).sum(axis=0).max(), 1.0)
     assert sep.errors["separation"] <= 1.01 * full    # separation is nearly exact on ranges (digest: 1.017 vs 1.016)
+
+
+@pytest.mark.parametrize("name", ["allrange", "prefix"])
+def test_usable_as_querysmasher_part_solver(name):
+    """The QuerySmasher solver contract: cost-1 V (max diag 1), L = tr(G V⁺), dual ≤ L, B ᵀB = V; the certified
+    optimum of QuerySmasher's exact Newton solver is a lower bound that Eigen-Design comes close to."""
+    from privcube.mechanisms.eigen_design import querysmasher_part
+    from privcube.mechanisms.querysmasher.solvers import solve
+    from privcube.query_types import QueryType, attribute_matrix
+
+    w = attribute_matrix(QueryType(name), 8)
+    g = w.T @ w
+    sol = querysmasher_part(g)
+    v = sol.b.T @ sol.b
+    assert np.max(np.diag(v)) == pytest.approx(1.0)
+    assert sol.L == pytest.approx(float(np.sum(g * np.linalg.pinv(v))), rel=1e-8)
+    lam = np.clip(np.linalg.eigvalsh(g), 0, None)
+    assert sol.dual == pytest.approx(np.sqrt(lam).sum() ** 2 / 8, rel=1e-9) and sol.dual <= sol.L
+    exact = solve(g, (8,), "newton", tol=1e-8)
+    assert exact.L * (1 - 1e-6) <= sol.L <= 1.1 * exact.L
+    # X(A) of the mechanism's strategy is the same number (cost-1 normalisation)
+    assert sol.L == pytest.approx(eigen_design(g).error, rel=1e-6)

@@ -18,7 +18,8 @@ Spec ``{"type": ..., **options}``:
   removed by the next LocalCluster started under the same parent (it holds a lock while in use).
 - ``address``: ``Client(address)`` to an existing scheduler; option ``address``.
 - ``scheduler-file``: ``Client(scheduler_file=...)``; option ``scheduler_file``.
-- ``kubernetes``: a dask-kubernetes ``KubeCluster`` (``privcube.graphs.kubernetes``).
+- ``kubernetes``: a dask-kubernetes ``KubeCluster`` (``privcube.graphs.kubernetes``); TLS is refused
+  here (KubeCluster only talks plain tcp:// to its scheduler) and rendered into DaskJob resources.
 - ``slurm``, ``pbs``: a dask-jobqueue cluster (``privcube.graphs.hpc``).
 
 Every type also takes ``security`` (``auto`` or ``{tls: {ca_file, cert, key}}``, see
@@ -222,9 +223,6 @@ class ClusterHandle:
         if t == "kubernetes":
             from privcube.graphs.kubernetes import kube_cluster_from_spec
 
-            if self.security is not None:
-                raise ConfigError("cluster.security.tls (kubernetes): TLS is not rendered into the operator's "
-                                  "pods yet; see privcube.graphs.kubernetes")
             self.cluster = kube_cluster_from_spec({"type": t, **o})
             check_address_security(self.cluster.scheduler_address, None, self.allow_insecure)
             return self._connect(self.cluster, ckw)
@@ -232,8 +230,10 @@ class ClusterHandle:
             from privcube.graphs.hpc import jobqueue_cluster_from_spec
 
             extra = {"security": self.security, "protocol": "tls://"} if self.security is not None else {}
-            self.cluster = jobqueue_cluster_from_spec({"type": t, **o}, **extra)
-            check_address_security(self.cluster.scheduler_address, self.security, self.allow_insecure)
+            # refused before any batch job is submitted
+            self.cluster = jobqueue_cluster_from_spec(
+                {"type": t, **o}, **extra,
+                check_address=lambda a: check_address_security(a, self.security, self.allow_insecure))
             return self._connect(self.cluster, ckw)
         raise ConfigError(f"unknown cluster type {t!r}")  # unreachable: validated in resolve_cluster
 
@@ -332,6 +332,14 @@ def resolve_cluster(spec: Mapping[str, Any] | None, *, scheduler_address: str | 
         raise ConfigError("cluster type 'address' needs key 'address' (or --scheduler-address)")
     if spec_type == "scheduler-file" and not spec.get("scheduler_file"):
         raise ConfigError("cluster type 'scheduler-file' needs key 'scheduler_file' (or --scheduler-file)")
+    if spec_type == "kubernetes":
+        from privcube.graphs.kubernetes import tls_requested
+
+        if security is not None or tls_requested(spec):
+            raise ConfigError(
+                "cluster.security.tls (kubernetes): dask-kubernetes' KubeCluster connects to its scheduler over "
+                "plain tcp:// only, so privcube cannot start a TLS cluster from here; render a TLS DaskJob with "
+                "'python -m privcube.graphs.kubernetes CONFIG | kubectl apply -f -' instead")
     return ClusterHandle(spec_type, spec, security, allow_insecure)
 
 

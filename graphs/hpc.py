@@ -15,13 +15,22 @@ Spec keys (``cluster.<key>``): ``cores`` and ``memory`` per job (required unless
 ``adapt`` ({minimum_jobs, maximum_jobs}), ``queue``, ``account``, ``walltime``, ``job_name``,
 ``job_extra_directives``, ``job_script_prologue``, ``job_directives_skip``, ``worker_extra_args``,
 ``local_directory``, ``log_directory``, ``interface``, ``python``, ``death_timeout``,
-``scheduler_options``; SLURM only ``job_cpu``, ``job_mem``; PBS only ``resource_spec``.
+``scheduler_options``, ``shared_temp_directory``; SLURM only ``job_cpu``, ``job_mem``; PBS only
+``resource_spec``.
+
+TLS (``security`` in the cluster section, see ``privcube.graphs.security``): the scheduler listens on
+``tls://`` and every worker job gets ``--protocol tls:// --tls-ca-file ... --tls-cert ... --tls-key
+...``. With ``tls: auto`` dask-jobqueue writes the temporary certificate and key (mode 0o600) into
+``shared_temp_directory``, which must be a private folder every compute node can read (default: the
+current folder, with a warning); with ``tls: {ca_file, cert, key}`` those files must be readable at the
+same paths on the compute nodes. A plain-text scheduler off the loopback interface is refused (unless
+``allow_insecure: true``) before any batch job is submitted.
 """
 from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from privcube.errors import ConfigError
@@ -31,7 +40,7 @@ COMMON_KEYS = frozenset({
     "type", "cores", "memory", "processes", "jobs", "adapt", "queue", "account", "walltime",
     "job_name", "job_extra_directives", "job_script_prologue", "job_directives_skip",
     "worker_extra_args", "local_directory", "log_directory", "interface", "python", "death_timeout",
-    "scheduler_options",
+    "scheduler_options", "shared_temp_directory",
 })
 TYPE_KEYS = {"slurm": frozenset({"job_cpu", "job_mem"}), "pbs": frozenset({"resource_spec"})}
 SCHEDULER_OPTION_KEYS = frozenset({"host", "port", "interface", "dashboard_address", "protocol"})
@@ -39,7 +48,7 @@ ADAPT_KEYS = frozenset({"minimum_jobs", "maximum_jobs"})
 PLACEHOLDER_ADDRESS = "tcp://<scheduler-address>:8786"
 _WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 _STR_KEYS = ("queue", "account", "job_name", "local_directory", "log_directory", "interface", "python",
-             "job_mem", "resource_spec")
+             "job_mem", "resource_spec", "shared_temp_directory")
 _LIST_KEYS = ("job_extra_directives", "job_script_prologue", "job_directives_skip", "worker_extra_args")
 
 
@@ -157,12 +166,20 @@ def _jobqueue(kind: str) -> tuple[Any, Any]:
     return dask_jobqueue.PBSCluster, dask_jobqueue.pbs.PBSJob
 
 
-def jobqueue_cluster_from_spec(spec: Mapping[str, Any], **kwargs: Any) -> Any:
-    """Start a SLURMCluster/PBSCluster for the spec and submit its jobs (or enable adaptivity)."""
+def jobqueue_cluster_from_spec(spec: Mapping[str, Any], *, check_address: Callable[[str], Any] | None = None,
+                               **kwargs: Any) -> Any:
+    """Start a SLURMCluster/PBSCluster for the spec and submit its jobs (or enable adaptivity).
+
+    ``check_address(scheduler_address)`` runs once the scheduler listens and before any job is
+    submitted (the cluster is closed again if it raises). ``kwargs`` (e.g. ``security``,
+    ``protocol``) pass through to the cluster class.
+    """
     kind, kw, scaling = validate_hpc_spec(spec)
     cluster_cls, _ = _jobqueue(kind)
     cluster = cluster_cls(**kw, **kwargs)
     try:
+        if check_address is not None:
+            check_address(cluster.scheduler_address)
         if "adapt" in scaling:
             cluster.adapt(**scaling["adapt"])
         elif scaling["jobs"]:
@@ -173,11 +190,25 @@ def jobqueue_cluster_from_spec(spec: Mapping[str, Any], **kwargs: Any) -> Any:
     return cluster
 
 
-def job_script(spec: Mapping[str, Any], *, scheduler_address: str = PLACEHOLDER_ADDRESS) -> str:
-    """The batch script of one worker job for the spec, without starting a scheduler."""
+def job_script(spec: Mapping[str, Any], *, scheduler_address: str = PLACEHOLDER_ADDRESS,
+               security: Any = None) -> str:
+    """The batch script of one worker job for the spec, without starting a scheduler.
+
+    ``security`` (a ``distributed.Security`` with certificate *files*) adds the worker's TLS
+    options; temporary in-memory certificates (``tls: auto``) exist only once a cluster is started.
+    """
     kind, kw, _ = validate_hpc_spec(spec)
     _, job_cls = _jobqueue(kind)
     kw.pop("scheduler_options", None)
+    kw.pop("shared_temp_directory", None)
+    if security is not None:
+        values = security.get_tls_config_for_role("worker").values()
+        if any(v is not None and "\n" in v for v in values):
+            raise ConfigError(f"cluster.security.tls ({kind}): 'auto' certificates are made when the cluster "
+                              "starts; see the started cluster's job_script() instead")
+        kw.update(security=security, protocol="tls://")
+        if scheduler_address == PLACEHOLDER_ADDRESS:
+            scheduler_address = "tls://<scheduler-address>:8786"
     job = job_cls(scheduler_address, name="privcube-worker", **kw)
     return job.job_script()
 

@@ -16,20 +16,33 @@ Spec keys (``cluster.<key>``): ``image`` (required), ``name`` (default ``privcub
 ``env`` ({NAME: value} or a Kubernetes env list), ``worker_threads``, ``worker_memory_limit``,
 ``image_pull_policy``, ``image_pull_secrets``, ``service_account``, ``node_selector``,
 ``tolerations``, ``volumes``, ``volume_mounts``, ``idle_timeout``, ``scheduler_service_type``,
-``resource_timeout``, ``job`` ({config, out, args, resources}: the DaskJob runner), and
-``allow_insecure`` / ``security: {allow_insecure}``.
+``resource_timeout``, ``job`` ({config, out, args, resources}: the DaskJob runner), ``tls_secret``,
+and ``security: {tls, allow_insecure}`` / ``allow_insecure``.
 
-Transport: the operator's pods talk plain ``tcp://`` inside the cluster network (TLS certificates are
-not rendered into the pods yet, so ``security.tls`` is a ``ConfigError``). privcube refuses a plain
+Transport. With TLS (``security: {tls: auto}``, ``security: {tls: {ca_file, cert, key}}`` or
+``tls_secret: NAME``) every pod mounts a Secret with ``ca.crt``, ``tls.crt`` and ``tls.key`` at
+``/etc/privcube-tls`` (read-only): the scheduler listens on ``tls://`` (``dask scheduler --protocol
+tls --tls-ca-file ... --tls-cert ... --tls-key ...``), workers and the runner reach it at
+``tls://NAME-scheduler.<pod namespace>.svc.cluster.local:8786`` (our own ``DASK_SCHEDULER_ADDRESS``:
+the operator only injects its plain ``tcp://`` one where a container has none) and every process
+sets ``DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION``. ``auto`` and the files are rendered into that
+Secret (``<name>-tls``, or ``tls_secret``) here; ``tls_secret`` alone names an existing Secret (e.g.
+made by cert-manager, or ``kubectl create secret generic NAME --from-file=ca.crt --from-file=tls.crt
+--from-file=tls.key``). distributed checks the peer's certificate against the CA, not its host name.
+
+Without TLS the pods talk plain ``tcp://`` over the cluster network. privcube refuses a plain
 non-loopback scheduler unless the config says ``allow_insecure: true``; rendering a DaskJob with its
-config therefore requires that key and ships it as the runner's ``cluster: {allow_insecure: true}``.
-From a laptop, ``KubeCluster``'s scheduler address is checked the same way (a port-forward to
-``localhost`` passes).
+config therefore requires TLS or that key, which is then shipped as the runner's ``cluster:
+{allow_insecure: true}``. From a laptop, ``KubeCluster``'s scheduler address is checked the same way
+(a port-forward to ``localhost`` passes). ``KubeCluster`` itself (dask-kubernetes 2026.3) always
+talks plain ``tcp://`` to its scheduler (hard-coded address scheme, no ``Security`` for its own
+connection), so the ``kubernetes`` target refuses TLS: render a DaskJob instead.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import re
 import sys
 import uuid
@@ -46,6 +59,10 @@ WORKER_DASHBOARD_PORT = 8788
 CONFIG_MOUNT = "/etc/privcube"
 DEFAULT_JOB_CONFIG = f"{CONFIG_MOUNT}/config.yaml"
 DEFAULT_JOB_OUT = "/privcube/runs/run"
+TLS_MOUNT = "/etc/privcube-tls"  # not under CONFIG_MOUNT: no mount point inside a read-only ConfigMap volume
+TLS_FILES = {"ca_file": "ca.crt", "cert": "tls.crt", "key": "tls.key"}  # security.tls key -> Secret key
+_TLS_VOLUME = "privcube-tls"
+_SECRET_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
 # The scheduler Service is "<name>-scheduler" and must fit in 63 characters (as dask-kubernetes checks).
 _NAME = re.compile(r"^(?=.{1,53}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL = re.compile(r"^(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -57,7 +74,7 @@ KUBERNETES_KEYS = frozenset({
     "type", "name", "image", "namespace", "n_workers", "resources", "scheduler_resources", "env",
     "worker_threads", "worker_memory_limit", "image_pull_policy", "image_pull_secrets",
     "service_account", "node_selector", "tolerations", "volumes", "volume_mounts", "idle_timeout",
-    "scheduler_service_type", "resource_timeout", "job", "security", "allow_insecure",
+    "scheduler_service_type", "resource_timeout", "job", "security", "allow_insecure", "tls_secret",
 })
 JOB_KEYS = frozenset({"config", "out", "args", "resources"})
 
@@ -90,12 +107,19 @@ class KubeSpec:
     job_out: str = DEFAULT_JOB_OUT
     job_args: list[str] = field(default_factory=list)
     job_resources: dict[str, dict[str, str]] | None = None
+    tls: str | None = None  # "auto", "files" (rendered into the Secret), "secret" (an existing one), or None
+    tls_secret: str | None = None  # the Secret mounted at TLS_MOUNT when tls is set
+    tls_files: dict[str, str] | None = None  # security.tls paths on this machine (tls == "files")
+
+    def tls_paths(self) -> dict[str, str]:
+        """``security.tls`` as seen inside the pods: the mounted Secret's files."""
+        return {k: f"{TLS_MOUNT}/{v}" for k, v in TLS_FILES.items()}
 
 
 # ------------------------------------------------------------------------------------- validation
-def _check_transport(spec: Mapping[str, Any]) -> None:
-    """``security``/``allow_insecure`` of a kubernetes cluster: TLS is not rendered into the pods yet."""
-    from privcube.graphs.security import allow_insecure_from_spec
+def _check_transport(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``security``/``allow_insecure``/``tls_secret`` of a kubernetes cluster: ``{tls, tls_secret, tls_files}``."""
+    from privcube.graphs.security import allow_insecure_from_spec, security_from_spec
 
     allow = spec.get("allow_insecure", False)
     if not isinstance(allow, bool):
@@ -104,12 +128,26 @@ def _check_transport(spec: Mapping[str, Any]) -> None:
     if isinstance(sec, str):
         sec = {"tls": sec}
     if sec is not None and not isinstance(sec, Mapping):
-        raise _fail("security", f"expected a mapping such as {{allow_insecure: true}}, got {sec!r}")
+        raise _fail("security", f"expected a mapping such as {{tls: auto}}, got {sec!r}")
     allow_insecure_from_spec(sec)  # type check of security.allow_insecure
-    if sec and sec.get("tls") not in (None, False):
-        raise _fail("security.tls", "TLS between the operator's scheduler, workers and runner pods is not "
-                                    "rendered yet; run on a network you trust (NetworkPolicy, an encrypting CNI "
-                                    "or a service mesh with mTLS) and set cluster.allow_insecure: true")
+    out: dict[str, Any] = {}
+    secret = spec.get("tls_secret")
+    if secret is not None:
+        if not isinstance(secret, str) or not _SECRET_NAME.match(secret):
+            raise _fail("tls_secret", f"expected the name of a Kubernetes Secret, got {secret!r}")
+        out.update(tls="secret", tls_secret=secret)
+    tls = sec.get("tls") if sec else None
+    if tls in (None, False):
+        return out
+    if tls is True or tls == "auto":
+        out["tls"] = "auto"
+        return out
+    try:
+        security_from_spec({"tls": tls})  # every key present, files readable, a loadable PEM pair
+    except ConfigError as e:
+        raise ConfigError(f"cluster.{e} (kubernetes)") from None
+    out.update(tls="files", tls_files={k: str(tls[k]) for k in TLS_FILES})
+    return out
 
 
 def allows_insecure(spec: Mapping[str, Any]) -> bool:
@@ -229,7 +267,7 @@ def validate_kubernetes_spec(spec: Mapping[str, Any] | None) -> KubeSpec:
                           f"allowed: {sorted(KUBERNETES_KEYS)}")
     if "image" not in spec:
         raise _fail("image", "missing: the container image with privcube installed (see deploy/docker)")
-    _check_transport(spec)
+    transport = _check_transport(spec)
     kw: dict[str, Any] = {"image": _str("image", spec["image"])}
     if "name" in spec:
         name = _str("name", spec["name"])
@@ -290,25 +328,69 @@ def validate_kubernetes_spec(spec: Mapping[str, Any] | None) -> KubeSpec:
         kw["job_out"] = _str("job.out", job["out"])
     kw["job_args"] = _strings("job.args", job.get("args"))
     kw["job_resources"] = _resources("job.resources", job.get("resources"))
+    if transport.get("tls"):
+        kw["tls"] = transport["tls"]
+        kw["tls_files"] = transport.get("tls_files")
+        kw["tls_secret"] = transport.get("tls_secret") or f"{kw.get('name', 'privcube')}-tls"
     return KubeSpec(**kw)
 
 
+def tls_requested(spec: Mapping[str, Any]) -> bool:
+    """Whether a kubernetes cluster section asks for TLS (``security.tls`` or ``tls_secret``)."""
+    sec = spec.get("security")
+    tls = sec if isinstance(sec, str) else (sec.get("tls") if isinstance(sec, Mapping) else None)
+    return spec.get("tls_secret") is not None or tls not in (None, False)
+
+
 # ---------------------------------------------------------------------------------------- rendering
-def scheduler_args() -> list[str]:
-    """Container args of the scheduler pod (``dask scheduler``, distributed >= 2026.6)."""
-    return ["dask", "scheduler", "--host", "0.0.0.0", "--port", str(SCHEDULER_PORT),
+def _tls_args(ks: KubeSpec | None) -> list[str]:
+    """``--tls-ca-file/--tls-cert/--tls-key`` pointing at the mounted Secret (none without TLS)."""
+    if ks is None or not ks.tls:
+        return []
+    p = ks.tls_paths()
+    return ["--tls-ca-file", p["ca_file"], "--tls-cert", p["cert"], "--tls-key", p["key"]]
+
+
+def scheduler_args(ks: KubeSpec | None = None) -> list[str]:
+    """Container args of the scheduler pod (``dask scheduler``, distributed >= 2026.6); tls:// with TLS."""
+    args = ["dask", "scheduler", "--host", "0.0.0.0", "--port", str(SCHEDULER_PORT),
             "--dashboard-address", f":{DASHBOARD_PORT}"]
+    if ks is not None and ks.tls:
+        args += ["--protocol", "tls", *_tls_args(ks)]
+    return args
 
 
 def worker_args(ks: KubeSpec) -> list[str]:
-    """Container args of a worker pod; the operator sets DASK_WORKER_NAME and DASK_SCHEDULER_ADDRESS."""
+    """Container args of a worker pod; the operator sets DASK_WORKER_NAME, DASK_SCHEDULER_ADDRESS (or we do)."""
     args = ["dask", "worker", "--name", "$(DASK_WORKER_NAME)", "--dashboard",
             "--dashboard-address", str(WORKER_DASHBOARD_PORT)]
     if ks.worker_threads is not None:
         args += ["--nthreads", str(ks.worker_threads)]
     if ks.worker_memory_limit is not None:
         args += ["--memory-limit", ks.worker_memory_limit]
-    return args
+    return args + _tls_args(ks)
+
+
+def scheduler_tls_address(ks: KubeSpec) -> str:
+    """The scheduler's in-cluster tls:// address (namespace from the pod's own, via the downward API)."""
+    return f"tls://{ks.name}-scheduler.$(PRIVCUBE_POD_NAMESPACE).svc.cluster.local:{SCHEDULER_PORT}"
+
+
+def _tls_env(ks: KubeSpec, *, address: bool) -> list[dict[str, Any]]:
+    """Env of a TLS pod: encryption required and, for workers and the runner, the tls:// scheduler address."""
+    env: list[dict[str, Any]] = [{"name": "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION", "value": "True"}]
+    if address:
+        env += [{"name": "PRIVCUBE_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                {"name": "DASK_SCHEDULER_ADDRESS", "value": scheduler_tls_address(ks)}]
+    return env
+
+
+def _tls_volume(ks: KubeSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(mounts, volumes) for the TLS Secret; empty without TLS."""
+    if not ks.tls:
+        return [], []
+    return ([{"name": _TLS_VOLUME, "mountPath": TLS_MOUNT, "readOnly": True}],
+            [{"name": _TLS_VOLUME, "secret": {"secretName": ks.tls_secret, "defaultMode": 0o444}}])
 
 
 def runner_args(ks: KubeSpec) -> list[str]:
@@ -319,11 +401,17 @@ def runner_args(ks: KubeSpec) -> list[str]:
 
 def _container(ks: KubeSpec, name: str, args: list[str], resources: dict[str, Any] | None,
                ports: list[dict[str, Any]], mounts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One container of a pod template."""
+    """One container of a pod template (with TLS: the Secret mounted and the TLS environment)."""
     c: dict[str, Any] = {"name": name, "image": ks.image, "imagePullPolicy": ks.image_pull_policy,
                          "args": args}
-    if ks.env:
-        c["env"] = copy.deepcopy(ks.env)
+    env = copy.deepcopy(ks.env)
+    if ks.tls:
+        ours = _tls_env(ks, address=name != "scheduler")
+        names = {e["name"] for e in ours}
+        env = [e for e in env if e["name"] not in names] + ours
+        mounts = mounts + _tls_volume(ks)[0]
+    if env:
+        c["env"] = env
     if resources:
         c["resources"] = copy.deepcopy(resources)
     if ports:
@@ -337,6 +425,7 @@ def _pod(ks: KubeSpec, container: dict[str, Any], volumes: list[dict[str, Any]],
          restart_policy: str | None = None) -> dict[str, Any]:
     """A PodSpec around one container, with the spec's scheduling options."""
     pod: dict[str, Any] = {"containers": [container]}
+    volumes = volumes + _tls_volume(ks)[1]
     if restart_policy:
         pod["restartPolicy"] = restart_policy
     if ks.service_account:
@@ -358,7 +447,7 @@ def _port(name: str, port: int) -> dict[str, Any]:
 
 def _cluster_spec(ks: KubeSpec) -> dict[str, Any]:
     """The ``spec`` of a DaskCluster (also embedded in a DaskJob)."""
-    sched = _container(ks, "scheduler", scheduler_args(), ks.scheduler_resources or ks.resources,
+    sched = _container(ks, "scheduler", scheduler_args(ks), ks.scheduler_resources or ks.resources,
                        [_port("tcp-comm", SCHEDULER_PORT), _port("http-dashboard", DASHBOARD_PORT)],
                        copy.deepcopy(ks.volume_mounts))
     sched["readinessProbe"] = {"httpGet": {"port": "http-dashboard", "path": "/health"},
@@ -420,8 +509,11 @@ def render_kubernetes_manifests(spec: Mapping[str, Any], *, job_config: Mapping[
     """DaskCluster and/or DaskJob resources (alternatives: apply one) for a ``cluster`` section.
 
     With ``job_config`` (the whole job config as a mapping), a ConfigMap ``<name>-config`` holding
-    it (minus its ``cluster`` section) as ``config.yaml`` comes first and the DaskJob runner reads
-    it from ``/etc/privcube``. Data paths in it must be reachable from the pods (URL or volume).
+    it (its ``cluster`` section replaced by what the runner needs) as ``config.yaml`` comes first and
+    the DaskJob runner reads it from ``/etc/privcube``. Data paths in it must be reachable from the
+    pods (URL or volume). With ``security.tls`` (auto or files) the TLS Secret comes first of all:
+    it holds a private key, so apply the output straight away (``| kubectl apply -f -``) rather than
+    keeping it in a file, or give ``tls_secret`` alone to use a Secret that already exists.
     """
     import yaml
 
@@ -430,22 +522,30 @@ def render_kubernetes_manifests(spec: Mapping[str, Any], *, job_config: Mapping[
     if unknown or not kinds:
         raise ConfigError(f"kinds: expected DaskCluster and/or DaskJob, got {list(kinds)!r}")
     out: list[dict[str, Any]] = []
+    if ks.tls in ("auto", "files"):
+        out.append(tls_secret_manifest(ks))
     config_map = None
     if job_config is not None and "DaskJob" in kinds:
         if ks.job_config != DEFAULT_JOB_CONFIG:
             raise _fail("job.config", f"must stay {DEFAULT_JOB_CONFIG!r} when the config is shipped "
                                       "as a ConfigMap")
         # The runner is pointed at its scheduler by --scheduler-address; the shipped config drops
-        # its cluster section so the pod can never try to start a cluster of its own. The runner
-        # reaches the scheduler at tcp://NAME-scheduler.NAMESPACE.svc, which privcube refuses as
-        # plain text off loopback unless the config allows it: that consent is shipped, and required.
-        if not allows_insecure(spec):
-            raise _fail("allow_insecure", "the DaskJob's pods talk plain tcp:// over the cluster network and "
-                                          "privcube refuses that by default; on a network you trust "
-                                          "(NetworkPolicy, an encrypting CNI or a service mesh with mTLS) set "
+        # its cluster section so the pod can never try to start a cluster of its own. With TLS it
+        # carries the mounted certificate paths; without, the runner reaches the scheduler at
+        # tcp://NAME-scheduler.NAMESPACE.svc, which privcube refuses as plain text off loopback
+        # unless the config allows it: that consent is shipped, and required.
+        if ks.tls:
+            runner_cluster: dict[str, Any] = {"security": {"tls": ks.tls_paths()}}
+        elif allows_insecure(spec):
+            runner_cluster = {"allow_insecure": True}
+        else:
+            raise _fail("allow_insecure", "the DaskJob's pods would talk plain tcp:// over the cluster network "
+                                          "and privcube refuses that by default: set cluster.security.tls (auto "
+                                          "or files) or cluster.tls_secret, or, on a network you trust "
+                                          "(NetworkPolicy, an encrypting CNI or a service mesh with mTLS), "
                                           "cluster.allow_insecure: true")
         shipped = {k: v for k, v in dict(job_config).items() if k != "cluster"}
-        shipped["cluster"] = {"allow_insecure": True}
+        shipped["cluster"] = runner_cluster
         config_map = f"{ks.name}-config"
         out.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(ks, config_map),
                     "data": {"config.yaml": yaml.safe_dump(shipped, sort_keys=False)}})
@@ -454,6 +554,29 @@ def render_kubernetes_manifests(spec: Mapping[str, Any], *, job_config: Mapping[
     if "DaskJob" in kinds:
         out.append(daskjob_manifest(ks, config_map=config_map))
     return out
+
+
+def tls_secret_manifest(spec: Mapping[str, Any] | KubeSpec) -> dict[str, Any]:
+    """The Secret (``ca.crt``, ``tls.crt``, ``tls.key``) the pods mount: fresh for ``auto``, else the files."""
+    ks = spec if isinstance(spec, KubeSpec) else validate_kubernetes_spec(spec)
+    if ks.tls == "auto":
+        from distributed import Security
+
+        sec = Security.temporary()  # one self-signed certificate, also its own CA
+        data = {"ca.crt": sec.tls_ca_file, "tls.crt": sec.tls_worker_cert, "tls.key": sec.tls_worker_key}
+    elif ks.tls == "files" and ks.tls_files:
+        data = {}
+        for key, name in TLS_FILES.items():
+            path = ks.tls_files[key]
+            try:
+                with open(os.path.expanduser(path)) as fh:
+                    data[name] = fh.read()
+            except OSError as e:
+                raise _fail(f"security.tls.{key}", f"cannot read {path}: {e.strerror or e}") from None
+    else:
+        raise _fail("security.tls", "no certificate to render: give security.tls (auto or files)")
+    meta = _metadata(ks, str(ks.tls_secret))
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque", "stringData": data}
 
 
 # --------------------------------------------------------------------------------------- KubeCluster

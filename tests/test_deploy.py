@@ -129,9 +129,14 @@ def dask_cli(name: str, args: list[str]) -> dict[str, Any]:
     return ctx.params
 
 
-def check_dask_command(argv: list[str]) -> dict[str, Any]:
-    """``argv`` is ``dask scheduler|worker ...`` that the installed distributed accepts."""
+def check_dask_command(argv: list[str], tls_dir: Path | None = None) -> dict[str, Any]:
+    """``argv`` is ``dask scheduler|worker ...`` that the installed distributed accepts.
+
+    With ``tls_dir`` (holding ca.crt, tls.crt, tls.key) the pods' TLS mount point is moved there first:
+    click checks that certificate files exist."""
     assert argv[0] == "dask" and argv[1] in ("scheduler", "worker"), argv
+    if tls_dir is not None:
+        argv = [a.replace("/etc/privcube-tls", str(tls_dir)) for a in argv]
     return dask_cli(argv[1], argv[2:])
 
 
@@ -156,8 +161,8 @@ def containers(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def check_resource(doc: dict[str, Any]) -> None:
-    """Operator expectations every DaskCluster/DaskJob we produce must meet."""
+def check_resource(doc: dict[str, Any], tls_dir: Path | None = None) -> None:
+    """Operator expectations every DaskCluster/DaskJob we produce must meet (see check_dask_command)."""
     assert doc["apiVersion"] == "kubernetes.dask.org/v1"
     assert doc["kind"] in ("DaskCluster", "DaskJob")
     name = doc["metadata"]["name"]
@@ -172,9 +177,9 @@ def check_resource(doc: dict[str, Any]) -> None:
     assert {p["targetPort"] for p in cluster["scheduler"]["service"]["ports"]} <= port_names
     assert {"tcp-comm", "http-dashboard"} <= port_names  # the operator looks these names up
     assert c["scheduler"]["readinessProbe"]["httpGet"]["path"] == "/health"
-    sched = check_dask_command(c["scheduler"]["args"])
+    sched = check_dask_command(c["scheduler"]["args"], tls_dir)
     assert str(sched["port"]) == "8786" and sched["host"] == "0.0.0.0"
-    wk = check_dask_command(c["worker"]["args"])
+    wk = check_dask_command(c["worker"]["args"], tls_dir)
     assert wk["name"] == "$(DASK_WORKER_NAME)" and wk["scheduler"] is None  # from DASK_SCHEDULER_ADDRESS
     for s in walk_strings(doc):
         assert not re.search(r"\bdask-(scheduler|worker)\b", s) or s.startswith("dask.org"), s
@@ -238,14 +243,17 @@ def test_config_map_ships_config_without_cluster_and_is_mounted():
 
 
 def test_daskjob_runner_accepts_its_in_cluster_scheduler_only_with_consent():
-    """The runner's --scheduler-address is tcp://NAME-scheduler.NS.svc...: privcube refuses plain text off
-    loopback, so rendering a DaskJob with its config needs allow_insecure and ships it to the runner."""
+    """Without TLS the runner's --scheduler-address is tcp://NAME-scheduler.NS.svc...: privcube refuses plain
+    text off loopback, so rendering a DaskJob with its config needs allow_insecure and ships it to the runner."""
     from privcube.config import parse_cluster
     from privcube.graphs.cluster import resolve_cluster
 
     raw = yaml.safe_load((K8S / "privcube-job.yaml").read_text())
-    cm = render_kubernetes_manifests(raw["cluster"], job_config=raw, kinds=["DaskJob"])[0]
+    plain = {k: v for k, v in raw["cluster"].items() if k != "tls_secret"}
+    insecure = {**plain, "allow_insecure": True}
+    cm = render_kubernetes_manifests(insecure, job_config=raw, kinds=["DaskJob"])[0]
     shipped = parse_cluster(yaml.safe_load(cm["data"]["config.yaml"]))  # as privcube run reads it
+    assert shipped == {"allow_insecure": True}
     address = "tcp://privcube-scheduler.privcube.svc.cluster.local:8786"  # what the operator injects
     handle = resolve_cluster(shipped, scheduler_address=address)
     assert handle.type == "address" and handle.allow_insecure is True
@@ -255,22 +263,136 @@ def test_daskjob_runner_accepts_its_in_cluster_scheduler_only_with_consent():
     with pytest.raises(ConfigError, match="allow_insecure"):  # what the runner would hit without consent
         check_address_security(address, None, False)
 
-    no_consent = {k: v for k, v in raw["cluster"].items() if k != "allow_insecure"}
-    with pytest.raises(ConfigError, match=r"cluster\.allow_insecure"):
-        render_kubernetes_manifests(no_consent, job_config=raw, kinds=["DaskJob"])
-    assert render_kubernetes_manifests(no_consent, kinds=["DaskCluster"])  # no runner: nothing to consent to
+    with pytest.raises(ConfigError, match=r"cluster\.allow_insecure.*security\.tls"):
+        render_kubernetes_manifests(plain, job_config=raw, kinds=["DaskJob"])
+    assert render_kubernetes_manifests(plain, kinds=["DaskCluster"])  # no runner: nothing to consent to
     # consent may also sit under security:, as for the other cluster types
-    nested = {**no_consent, "security": {"allow_insecure": True}}
+    nested = {**plain, "security": {"allow_insecure": True}}
     assert render_kubernetes_manifests(nested, job_config=raw, kinds=["DaskJob"])[0] == cm
 
 
-def test_kubernetes_tls_is_refused_not_ignored():
-    with pytest.raises(ConfigError, match=r"cluster\.security\.tls"):
-        validate_kubernetes_spec({**SPEC, "security": {"tls": "auto"}})
-    with pytest.raises(ConfigError, match=r"security\.tls"):
-        from privcube.graphs.cluster import resolve_cluster
+def _tls_pem(folder: Path) -> dict[str, str]:
+    """A self-signed certificate (its own CA) and key as files, keyed like security.tls."""
+    from distributed import Security
 
-        resolve_cluster({**SPEC, "security": "auto"})
+    sec = Security.temporary()
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"ca_file": folder / "ca.crt", "cert": folder / "tls.crt", "key": folder / "tls.key"}
+    paths["ca_file"].write_text(sec.tls_ca_file)
+    paths["cert"].write_text(sec.tls_worker_cert)
+    paths["key"].write_text(sec.tls_worker_key)
+    return {k: str(v) for k, v in paths.items()}
+
+
+POD_TLS = {"ca_file": "/etc/privcube-tls/ca.crt", "cert": "/etc/privcube-tls/tls.crt",
+           "key": "/etc/privcube-tls/tls.key"}
+
+
+def check_tls_pods(doc: dict[str, Any], secret: str, pem_dir: Path) -> None:
+    """Every pod of a TLS DaskCluster/DaskJob mounts the Secret and runs its process with TLS.
+
+    ``pem_dir`` holds ca.crt/tls.crt/tls.key: the dask commands are parsed with the mount point moved
+    there (click checks that the files exist)."""
+    name = doc["metadata"]["name"]
+    cluster = doc["spec"]["cluster"]["spec"] if doc["kind"] == "DaskJob" else doc["spec"]
+    pods = {"scheduler": cluster["scheduler"]["spec"], "worker": cluster["worker"]["spec"]}
+    if doc["kind"] == "DaskJob":
+        pods["job"] = doc["spec"]["job"]["spec"]
+    for role, pod in pods.items():
+        (c,) = pod["containers"]
+        vol = [v for v in pod["volumes"] if v["name"] == "privcube-tls"]
+        assert vol == [{"name": "privcube-tls", "secret": {"secretName": secret, "defaultMode": 0o444}}], role
+        assert {"name": "privcube-tls", "mountPath": "/etc/privcube-tls", "readOnly": True} in c["volumeMounts"]
+        env = {e["name"]: e for e in c["env"]}
+        assert env["DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION"]["value"] == "True", role
+        if role == "scheduler":
+            assert "DASK_SCHEDULER_ADDRESS" not in env
+            continue
+        # our own tls:// address: the operator adds its plain tcp:// one only where a container has none
+        assert env["DASK_SCHEDULER_ADDRESS"]["value"] == \
+            f"tls://{name}-scheduler.$(PRIVCUBE_POD_NAMESPACE).svc.cluster.local:8786"
+        names = [e["name"] for e in c["env"]]
+        assert names.index("PRIVCUBE_POD_NAMESPACE") < names.index("DASK_SCHEDULER_ADDRESS")  # $(VAR) order
+        assert env["PRIVCUBE_POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    c = containers(doc)
+    for role in ("scheduler", "worker"):
+        params = check_dask_command(c[role]["args"], pem_dir)
+        assert (params["tls_ca_file"], params["tls_cert"], params["tls_key"]) == \
+            tuple(v.replace("/etc/privcube-tls", str(pem_dir)) for v in POD_TLS.values()), role
+        if role == "scheduler":
+            assert params["protocol"] == "tls"
+
+
+def test_kubernetes_tls_is_rendered_into_every_pod(tmp_path, crds):
+    from privcube.config import parse_cluster
+    from privcube.graphs.security import security_from_spec
+
+    pem = _tls_pem(tmp_path / "tls")
+    job_config = {"mechanism": "residual-planner", "cluster": dict(SPEC)}
+    base = {k: v for k, v in SPEC.items() if k != "allow_insecure"}  # TLS needs no consent to plain text
+    for i, (spec, secret, rendered) in enumerate((
+            ({**base, "security": {"tls": "auto"}}, "dp-job-tls", True),
+            ({**base, "security": "auto", "tls_secret": "my-certs"}, "my-certs", True),
+            ({**base, "security": {"tls": pem}}, "dp-job-tls", True),
+            ({**base, "tls_secret": "cert-manager.io-made"}, "cert-manager.io-made", False))):
+        docs = render_kubernetes_manifests(spec, job_config=job_config)
+        kinds = [d["kind"] for d in docs]
+        assert kinds == (["Secret"] if rendered else []) + ["ConfigMap", "DaskCluster", "DaskJob"]
+        for d in docs[-2:]:
+            check_resource(d, tmp_path / "tls")
+            check_tls_pods(d, secret, tmp_path / "tls")
+            assert check_openapi(d, crds[d["kind"]]) == []
+        shipped = parse_cluster(yaml.safe_load(docs[-3]["data"]["config.yaml"]))
+        assert shipped == {"security": {"tls": POD_TLS}}
+        if rendered:
+            sec = docs[0]
+            assert sec["metadata"] == {"name": secret, "labels": {"app.kubernetes.io/name": "privcube"},
+                                       "namespace": "dp"}
+            assert sec["type"] == "Opaque" and set(sec["stringData"]) == {"ca.crt", "tls.crt", "tls.key"}
+            # the rendered material is a working PEM set (what the pods' processes will load)
+            folder = tmp_path / f"pod-{i}"
+            folder.mkdir()
+            for k, v in sec["stringData"].items():
+                (folder / k).write_text(v)
+            files = {k: str(folder / Path(v).name) for k, v in POD_TLS.items()}
+            assert security_from_spec({"tls": files}).require_encryption
+    # files are shipped as they are; auto makes a new certificate on every rendering
+    files_secret = render_kubernetes_manifests({**base, "security": {"tls": pem}}, kinds=["DaskCluster"])[0]
+    assert files_secret["stringData"]["tls.key"] == Path(pem["key"]).read_text()
+    a, b = (render_kubernetes_manifests({**base, "security": {"tls": "auto"}}, kinds=["DaskCluster"])[0]
+            for _ in range(2))
+    assert a["stringData"]["tls.key"] != b["stringData"]["tls.key"]
+    # the shipped example config uses an existing Secret
+    raw = yaml.safe_load((K8S / "privcube-job.yaml").read_text())
+    for d in render_kubernetes_manifests(raw["cluster"], job_config=raw, kinds=["DaskJob"])[1:]:
+        check_tls_pods(d, "privcube-tls", tmp_path / "tls")
+
+
+@pytest.mark.parametrize("extra, key", [
+    ({"tls_secret": "Bad_Name"}, "cluster.tls_secret"),
+    ({"security": {"tls": {"ca_file": "/nowhere/ca.crt", "cert": "/nowhere/c", "key": "/nowhere/k"}}},
+     "cluster.security.tls.ca_file"),
+    ({"security": {"tls": {"cert": "/x"}}}, "cluster.security.tls"),
+    ({"security": ["tls"]}, "cluster.security"),
+])
+def test_bad_kubernetes_tls_keys_are_named(extra, key):
+    with pytest.raises(ConfigError) as e:
+        validate_kubernetes_spec({"type": "kubernetes", "image": "x:1", **extra})
+    assert key in str(e.value)
+
+
+def test_kube_cluster_from_a_laptop_refuses_tls():
+    """KubeCluster (dask-kubernetes 2026.3) talks plain tcp:// to its scheduler: TLS is refused there, with
+    the way out (a DaskJob) named, and before anything is started."""
+    from privcube.graphs.cluster import resolve_cluster
+
+    base = {k: v for k, v in SPEC.items() if k != "allow_insecure"}
+    for spec in ({**base, "security": {"tls": "auto"}}, {**base, "security": "auto"}, {**base, "tls_secret": "x"}):
+        with pytest.raises(ConfigError, match=r"security\.tls \(kubernetes\).*DaskJob"):
+            resolve_cluster(spec)
+    # a CLI address replaces the kubernetes target: the config's TLS then applies to that address
+    h = resolve_cluster({**base, "security": "auto"}, scheduler_address="tls://10.0.0.9:8786")
+    assert h.type == "address" and h.security is not None
     with pytest.raises(ConfigError, match="allow_insecure"):
         validate_kubernetes_spec({**SPEC, "allow_insecure": "yes"})
 
@@ -298,7 +420,8 @@ def test_kube_cluster_scheduler_address_is_security_checked(monkeypatch):
     assert closed == ["tcp://203.0.113.7:8786"] and handle.cluster is None
 
 
-def test_static_kubernetes_files_are_the_rendered_example(crds):
+def test_static_kubernetes_files_are_the_rendered_example(crds, tmp_path):
+    pem_dir = Path(_tls_pem(tmp_path / "tls")["ca_file"]).parent
     raw = yaml.safe_load((K8S / "privcube-job.yaml").read_text())
     job_docs = render_kubernetes_manifests(raw["cluster"], job_config=raw, kinds=["DaskJob"])
     assert list(yaml.safe_load_all((K8S / "daskjob.yaml").read_text())) == job_docs
@@ -306,7 +429,8 @@ def test_static_kubernetes_files_are_the_rendered_example(crds):
     assert list(yaml.safe_load_all((K8S / "daskcluster.yaml").read_text())) == cluster_docs
     for d in job_docs + cluster_docs:
         if d["kind"] != "ConfigMap":
-            check_resource(d)
+            check_resource(d, pem_dir)
+            check_tls_pods(d, "privcube-tls", pem_dir)
             assert check_openapi(d, crds[d["kind"]]) == []
     pvc = yaml.safe_load((K8S / "pvc.yaml").read_text())
     claim = job_docs[-1]["spec"]["cluster"]["spec"]["worker"]["spec"]["volumes"][0]
@@ -701,3 +825,94 @@ def test_sbatch_runner_script():
     assert not re.search(r"\bdask-(worker|scheduler)\b", text)
     r = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "usage" in r.stderr
+
+
+# ------------------------------------------------------------------------------------------ hpc TLS
+def test_hpc_plain_scheduler_is_refused_before_any_job_is_submitted(monkeypatch):
+    """A plain-text jobqueue scheduler off loopback: refused once it listens, before sbatch/qsub runs."""
+    from privcube.graphs.cluster import resolve_cluster
+
+    events: list[str] = []
+
+    class FakeJobqueueCluster:
+        def __init__(self, **kwargs: Any) -> None:
+            self.kwargs = kwargs
+            self.scheduler_address = "tcp://10.0.0.5:8786"
+            events.append("started")
+
+        def scale(self, jobs: int) -> None:
+            events.append(f"scale {jobs}")
+
+        def close(self) -> None:
+            events.append("closed")
+
+    monkeypatch.setattr(hpc, "_jobqueue", lambda kind: (FakeJobqueueCluster, None))
+    handle = resolve_cluster({"type": "slurm", "cores": 2, "memory": "4GB", "jobs": 3})
+    with pytest.raises(ConfigError, match=r"10\.0\.0\.5.*allow_insecure"), handle:
+        pass
+    assert events == ["started", "closed"] and handle.cluster is None
+    events.clear()
+    from privcube.graphs.cluster import ClusterHandle
+
+    monkeypatch.setattr(ClusterHandle, "_connect", lambda self, cluster, ckw: "client")
+    with resolve_cluster({"type": "slurm", "cores": 2, "memory": "4GB", "jobs": 3, "allow_insecure": True}) as c:
+        assert c == "client"
+    assert events == ["started", "scale 3", "closed"]
+
+
+def test_hpc_job_script_with_tls_files(tmp_path):
+    pytest.importorskip("dask_jobqueue", reason="optional extra 'hpc'")
+    from privcube.graphs.security import security_from_spec
+
+    pem = _tls_pem(tmp_path / "tls")
+    sec = security_from_spec({"tls": pem})
+    script = hpc.job_script(SLURM, scheduler_address="tls://10.0.0.1:8786", security=sec)
+    (cmd,) = [ln for ln in script.splitlines() if "distributed.cli.dask_worker" in ln]
+    params = dask_cli("worker", shlex.split(cmd)[3:])
+    assert params["scheduler"] == "tls://10.0.0.1:8786" and params["protocol"] == "tls://"
+    assert (params["tls_ca_file"], params["tls_cert"], params["tls_key"]) == (pem["ca_file"], pem["cert"], pem["key"])
+    assert "tls://<scheduler-address>:8786" in hpc.job_script(SLURM, security=sec)
+    with pytest.raises(ConfigError, match=r"security\.tls \(slurm\).*auto"):
+        hpc.job_script(SLURM, security=security_from_spec("auto"))
+
+
+def test_slurm_tls_worker_job_joins_over_tls(tmp_path):
+    """`security: {tls: auto}` on a SLURMCluster: the worker job script, run here instead of by sbatch,
+    joins the scheduler over TLS with the certificate dask-jobqueue wrote (0o600) into shared_temp_directory;
+    a client without the certificate is turned away."""
+    pytest.importorskip("dask_jobqueue", reason="optional extra 'hpc'")
+    from distributed import Client
+
+    from privcube.graphs.cluster import resolve_cluster
+
+    certs = tmp_path / "certs"
+    certs.mkdir(mode=0o700)
+    spec = {"type": "slurm", "cores": 1, "memory": "1GB", "jobs": 0, "shared_temp_directory": str(certs),
+            "scheduler_options": {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"},
+            "worker_extra_args": ["--host", "127.0.0.1", "--no-dashboard"], "security": {"tls": "auto"}}
+    handle = resolve_cluster(spec)
+    proc = None
+    with handle as client:
+        address = handle.cluster.scheduler_address
+        assert address.startswith("tls://127.0.0.1:")
+        script = handle.cluster.job_script()
+        (cmd,) = [ln for ln in script.splitlines() if "distributed.cli.dask_worker" in ln]
+        argv = shlex.split(cmd)
+        params = dask_cli("worker", argv[3:])
+        assert params["scheduler"] == address and params["protocol"] == "tls://"
+        for key in ("tls_ca_file", "tls_cert", "tls_key"):
+            f = Path(params[key])
+            assert f.parent == certs and (os.stat(f).st_mode & 0o777) == 0o600
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+            client.wait_for_workers(1, timeout=120)
+            (worker,) = client.scheduler_info()["workers"]
+            assert worker.startswith("tls://127.0.0.1:")
+            assert client.submit(sum, [1, 2, 3]).result() == 6
+            with pytest.raises(OSError):  # no certificate, plain text: refused
+                Client(address.replace("tls://", "tcp://"), timeout="3s")
+        finally:
+            if proc is not None:
+                os.killpg(proc.pid, 15)
+                proc.wait(timeout=30)
+    assert handle.cluster is None

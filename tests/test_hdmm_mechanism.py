@@ -123,3 +123,118 @@ def test_linalg_support_check():
     assert supports(w, Explicit(np.vstack([np.eye(4), np.ones((1, 4))])))
     assert not supports(w, Explicit(np.ones((1, 4))))
     assert supports(Explicit(np.ones((1, 4))), Explicit(np.ones((1, 4))))
+
+
+# ---------------------------------------------------------------- privcube plan / run, ledger, errors
+def _job(tmp_path, mechanism: dict, privacy: dict, workload: list | None = None):
+    """A small Parquet dataset and a job file (threads cluster) for the CLI."""
+    import json
+
+    import pandas as pd
+    import yaml
+
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    frame = pd.DataFrame(REC, columns=list(DOM.attributes))
+    frame.to_parquet(data / "part.parquet", index=False)
+    (tmp_path / "domain.json").write_text(json.dumps(dict(zip(DOM.attributes, DOM.shape))))
+    cfg = {"data": {"path": "data", "domain": "domain.json"}, "mechanism": mechanism, "privacy": privacy,
+           "workload": workload or [{"kway": 2, "queries": {"a": "prefix", "default": "identity"}}, {"kway": 0}],
+           "cluster": {"type": "threads"}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+CLI_CASES = [  # mechanism section, privacy section, expected (noise, calibration) and the ledger's charge
+    ({"name": "hdmm", "restarts": 1}, {"epsilon": 1.0}, ("laplace", "laplace"), {"epsilon": 1.0}),
+    ({"name": "hdmm", "restarts": 1, "noise": "laplace"}, {"rho": 0.5}, ("laplace", "laplace"), {"rho": 0.5}),
+    ({"name": "hdmm", "restarts": 1, "noise": "gaussian"}, {"epsilon": 1.0, "delta": 1e-6}, ("gaussian", "zcdp"), None),
+    ({"name": "hdmm", "restarts": 1, "noise": "gaussian", "calibration": "analytic"}, {"epsilon": 1.0, "delta": 1e-6},
+     ("gaussian", "analytic"), {"epsilon": 1.0, "delta": 1e-6}),
+    ({"name": "eigen-design", "noise": "laplace"}, {"epsilon": 0.5}, ("laplace", "laplace"), {"epsilon": 0.5}),
+    ({"name": "eigen-design", "calibration": "analytic"}, {"epsilon": 1.0, "delta": 1e-6}, ("gaussian", "analytic"),
+     {"epsilon": 1.0, "delta": 1e-6}),
+]
+
+
+@pytest.mark.parametrize("mechanism,privacy,expected,charge", CLI_CASES,
+                         ids=["hdmm-pure", "hdmm-laplace-rho", "hdmm-gauss-zcdp", "hdmm-gauss-analytic",
+                              "eigen-laplace", "eigen-analytic"])
+def test_cli_plan_and_run_accept_noise_and_calibration(tmp_path, capsys, mechanism, privacy, expected, charge):
+    import json
+
+    import pandas as pd
+
+    from privcube.cli import main
+
+    cfg = _job(tmp_path, mechanism, privacy)
+    assert main(["plan", str(cfg), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["mechanism"] == mechanism["name"]
+    assert (plan["privacy"]["noise"], plan["privacy"]["calibration"]) == expected
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--seed", "3", "--quiet"]) == 0
+    ledger = json.loads((out / "ledger.json").read_text())
+    (entry,) = ledger["charges"]                                    # one release, one charge
+    for key in ("rho", "epsilon", "delta"):                        # never past the budget
+        if ledger["budget"].get(key) is not None and ledger["spent"].get(key) is not None:
+            assert ledger["spent"][key] <= ledger["budget"][key] * (1 + 1e-12)
+    if charge is not None:
+        assert {k: entry[k] for k in charge} == pytest.approx(charge)
+    else:
+        assert entry["rho"] == pytest.approx(ledger["budget"]["rho"])
+    index = json.loads((out / "answers" / "index.json").read_text())["groups"]
+    assert len(index) == 4                                          # three 2-way groups and the total
+    total = next(g for g in index if g["rows"] == 1)
+    t = pd.read_parquet(out / "answers" / total["file"])
+    # the noisy total is near the true 400 records: within 6 reported standard deviations
+    assert abs(float(t["estimate"].iloc[0]) - len(REC)) <= 6 * math.sqrt(float(t["variance"].iloc[0]))
+
+
+@pytest.mark.parametrize("mechanism,privacy,needle", [
+    ({"name": "hdmm", "noise": "poisson"}, {"epsilon": 1.0}, "noise"),
+    ({"name": "hdmm", "calibration": "renyi"}, {"epsilon": 1.0, "delta": 1e-6}, "calibration"),
+    ({"name": "hdmm", "calibration": "analytic", "noise": "gaussian"}, {"epsilon": 1.0}, "analytic"),
+    ({"name": "hdmm", "restarts": 0}, {"epsilon": 1.0}, "restarts"),
+    ({"name": "hdmm", "restarts": "many"}, {"epsilon": 1.0}, "restarts"),
+    ({"name": "hdmm", "optimizer": "opt1"}, {"epsilon": 1.0}, "optimizer"),
+    ({"name": "eigen-design", "variant": "fast"}, {"epsilon": 1.0}, "variant"),
+    ({"name": "eigen-design", "max_cells": 10}, {"epsilon": 1.0}, "max_cells"),
+    ({"name": "eigen-design", "restarts": 3}, {"epsilon": 1.0}, "restarts"),
+])
+def test_cli_bad_mechanism_config_is_one_line(tmp_path, capsys, mechanism, privacy, needle):
+    from privcube.cli import main
+
+    cfg = _job(tmp_path, mechanism, privacy)
+    for argv in (["plan", str(cfg)], ["run", str(cfg), "--out", str(tmp_path / "run"), "--quiet"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("privcube: error:") and needle in err, err
+        assert not (tmp_path / "run").exists()                     # nothing partial written
+
+
+@pytest.mark.parametrize("name,params", [("hdmm", {"optimizer": "kron"}), ("eigen-design", {})])
+def test_release_refused_when_the_ledger_cannot_pay(name, params):
+    """The charge precedes the release: a ledger with too little budget refuses, no measurement is taken."""
+    from privcube.errors import BudgetError
+
+    budget = PrivacyBudget.pure_epsilon(1.0)
+    ledger = PrivacyLedger(PrivacyBudget.pure_epsilon(0.5))
+
+    class Spy(ArrayOracle):
+        calls = 0
+
+        def marginals(self, cliques):
+            Spy.calls += 1
+            return super().marginals(cliques)
+
+    with pytest.raises(BudgetError):
+        get_mechanism(name)(params).run(Spy(DOM, REC), WL, budget, ledger, NoiseSource(0))
+    assert Spy.calls == 0 and ledger.charges == [] and ledger.spent["epsilon"] == 0
+    # the same budget twice: the second run is refused, the spent total stays at the budget
+    ledger = PrivacyLedger(budget)
+    get_mechanism(name)(params).run(ORACLE, WL, budget, ledger, NoiseSource(1))
+    with pytest.raises(BudgetError):
+        get_mechanism(name)(params).run(ORACLE, WL, budget, ledger, NoiseSource(2))
+    assert ledger.spent["epsilon"] == pytest.approx(1.0) and len(ledger.charges) == 1

@@ -332,6 +332,10 @@ def resolve_cluster(spec: Mapping[str, Any] | None, *, scheduler_address: str | 
         raise ConfigError("cluster type 'address' needs key 'address' (or --scheduler-address)")
     if spec_type == "scheduler-file" and not spec.get("scheduler_file"):
         raise ConfigError("cluster type 'scheduler-file' needs key 'scheduler_file' (or --scheduler-file)")
+    if spec_type in ("address", "scheduler-file") and _tls_auto(sec_spec):
+        raise ConfigError(f"cluster.security.tls: 'auto' makes a certificate only this process holds, which a "
+                          f"scheduler privcube does not start ({spec_type}) cannot trust; give "
+                          f"{{ca_file, cert, key}} of the cluster's CA instead")
     if spec_type == "kubernetes":
         from privcube.graphs.kubernetes import tls_requested
 
@@ -341,6 +345,12 @@ def resolve_cluster(spec: Mapping[str, Any] | None, *, scheduler_address: str | 
                 "plain tcp:// only, so privcube cannot start a TLS cluster from here; render a TLS DaskJob with "
                 "'python -m privcube.graphs.kubernetes CONFIG | kubectl apply -f -' instead")
     return ClusterHandle(spec_type, spec, security, allow_insecure)
+
+
+def _tls_auto(sec_spec: Any) -> bool:
+    """Whether a ``security`` section asks for temporary certificates (``auto``)."""
+    tls = sec_spec.get("tls") if isinstance(sec_spec, Mapping) else sec_spec
+    return tls is True or tls == "auto"
 
 
 def _scheduler_file_address(path: str) -> str:

@@ -390,9 +390,12 @@ def test_kube_cluster_from_a_laptop_refuses_tls():
     for spec in ({**base, "security": {"tls": "auto"}}, {**base, "security": "auto"}, {**base, "tls_secret": "x"}):
         with pytest.raises(ConfigError, match=r"security\.tls \(kubernetes\).*DaskJob"):
             resolve_cluster(spec)
-    # a CLI address replaces the kubernetes target: the config's TLS then applies to that address
-    h = resolve_cluster({**base, "security": "auto"}, scheduler_address="tls://10.0.0.9:8786")
-    assert h.type == "address" and h.security is not None
+    # a CLI address replaces the kubernetes target: the config's TLS then applies to that address, where
+    # 'auto' (a certificate only this process holds) cannot work
+    with pytest.raises(ConfigError, match=r"'auto'.*\(address\)"):
+        resolve_cluster({**base, "security": "auto"}, scheduler_address="tls://10.0.0.9:8786")
+    h = resolve_cluster({**base, "tls_secret": "x"}, scheduler_address="tls://10.0.0.9:8786")
+    assert h.type == "address" and h.security is None
     with pytest.raises(ConfigError, match="allow_insecure"):
         validate_kubernetes_spec({**SPEC, "allow_insecure": "yes"})
 
@@ -916,3 +919,145 @@ def test_slurm_tls_worker_job_joins_over_tls(tmp_path):
                 os.killpg(proc.pid, 15)
                 proc.wait(timeout=30)
     assert handle.cluster is None
+
+
+# ------------------------------------------------------------------- rendered TLS pods, run locally
+def _pod_env(container: dict[str, Any], namespace: str) -> dict[str, str]:
+    """A container's env as Kubernetes would set it: fieldRef namespace, then $(VAR) expansion in order."""
+    env: dict[str, str] = {}
+    for e in container.get("env", []):
+        if "valueFrom" in e:
+            assert e["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+            env[e["name"]] = namespace
+        else:
+            env[e["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), e["value"])
+    return env
+
+
+def _replace(argv: list[str], pairs: dict[tuple[str, str], tuple[str, ...]]) -> list[str]:
+    """Replace adjacent (flag, value) pairs of ``argv`` by the given tokens (checking each pair is there)."""
+    out, i = [], 0
+    seen = set()
+    while i < len(argv):
+        pair = tuple(argv[i:i + 2])
+        if pair in pairs:
+            out += pairs[pair]
+            seen.add(pair)
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    assert seen == set(pairs), set(pairs) - seen
+    return out
+
+
+@pytest.mark.slow  # ~20 s: a scheduler, two workers and a CLI run as separate processes
+def test_rendered_tls_daskjob_runs_end_to_end_on_loopback(tmp_path):
+    """The rendered DaskJob's own commands, environment and shipped config, run here on 127.0.0.1 instead
+    of in pods: `dask scheduler --protocol tls ...`, two `dask worker`s reaching it through our tls://
+    DASK_SCHEDULER_ADDRESS, and the runner's `privcube run` with the ConfigMap's config. Only host names,
+    ports, dashboards and the mount points are changed; every TLS option is used as rendered. Plain-text
+    and wrong-CA clients are refused."""
+    import json
+    import signal
+    import socket
+    import time
+
+    import numpy as np
+    import pandas as pd
+    from distributed import Client, Security
+
+    rng = np.random.default_rng(4)
+    frame = pd.DataFrame({"a": rng.integers(0, 3, 3000), "b": rng.integers(0, 4, 3000)})
+    (tmp_path / "data").mkdir()
+    frame.to_parquet(tmp_path / "data" / "p.parquet", index=False)
+    (tmp_path / "domain.json").write_text(json.dumps({"a": 3, "b": 4}))
+    pem = _tls_pem(tmp_path / "local-certs")
+    spec = {"type": "kubernetes", "image": "x:1", "name": "e2e", "n_workers": 2, "worker_threads": 1,
+            "security": {"tls": pem}, "job": {"out": "/data/runs/r1"}}
+    job_config = {"data": {"path": str(tmp_path / "data"), "domain": str(tmp_path / "domain.json")},
+                  "mechanism": {"name": "residual-planner"}, "workload": [{"kway": 2}],
+                  "privacy": {"epsilon": 1.0, "delta": 1e-6}, "cluster": spec}
+    secret, cm, job = render_kubernetes_manifests(spec, job_config=job_config, kinds=["DaskJob"])
+    # the Secret and the ConfigMap as the pods see them
+    mount, etc = tmp_path / "etc-privcube-tls", tmp_path / "etc-privcube"
+    mount.mkdir()
+    etc.mkdir()
+    for k, v in secret["stringData"].items():
+        (mount / k).write_text(v)
+    (etc / "config.yaml").write_text(cm["data"]["config.yaml"].replace("/etc/privcube-tls", str(mount)))
+
+    def local(argv: list[str]) -> list[str]:
+        assert argv[0] in ("dask", "privcube")
+        return [sys.executable, "-m", *[a.replace("/etc/privcube-tls", str(mount)).replace("/etc/privcube", str(etc))
+                                        for a in argv]]
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    c = containers(job)
+    procs: list[subprocess.Popen] = []
+
+    def start(argv: list[str], env: dict[str, str], log: str) -> subprocess.Popen:
+        with open(tmp_path / log, "wb") as fh:
+            p = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                 env={**os.environ, **env})
+        procs.append(p)
+        return p
+
+    try:
+        sched_env = _pod_env(c["scheduler"], "ns1")
+        start(local(_replace(c["scheduler"]["args"], {("--host", "0.0.0.0"): ("--host", "127.0.0.1"),
+                                                      ("--port", "8786"): ("--port", str(port)),
+                                                      ("--dashboard-address", ":8787"): ("--no-dashboard",)})),
+              sched_env, "scheduler.log")
+        worker_env = _pod_env(c["worker"], "ns1")
+        assert worker_env["DASK_SCHEDULER_ADDRESS"] == "tls://e2e-scheduler.ns1.svc.cluster.local:8786"
+        address = f"tls://127.0.0.1:{port}"  # the Service name does not resolve here
+        worker_env["DASK_SCHEDULER_ADDRESS"] = address
+        for i in range(2):
+            argv = _replace(c["worker"]["args"], {("--name", "$(DASK_WORKER_NAME)"): ("--name", f"w{i}"),
+                                                  ("--dashboard", "--dashboard-address"): ("--no-dashboard",)})
+            argv = _replace(argv, {("--no-dashboard", "8788"): ("--no-dashboard", "--host", "127.0.0.1")})
+            start(local(argv), worker_env, f"worker{i}.log")
+        client_sec = Security(tls_ca_file=str(mount / "ca.crt"), tls_client_cert=str(mount / "tls.crt"),
+                              tls_client_key=str(mount / "tls.key"), require_encryption=True)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with Client(address, security=client_sec, timeout="5s") as client:
+                    client.wait_for_workers(2, timeout=120)
+                    workers = list(client.scheduler_info()["workers"])
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "scheduler.log").read_text()
+                time.sleep(0.5)
+        assert len(workers) == 2 and all(w.startswith("tls://127.0.0.1:") for w in workers)
+        with pytest.raises(OSError):
+            Client(f"tcp://127.0.0.1:{port}", timeout="3s")  # plain text: refused
+        with pytest.raises(OSError):
+            Client(address, security=Security.temporary(), timeout="3s")  # a certificate of another CA
+
+        runner_env = _pod_env(c["job"], "ns1")
+        runner_env["DASK_SCHEDULER_ADDRESS"] = address
+        out = tmp_path / "out"
+        argv = [a.replace("$(DASK_SCHEDULER_ADDRESS)", address) for a in c["job"]["args"]]
+        argv = _replace(argv, {("--out", "/data/runs/r1"): ("--out", str(out))})
+        r = subprocess.run(local(argv), env={**os.environ, **runner_env}, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert (out / ".complete").exists()
+        ledger = json.loads((out / "ledger.json").read_text())
+        assert ledger["spent"]["rho"] > 0
+        with Client(address, security=client_sec, timeout="10s") as client:
+            executed = client.run(lambda dask_worker: dask_worker.state.executed_count)
+        assert sum(executed.values()) > 0  # the counting ran on the TLS workers
+    finally:
+        for p in procs[::-1]:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)

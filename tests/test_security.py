@@ -139,3 +139,55 @@ def test_tls_local_cluster_through_resolve_cluster_counts_marginals():
         mu = compute_marginals(dd.from_pandas(pdf, npartitions=3), dom, [("a", "b")], client=client)[("a", "b")]
     truth = pdf.groupby(["a", "b"]).size().unstack(fill_value=0).reindex(index=range(3), columns=range(4), fill_value=0)
     assert np.array_equal(mu, truth.to_numpy())
+
+
+def test_tls_auto_is_refused_for_schedulers_privcube_does_not_start(tmp_path: Path) -> None:
+    from privcube.graphs.cluster import resolve_cluster
+
+    with pytest.raises(ConfigError, match=r"'auto'.*\(address\).*ca_file"):
+        resolve_cluster({"type": "address", "address": "tls://10.0.0.1:8786", "security": {"tls": "auto"}})
+    with pytest.raises(ConfigError, match=r"'auto'.*\(scheduler-file\)"):
+        resolve_cluster({"type": "local", "security": "auto"}, scheduler_file=str(tmp_path / "s.json"))
+    assert resolve_cluster({"type": "local", "security": "auto"}).security is not None
+
+
+def test_full_job_on_a_tls_local_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`privcube run` on a LocalCluster of worker processes with `security: {tls: auto}`: every link is TLS
+    and the job completes with the same seeded answers as on threads."""
+    import json
+
+    import pandas as pd
+    import yaml
+
+    from privcube import api
+    from privcube.graphs import cluster as cluster_mod
+
+    rng = np.random.default_rng(12)
+    (tmp_path / "data").mkdir()
+    pd.DataFrame({"a": rng.integers(0, 3, 3000), "b": rng.integers(0, 4, 3000)}).to_parquet(
+        tmp_path / "data" / "p.parquet", index=False)
+    cfg = {"data": {"path": "data", "domain": {"a": 3, "b": 4}}, "mechanism": {"name": "residual-planner"},
+           "workload": [{"kway": 2}], "privacy": {"epsilon": 1.0, "delta": 1e-6},
+           "cluster": {"type": "local", "n_workers": 1, "memory_limit": "1GiB", "security": {"tls": "auto"}}}
+    (tmp_path / "tls.yaml").write_text(yaml.safe_dump(cfg))
+    (tmp_path / "threads.yaml").write_text(yaml.safe_dump({**cfg, "cluster": {"type": "threads"}}))
+    seen: list[tuple[str, list[str]]] = []
+    real_open = cluster_mod.ClusterHandle._open
+
+    def recording(self):  # noqa: ANN001, ANN202
+        client = real_open(self)
+        seen.append((client.scheduler.address, list(client.scheduler_info()["workers"])))
+        return client
+
+    monkeypatch.setattr(cluster_mod.ClusterHandle, "_open", recording)
+    tls = api.run(tmp_path / "tls.yaml", tmp_path / "run-tls", seed=3, quiet=True)
+    monkeypatch.undo()
+    ref = api.run(tmp_path / "threads.yaml", tmp_path / "run-threads", seed=3, quiet=True)
+    ((address, workers),) = seen
+    assert address.startswith("tls://127.0.0.1:") and workers and all(w.startswith("tls://127.0.0.1:") for w in workers)
+    assert (tls.out_dir / ".complete").exists()
+    index = json.loads((tls.out_dir / "answers" / "index.json").read_text())
+    for g in index["groups"]:
+        a = pd.read_parquet(tls.out_dir / "answers" / g["file"])
+        b = pd.read_parquet(ref.out_dir / "answers" / g["file"])
+        assert np.allclose(a["estimate"], b["estimate"]) and np.allclose(a["variance"], b["variance"])

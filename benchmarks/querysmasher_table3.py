@@ -19,15 +19,6 @@ import time
 for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
 
-# schemas of paper §8.3 (numeric attributes first); domain sizes only matter (RMSE is data-independent)
-SCHEMAS = {
-    "CPS": ({"income": 50, "age": 100}, {"marital": 7, "race": 4, "sex": 2}),
-    "Adult": ({"age": 85, "fnlwgt": 100, "capital-gain": 100, "capital-loss": 100, "hours-per-week": 99},
-              {"native-country": 42, "education-num": 16, "occupation": 15, "workclass": 9, "marital-status": 7,
-               "relationship": 6, "race": 5, "sex": 2, "income>50K": 2}),
-    "Loans": ({"n1": 101, "n2": 101, "n3": 101, "n4": 101},
-              {"c51": 51, "c36": 36, "c15": 15, "c8": 8, "c6": 6, "c5": 5, "c4": 4, "c3": 3}),
-}
 # paper Table 3: (#queries, RP+, WFF, QS)
 PAPER = {
     ("CPS", "affine"): (805, 10.012, 7.147, 5.935), ("CPS", "abs-diff"): (731, 10.476, 7.387, 5.900),
@@ -36,22 +27,14 @@ PAPER = {
 }
 
 
-def workload(name: str, query: str):  # noqa: ANN201
-    """The Table 3 workload for one dataset schema and joint query type."""
-    from privcube.domain import Domain
-    from privcube.workload import hybrid_joint
-
-    numeric, categorical = SCHEMAS[name]
-    sizes = {**numeric, **categorical}
-    return hybrid_joint(Domain(tuple(sizes), tuple(sizes.values())), numeric, query, limit=5000)
-
-
 def cell(name: str, query: str, solver: str = "auto") -> dict:
     """Plan one cell at privacy cost 1; returns the RMSE, certificate and timings."""
     from privcube.mechanisms.querysmasher.mechanism import QuerySmasher
     from privcube.privacy.budget import PrivacyBudget
 
-    wl = workload(name, query)
+    from privcube.mechanisms.querysmasher.paper_workloads import table3_workload
+
+    wl = table3_workload(name, query)
     t0 = time.perf_counter()
     plan = QuerySmasher({"solver": solver}).plan(wl, PrivacyBudget(0.5, 1.0, 1e-9))
     d = plan.details
@@ -62,7 +45,7 @@ def cell(name: str, query: str, solver: str = "auto") -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", nargs="*", default=list(SCHEMAS))
+    ap.add_argument("--data", nargs="*", default=["CPS", "Adult", "Loans"])
     ap.add_argument("--query", nargs="*", default=["affine", "abs-diff"])
     ap.add_argument("--wff", action="store_true", help="also plan with the Fourier (WFF) solver")
     args = ap.parse_args()

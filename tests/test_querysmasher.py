@@ -18,31 +18,11 @@ from privcube.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.query_types import QueryType, attribute_matrix
 from privcube.workload import Workload, hybrid, parse_workload
+from mechanism_fakes import RecordingLedger, RngNoise, ZeroNoise
 
 COST1 = PrivacyBudget(0.5, 1.0, 1e-9)  # privacy cost β = 1 ⇔ ρ = 0.5
 ADULT = Path("/work/shared/data/adult/adult-domain.json")
 ADULT_NUMERIC = ["age", "fnlwgt", "capital-gain", "capital-loss", "hours-per-week"]
-
-
-class ZeroNoise:
-    def gaussian(self, key, shape, sigma):  # noqa: ANN001, ANN201
-        return np.zeros(shape)
-
-
-class RngNoise:
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-
-    def gaussian(self, key, shape, sigma):  # noqa: ANN001, ANN201
-        return self.rng.normal(0.0, sigma, size=shape)
-
-
-class Ledger:
-    def __init__(self) -> None:
-        self.rho = 0.0
-
-    def charge(self, label, *, rho=None, **kw):  # noqa: ANN001, ANN201
-        self.rho += rho
 
 
 def _grid(n: int, d: int = 40) -> Domain:
@@ -86,7 +66,7 @@ def test_decomposition_exactness_random() -> None:
                          {"attributes": ["b", "c"], "queries": "affine"},
                          {"attributes": ["b"], "queries": "circular", "weight": 3},
                          {"attributes": ["a", "b", "c"], "queries": {"a": "total", "default": "prefix"}}], dom)
-    res = QuerySmasher().run(oracle, wl, COST1, Ledger(), ZeroNoise())
+    res = QuerySmasher().run(oracle, wl, COST1, RecordingLedger(), ZeroNoise())
     truth = oracle.marginals([g.attributes for g in wl])
     for ans in res.answers:
         expect = ans.group.matrix(dom) @ truth[ans.group.attributes].reshape(-1)
@@ -186,7 +166,7 @@ def test_monte_carlo_variance_and_ledger() -> None:
     sq = [None] * len(wl)
     mech = QuerySmasher()
     for _ in range(reps):
-        ledger = Ledger()
+        ledger = RecordingLedger()
         res = mech.run(oracle, wl, COST1, ledger, noise)
         assert ledger.rho == pytest.approx(0.5, rel=1e-9) and ledger.rho <= 0.5 * (1 + 1e-12)
         for i, ans in enumerate(res.answers):

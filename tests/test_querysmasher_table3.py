@@ -20,23 +20,16 @@ from privcube.errors import ConfigError
 from privcube.mechanisms.querysmasher import solvers
 from privcube.mechanisms.querysmasher.decomposition import projected
 from privcube.mechanisms.querysmasher.mechanism import QuerySmasher
+from privcube.mechanisms.querysmasher.paper_workloads import table3_workload
 from privcube.mechanisms.querysmasher.solvers import centering, dual_value, solve, solve_lowrank
 from privcube.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.query_types import QueryType
-from privcube.workload import hybrid_joint, parse_workload
+from privcube.workload import parse_workload
+from mechanism_fakes import RecordingLedger, RngNoise, ZeroNoise
 
 COST1 = PrivacyBudget(0.5, 1.0, 1e-9)  # privacy cost β = 1 ⇔ ρ = 0.5
 
-# paper §8.3 schemas: (numeric, categorical) domain sizes
-SCHEMAS = {
-    "CPS": ({"income": 50, "age": 100}, {"marital": 7, "race": 4, "sex": 2}),
-    "Adult": ({"age": 85, "fnlwgt": 100, "capital-gain": 100, "capital-loss": 100, "hours-per-week": 99},
-              {"native-country": 42, "education-num": 16, "occupation": 15, "workclass": 9,
-               "marital-status": 7, "relationship": 6, "race": 5, "sex": 2, "income>50K": 2}),
-    "Loans": ({"n1": 101, "n2": 101, "n3": 101, "n4": 101},
-              {"c51": 51, "c36": 36, "c15": 15, "c8": 8, "c6": 6, "c5": 5, "c4": 4, "c3": 3}),
-}
 # paper Table 3, printed: (#Queries, WFF, QS)
 TABLE3 = {
     ("CPS", "affine"): (805, 7.147, 5.935), ("CPS", "abs-diff"): (731, 7.387, 5.900),
@@ -45,43 +38,16 @@ TABLE3 = {
 }
 
 
-class ZeroNoise:
-    def gaussian(self, key, shape, sigma):  # noqa: ANN001, ANN201
-        return np.zeros(shape)
-
-
-class RngNoise:
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-
-    def gaussian(self, key, shape, sigma):  # noqa: ANN001, ANN201
-        return self.rng.normal(0.0, sigma, size=shape)
-
-
-class Ledger:
-    def __init__(self) -> None:
-        self.rho = 0.0
-
-    def charge(self, label, *, rho=None, **kw):  # noqa: ANN001, ANN201
-        self.rho += rho
-
-
-def _table3(name: str, query: str):  # noqa: ANN202
-    numeric, categorical = SCHEMAS[name]
-    sizes = {**numeric, **categorical}
-    return hybrid_joint(Domain(tuple(sizes), tuple(sizes.values())), numeric, query, limit=5000)
-
-
 @pytest.mark.parametrize("name,query", list(TABLE3))
 def test_table3_counts(name: str, query: str) -> None:
     """#Queries of every Table 3 cell (they fix the 1-way types and the r > 5000 fallback pairs)."""
-    wl = _table3(name, query)
+    wl = table3_workload(name, query)
     assert sum(g.num_queries(wl.domain) for g in wl) == TABLE3[(name, query)][0]
 
 
 def _check_qs_cell(name: str, query: str) -> None:
     count, _, printed = TABLE3[(name, query)]
-    plan = QuerySmasher().plan(_table3(name, query), COST1)
+    plan = QuerySmasher().plan(table3_workload(name, query), COST1)
     d = plan.details
     assert d["num_queries"] == count
     assert plan.rmse <= printed * 1.005  # the issue's bound; ours is exact, hence lower (see module doc)
@@ -106,7 +72,7 @@ def test_table3_qs(name: str, query: str) -> None:
                                          for k in TABLE3])
 def test_table3_wff(name: str, query: str) -> None:
     """WFF column of Table 3 (exact in the paper): the Fourier solver on the same workload, within 0.5%."""
-    plan = QuerySmasher({"solver": "fourier"}).plan(_table3(name, query), COST1)
+    plan = QuerySmasher({"solver": "fourier"}).plan(table3_workload(name, query), COST1)
     assert plan.rmse == pytest.approx(TABLE3[(name, query)][1], rel=0.005)
 
 
@@ -186,7 +152,7 @@ def test_factored_parts_reconstruct_and_variance() -> None:
                          {"attributes": ["b", "c"], "queries": "abs-diff"}], dom)
     mech = QuerySmasher({"dense_limit": 20, "solver": "lowrank"})
     truth = oracle.marginals([g.attributes for g in wl])
-    res = mech.run(oracle, wl, COST1, Ledger(), ZeroNoise())
+    res = mech.run(oracle, wl, COST1, RecordingLedger(), ZeroNoise())
     assert "lowrank" in res.report["methods"]
     for ans in res.answers:
         expect = ans.group.matrix(dom) @ truth[ans.group.attributes].reshape(-1)
@@ -194,7 +160,7 @@ def test_factored_parts_reconstruct_and_variance() -> None:
     noise, reps = RngNoise(4), 600
     sq = [0.0] * len(wl)
     for _ in range(reps):
-        ledger = Ledger()
+        ledger = RecordingLedger()
         res = mech.run(oracle, wl, COST1, ledger, noise)
         assert ledger.rho <= 0.5 * (1 + 1e-12)
         for i, ans in enumerate(res.answers):

@@ -1,7 +1,6 @@
 """ResidualPlanner: closed-form plan, published Adult RMSE, exact reconstruction, variance, ledger."""
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from pathlib import Path
@@ -16,6 +15,7 @@ from privcube.mechanisms.residual_planner import ResidualPlanner
 from privcube.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.workload import Workload, parse_workload
+from mechanism_fakes import RecordingLedger, RngNoise, ZeroNoise
 
 ADULT_DOMAIN = Path("/work/shared/data/adult/adult-domain.json")
 # Published sizes (ResidualPlanner / QuerySmasher papers, Adult): 9 categorical + 5 numeric.
@@ -24,33 +24,6 @@ ADULT_SIZES = [42, 16, 15, 9, 7, 6, 5, 2, 2, 100, 100, 100, 99, 85]
 
 def _budget(rho: float) -> PrivacyBudget:
     return PrivacyBudget(rho, 1.0, 1e-9)
-
-
-class ZeroNoise:
-    """Test hook: a noise source that adds nothing (σ → 0)."""
-
-    def gaussian(self, key, shape, sigma):  # noqa: ANN001, ANN201
-        return np.zeros(shape)
-
-
-class RngNoise:
-    """Seeded i.i.d. Gaussian noise for Monte-Carlo checks."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.keys: list = []
-
-    def gaussian(self, key, shape, sigma):  # noqa: ANN001, ANN201
-        self.keys.append(key)
-        return self.rng.normal(0.0, sigma, size=shape)
-
-
-class RecordingLedger:
-    def __init__(self) -> None:
-        self.charges: list[dict] = []
-
-    def charge(self, label, *, rho=None, epsilon=None, delta=0.0, **details):  # noqa: ANN001, ANN201
-        self.charges.append({"label": label, "rho": rho, **details})
 
 
 def _small() -> tuple[Domain, ArrayOracle]:

@@ -159,8 +159,10 @@ def _schema(name: str, spec: Mapping[str, Any], base: Path) -> Any:
 def _budget(b: Any, what: str) -> PrivacyBudget:
     if not isinstance(b, Mapping):
         raise BudgetError(f"{what}: expected {{epsilon, delta}} or {{rho, delta}}, got {b!r}")
+    from privcube.mechanisms.relational.mechanism import budget_numbers
+
     try:
-        out = PrivacyBudget.from_config(b)
+        out = PrivacyBudget.from_config(budget_numbers(b))
     except BudgetError as e:
         raise BudgetError(f"{what}: {e}") from None
     if out.pure or out.delta <= 0:
@@ -230,6 +232,10 @@ def load_relational_config(raw: Mapping[str, Any], base: str | Path = ".") -> Re
         raise ConfigError("mechanism: expected {name: relational, ...}")
     params = {k: v for k, v in mech.items() if k != "name"}
     _check_params(params)
+    extra_rows = set(params.get("synthetic_rows") or {}) - set(tables)
+    if extra_rows:
+        raise ConfigError(f"mechanism.synthetic_rows: unknown table(s) {sorted(map(str, extra_rows))}; "
+                          f"tables are {sorted(tables)}")
 
     privacy = raw.get("privacy")
     if not isinstance(privacy, Mapping):

@@ -120,14 +120,12 @@ def _harmonise(a: pd.Series, b: pd.Series) -> tuple[pd.Series, pd.Series]:
 
 
 def _labelled(frame: pd.DataFrame, t: TableSpec, labels: bool) -> pd.DataFrame:
+    """The synthetic table with decoded ``<attr>_label`` columns when the schema has labels."""
+    from privcube.synth.sampler import add_labels
+
     if not labels or not t.has_labels:
         return frame
-    out = frame.copy()
-    for a in t.schema:
-        if a.kind == "integer" and a.labels_ is None:
-            continue
-        out[f"{a.name}_label"] = np.asarray(a.labels(), dtype=object)[out[a.name].to_numpy()]
-    return out
+    return add_labels(frame, t.schema)
 
 
 def _composed_ledger(ledger: Any, job: RelationalJob, noise: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from privcube.graphs.scatter import map_tasks
-from privcube.mechanisms.relational.slicing import SliceTask, solve_slice
+from privcube.mechanisms.relational.slicing import SliceTask, block_cells, solve_slice
 
 
 def solve_slices(tasks: Sequence[SliceTask], *, client: Any = None,
@@ -16,7 +16,7 @@ def solve_slices(tasks: Sequence[SliceTask], *, client: Any = None,
 
     ``label`` must be unique per call (e.g. include the iteration) so task keys never collide.
     """
-    return map_tasks(solve_slice, list(tasks), client=client, cost=lambda t: float(t.B0.size), label=label)
+    return map_tasks(solve_slice, list(tasks), client=client, cost=lambda t: float(block_cells(t.B0)), label=label)
 
 
 __all__ = ["solve_slices"]

@@ -326,3 +326,103 @@ def test_noisy_releases_are_shrunk_not_fitted(ml: dict) -> None:
     assert ev["default"]["average_cross_error_pct"] < rand < ev["raw"]["average_cross_error_pct"]
     with pytest.raises(ConfigError, match="shrink_towards"):
         Relational({"shrink_towards": "somewhere"})
+
+
+# ---------------------------------------------------------------- early checks, cluster, generator
+@pytest.mark.parametrize("bad,match", [
+    ({"slice_fraction": 1.5}, "slice_fraction"),
+    ({"slice_fraction": "half"}, "slice_fraction"),
+    ({"slice_cells": 0}, "slice_cells"),
+    ({"m_syn": 2.5}, "m_syn"),
+    ({"workloads_per_slice": 0}, "workloads_per_slice"),
+    ({"synthetic_rows": {"users": -3}}, "synthetic_rows"),
+    ({"synthetic_rows": {"viewers": 10}}, "synthetic_rows.*viewers"),
+    ({"estimator": "nope"}, "unknown estimator"),
+    ({"shrinkage_margin": -1}, "shrinkage_margin"),
+    ({"evaluate": "yes"}, "evaluate"),
+])
+def test_bad_parameters_refused_before_any_release(ml: dict, bad: dict, match: str) -> None:
+    """Parameters used late in the run are checked before the first charge (nothing released, no ledger entry)."""
+    b = {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "movies": {"epsilon": 1.0, "delta": 1e-6}},
+         "links": {"epsilon": 1.0, "delta": 1e-6}}
+    ledger = PrivacyLedger(compose_budgets(b, ["users", "movies"]))
+    with pytest.raises(ConfigError, match=match):
+        run_relational(ml["tables"], ml["links"], {**FAST, **bad}, b, ledger, NoiseSource(0))
+    assert ledger.spent_rho == 0 and ledger.to_dict()["charges"] == []
+
+
+def test_budget_numbers_written_as_yaml_text() -> None:
+    """PyYAML reads `1e-6` as the string '1e-6'; a budget written that way (as in the issue) is accepted."""
+    from privcube.mechanisms.relational.mechanism import budget_numbers
+
+    assert budget_numbers({"epsilon": 1, "delta": "1e-6"}) == {"epsilon": 1, "delta": 1e-6}
+    assert budget_numbers({"rho": " .5 ", "delta": "1E-9"}) == {"rho": 0.5, "delta": 1e-9}
+    assert budget_numbers({"epsilon": "one", "delta": 1e-6}) == {"epsilon": "one", "delta": 1e-6}
+    total = compose_budgets({"links": {"epsilon": 1, "delta": "1e-6"}}, [])
+    assert math.isclose(total.rho, PrivacyBudget.from_epsilon_delta(1.0, 1e-6).rho) and total.delta == 1e-6
+    with pytest.raises(BudgetError, match="privacy.links"):
+        compose_budgets({"links": {"epsilon": "one", "delta": "1e-6"}}, [])
+
+
+def test_slices_ship_sparse_blocks() -> None:
+    """A slice task carries its current links sparsely (O(edges)); the solve equals the dense-block solve."""
+    import pickle
+
+    from privcube.mechanisms.relational.slicing import sparse_block
+
+    rng = np.random.default_rng(9)
+    n1, n2 = 400, 300
+    flat = rng.choice(n1 * n2, 500, replace=False)
+    ei, ej = np.divmod(flat, n2)
+    sl = Slice(np.sort(rng.choice(n1, 200, replace=False)), np.sort(rng.choice(n2, 150, replace=False)))
+    inside = edges_in(sl, ei, ej, n1, n2)
+    dense, sparse = dense_block(sl, ei[inside], ej[inside]), sparse_block(sl, ei[inside], ej[inside])
+    assert np.array_equal(sparse.toarray(), dense) and sparse.nnz == int(inside.sum()) > 0
+    c1, c2 = rng.integers(0, 3, 200), rng.integers(0, 2, 150)
+    args = ([c1], [c2], [(3, 2)], [rng.random(6) * inside.sum()], float(inside.sum()))
+    t_dense = SliceTask(*args, dense, "many_to_many", 15, NoiseSource(0), ("s",))
+    t_sparse = SliceTask(*args, sparse, "many_to_many", 15, NoiseSource(0), ("s",))
+    for a, b in zip(solve_slice(t_dense), solve_slice(t_sparse)):
+        assert np.array_equal(a, b)
+    assert len(pickle.dumps(t_sparse)) < 20_000 < 200 * 150 * 8 <= len(pickle.dumps(t_dense))
+
+
+def test_on_a_local_cluster_equals_serial(ml: dict) -> None:
+    """Stage 1 chunks and each iteration's slices run as tasks on a real LocalCluster: same output as serially."""
+    distributed = pytest.importorskip("distributed")
+    params = {**FAST, "slice_fraction": 0.3, "slices_per_iteration": 3, "chunk_size": 50}
+    b = {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "movies": {"epsilon": 1.0, "delta": 1e-6}},
+         "links": {"epsilon": 1.0, "delta": 1e-6}}
+    serial = run_relational(ml["tables"], ml["links"], params, b, noise=NoiseSource(8))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cl, \
+            distributed.Client(cl) as client:
+        with distributed.get_task_stream(client) as ts:
+            par = run_relational(ml["tables"], ml["links"], params, b, noise=NoiseSource(8), client=client)
+        keys = [str(t["key"]) for t in ts.data]
+    assert par.links.equals(serial.links)
+    for name in ("users", "movies"):
+        pd.testing.assert_frame_equal(par.tables[name], serial.tables[name])
+    # 3 iterations × 3 slices ran as cluster tasks, and so did the record chunks (120 users / 50 per chunk)
+    assert sum(k.startswith("('relational-slice-t") or k.startswith("relational-slice-t") for k in keys) == 9, keys
+    assert sum("chunk_frame" in k for k in keys) >= 3 + 2, keys
+
+
+def test_movielens_like_generator_is_seeded_bounded_and_correlated() -> None:
+    a = movielens_like(n_users=600, n_movies=400, n_genres=6, d_max=10, seed=4)
+    b = movielens_like(n_users=600, n_movies=400, n_genres=6, d_max=10, seed=4)
+    c = movielens_like(n_users=600, n_movies=400, n_genres=6, d_max=10, seed=5)
+    pairs = a["links"]["pairs"]
+    assert pairs.equals(b["links"]["pairs"]) and not pairs.equals(c["links"]["pairs"])
+    users, udom = a["tables"]["users"]
+    movies, mdom = a["tables"]["movies"]
+    assert udom.shape == (2, 7, 21) and mdom.shape == (2,) * 6
+    assert users["id"].is_unique and movies["id"].is_unique and not pairs.duplicated().any()
+    assert pairs["user_id"].isin(users["id"]).all() and pairs["movie_id"].isin(movies["id"]).all()
+    assert pairs["user_id"].value_counts().max() <= 10 and pairs["movie_id"].value_counts().max() <= 10
+    assert len(pairs) > 1500  # mean degree ~5 over 600 users, capped by movie capacity 4000
+    # planted: the genre-0 affinity grows with age (A[:, 0] += linspace(-1.5, 1.5)), so the oldest
+    # users rate genre-0 movies far more often than the youngest
+    joined = pairs.merge(users, left_on="user_id", right_on="id").merge(movies, left_on="movie_id", right_on="id")
+    young = joined.loc[joined["age"] <= 1, "genre0"].mean()
+    old = joined.loc[joined["age"] >= 5, "genre0"].mean()
+    assert old > young + 0.2, (young, old)

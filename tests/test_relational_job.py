@@ -239,3 +239,52 @@ def test_truncation_runs_and_withholds_counts(tmp_path: Path) -> None:
     assert len(ch) < 160  # children whose link is truncated are dropped with it
     assert deg.max() >= 1 and ch["parent_id"].isin(set(res.result.synthetic["parents"]["id"])).all()
     assert res.report["mechanism_report"]["degree"] == {"d_max": 4, "truncated": True, "links_kept": len(ch)}
+
+
+ISSUE_YAML = """
+data:
+  tables:
+    parents:  {path: parents.parquet, schema: parents.yaml, key: id}
+    children: {path: children.parquet, schema: children.yaml}
+  links: {from: children.parent_id, to: parents.id}
+mechanism: {name: relational, d_max: 50, iterations: 2, workloads_per_iteration: 2, slice_fraction: 0.5}
+privacy:
+  tables: {parents: {epsilon: 1, delta: 1e-6}, children: {epsilon: 1, delta: 1e-6}}
+  links: {epsilon: 1, delta: 1e-6}
+"""
+
+
+def test_config_spelled_as_in_the_issue_runs(tmp_path: Path) -> None:
+    """The issue's own YAML (keys d_max, iterations, workloads_per_iteration, slice_fraction; `delta: 1e-6`,
+    which PyYAML reads as text) runs through the CLI: ledger ε1+ε2+ε_rel = 3, δ sum 3e-6."""
+    _o2m_files(tmp_path)
+    (tmp_path / "issue.yaml").write_text(ISSUE_YAML)
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "privcube", "run", str(tmp_path / "issue.yaml"), "--out", str(out),
+                           "--seed", "0", "--quiet"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    led = json.loads((out / "ledger.json").read_text())
+    assert math.isclose(led["spent"]["epsilon"], 3.0, rel_tol=1e-6) and math.isclose(led["spent"]["delta"], 3e-6)
+    ch = pd.read_parquet(out / "synthetic/children.parquet")
+    assert ch["parent_id"].isin(set(pd.read_parquet(out / "synthetic/parents.parquet")["id"])).all()
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["mechanism_report"]["degree"] == {"d_max": 50, "truncated": False, "links_kept": 160}
+
+
+def test_many_to_many_bad_links_and_parameters_write_nothing(tmp_path: Path) -> None:
+    cfg = _m2m_files(tmp_path)
+    ratings = pd.read_csv(tmp_path / "ratings.csv")
+    ratings.loc[7, "movie_id"] = 4242  # not a movie key
+    ratings.to_csv(tmp_path / "bad_ratings.csv", index=False)
+    bad = json.loads(json.dumps(cfg))
+    bad["data"]["links"]["path"] = "bad_ratings.csv"
+    _expect_refusal(bad, tmp_path, DataError, r"4242 \(row 7\) is not a key of movies.mid")
+    bad = json.loads(json.dumps(cfg))
+    bad["mechanism"]["slice_fraction"] = 2
+    _expect_refusal(bad, tmp_path, ConfigError, "slice_fraction")
+    bad = json.loads(json.dumps(cfg))
+    bad["mechanism"]["synthetic_rows"] = {"films": 10}
+    _expect_refusal(bad, tmp_path, ConfigError, "synthetic_rows.*films")
+    bad = json.loads(json.dumps(cfg))
+    bad["privacy"]["links"] = {"epsilon": -0.5, "delta": "1e-6"}
+    _expect_refusal(bad, tmp_path, BudgetError, "privacy.links.*epsilon")

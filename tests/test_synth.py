@@ -146,8 +146,118 @@ def test_mbi_estimator_optional() -> None:
     pytest.importorskip("mbi", reason="optional extra 'mbi' (Private-PGM) is not installed")
     P = _truth()
     est = {c: 5000 * _marg(P, c) for c in itertools.combinations(DOM.attributes, 2)}
-    df = synthesize(est, DOM, 5000, seed=1, estimator="mbi")
-    assert abs((df["A"] == 0).mean() - 0.5) < 0.05
+    est[("C", "A")] = est.pop(("A", "C")).T  # a clique given out of domain order
+    df = synthesize(est, DOM, 20000, seed=1, estimator="mbi", total=5000.0)
+    codes = df[list(DOM.attributes)].to_numpy()
+    for c in (("A", "B"), ("B", "C"), ("A", "C")):
+        idx = [DOM.index(a) for a in c]
+        emp = np.bincount(np.ravel_multi_index(tuple(codes[:, i] for i in idx), DOM.shape_of(c)),
+                          minlength=DOM.size(c)) / len(codes)
+        assert np.abs(emp - _marg(P, c).ravel()).max() < 0.02, c
+
+
+def test_mbi_estimator_absent_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_mbi(name, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if name == "mbi" or name.startswith("mbi."):
+            raise ImportError("No module named 'mbi'")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_mbi)
+    with pytest.raises(ConfigError, match="optional package 'mbi'.*estimator 'tree'"):
+        synthesize({("A",): np.ones(3)}, DOM, 5, seed=1, estimator="mbi")
+
+
+# ------------------------------------------------------------- from the engine's own releases
+def _records(n: int, seed: int) -> np.ndarray:
+    """n records drawn from the chain A→B→C, D independent (the truth is _truth())."""
+    rng = np.random.default_rng(seed)
+    flat = rng.choice(DOM.size(), size=n, p=_truth().ravel())
+    return np.stack(np.unravel_index(flat, DOM.shape), axis=1).astype(np.int64)
+
+
+def _check_pairs(codes: np.ndarray, tol: float) -> None:
+    P = _truth()
+    for c in itertools.combinations(DOM.attributes, 2):
+        idx = [DOM.index(a) for a in c]
+        emp = np.bincount(np.ravel_multi_index(tuple(codes[:, i] for i in idx), DOM.shape_of(c)),
+                          minlength=DOM.size(c)) / len(codes)
+        assert np.abs(emp - _marg(P, c).ravel()).max() < tol, c
+
+
+@pytest.mark.parametrize("mech", ["residual-planner", "aim-grem"])
+def test_synthesize_from_engine_answers(mech: str) -> None:
+    """ResidualPlanner / AIM+GReM releases → records whose 2-way marginals follow the data's distribution;
+    the synthesis charges nothing (the ledger is the mechanism's alone)."""
+    from privcube.mechanisms import get_mechanism
+    from privcube.oracle import ArrayOracle
+    from privcube.privacy.budget import PrivacyBudget
+    from privcube.privacy.ledger import PrivacyLedger
+    from privcube.synth import synthesize_from_answers
+    from privcube.workload import Workload
+
+    n = 40000
+    oracle = ArrayOracle(DOM, _records(n, 5))
+    budget = PrivacyBudget.from_rho(2.0, 1e-9)
+    ledger = PrivacyLedger(budget)
+    res = get_mechanism(mech)().run(oracle, Workload.kway(DOM, 2), budget, ledger, NoiseSource(1))
+    spent, n_charges = ledger.spent_rho, len(ledger.to_dict()["charges"])
+    assert 0 < spent <= budget.rho * (1 + 1e-9) and n_charges > 0
+    df = synthesize_from_answers(res.answers, DOM, n, seed=2, chunk_size=9000)
+    assert ledger.spent_rho == spent and len(ledger.to_dict()["charges"]) == n_charges
+    assert list(df.columns) == list(DOM.attributes) and len(df) == n
+    # sampling error of the data and of the synthetic sample (~5σ at p = ½) plus the release noise
+    _check_pairs(df.to_numpy(), 0.02)
+
+
+def test_marginals_from_answers_skips_non_marginal_groups_and_refuses_none() -> None:
+    from privcube.errors import DataError
+    from privcube.mechanisms.base import GroupAnswer
+    from privcube.synth import marginals_from_answers
+    from privcube.workload import Workload
+
+    w = Workload.from_config([{"attributes": ["A", "B"]}, {"attributes": ["C"], "queries": {"C": "prefix"}}], DOM)
+    ab, cp = w.groups
+    answers = [GroupAnswer(ab, np.arange(12.0), np.full(12, 4.0)), GroupAnswer(cp, np.array([1.0, 2.0]))]
+    est, var = marginals_from_answers(answers, DOM)
+    assert list(est) == [("A", "B")] and est[("A", "B")].shape == (3, 4) and est[("A", "B")][1, 2] == 6.0
+    assert var == {("A", "B"): 4.0}
+    with pytest.raises(DataError, match="no marginal answers"):
+        marginals_from_answers(answers[1:], DOM)
+    with pytest.raises(DataError, match="11 cells"):
+        marginals_from_answers([GroupAnswer(ab, np.arange(11.0))], DOM)
+
+
+def test_parallel_parquet_with_decoded_labels(tmp_path) -> None:  # noqa: ANN001
+    """Chunks generated as parallel tasks and written as Parquet, labels decoded from the schema."""
+    import pandas as pd
+
+    from privcube.graphs.synth_sampling import write_records_parquet
+    from privcube.storage.schema import load_schema
+    from privcube.synth.sampler import sample_records
+
+    schema = load_schema({"attributes": [
+        {"name": "A", "type": "categorical", "categories": ["red", "green", "blue"]},
+        {"name": "B", "type": "numeric", "bins": [0, 18, 30, 65, 120]},
+        {"name": "C", "type": "integer", "size": 2},
+        {"name": "D", "type": "date", "bins": ["2010-01-01", "2014-01-01", "2020-01-01"]}]})
+    assert schema.domain == DOM
+    P = _truth()
+    model = TreeEstimator().fit({c: 100 * _marg(P, c) for c in itertools.combinations(DOM.attributes, 2)}, DOM)
+    out = write_records_parquet(model, DOM, 2500, tmp_path / "people", noise=NoiseSource(4), schema=schema,
+                                key=("t",), chunk_size=700)
+    files = sorted(p.name for p in out.iterdir())
+    assert files == [f"part-{i:05d}.parquet" for i in range(4)]  # one file per chunk: 700+700+700+400
+    df = pd.read_parquet(out)
+    serial = sample_records(model, DOM, 2500, noise=NoiseSource(4), key=("t",), chunk_size=700)
+    pd.testing.assert_frame_equal(df[list(DOM.attributes)].reset_index(drop=True), serial, check_dtype=False)
+    assert (df["A_label"] == np.array(["red", "green", "blue"])[df["A"]]).all()
+    assert (df["B_label"] == np.array(["[0, 18)", "[18, 30)", "[30, 65)", "[65, 120)"])[df["B"]]).all()
+    assert (df["D_label"] == np.array(["[2010-01-01, 2014-01-01)", "[2014-01-01, 2020-01-01)"])[df["D"]]).all()
+    assert "C_label" not in df  # plain integer codes have no labels
 
 
 def test_dask_chunked_sampling_equals_serial() -> None:

@@ -55,24 +55,31 @@ class TreeEstimator:
 
 
 class _MbiModel:
-    """Adapter exposing an mbi GraphicalModel through ``sample(n, rng)``."""
+    """Adapter exposing an mbi model (``GraphicalModel`` or ``MarkovRandomField``) through ``sample(n, rng)``."""
 
     def __init__(self, model: Any, domain: Domain) -> None:
         self.model, self.domain = model, domain
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Draw via mbi's synthetic_data (seeded from ``rng`` through numpy's global state is avoided)."""
+        """Draw ``n`` records; mbi samples from numpy's global state, seeded here from ``rng`` and restored."""
+        if n <= 0:
+            return np.zeros((0, len(self.domain)), dtype=np.int64)
         state = np.random.get_state()
         np.random.seed(int(rng.integers(2**32 - 1)))
         try:
-            df = self.model.synthetic_data(rows=n).df
+            ds = self.model.synthetic_data(rows=n)
         finally:
             np.random.set_state(state)
-        return df[list(self.domain.attributes)].to_numpy().astype(np.int64)
+        cols = ds.to_dict() if hasattr(ds, "to_dict") else ds.df  # mbi >= 1: dict of arrays; older: .df
+        return np.column_stack([np.asarray(cols[a]) for a in self.domain.attributes]).astype(np.int64)
 
 
 class MbiEstimator:
-    """Private-PGM (``pip install mbi``) as the estimator: maximum-likelihood graphical model on the marginals."""
+    """Private-PGM (the optional package ``mbi``) as the estimator: a graphical model fitted to the marginals.
+
+    mbi >= 1 (PyPI): ``mbi.estimation.mirror_descent`` on ``LinearMeasurement``s; older releases:
+    ``FactoredInference``. Each marginal is an identity measurement with its noise standard deviation.
+    """
 
     def __init__(self, iters: int = 1000) -> None:
         """Fail early with a clear message when mbi is absent."""
@@ -85,18 +92,30 @@ class MbiEstimator:
 
     def fit(self, marginals: Mapping[Clique, np.ndarray], domain: Domain, *, total: float | None = None,
             variances: Mapping[Clique, float] | None = None) -> SamplingModel:
-        """Build identity measurements (y, σ, clique) and run mbi's FactoredInference."""
+        """Identity measurements (y, σ, clique) → mbi's estimator → a model that samples records."""
         import mbi
-        from scipy import sparse
 
-        dom = mbi.Domain(list(domain.attributes), list(domain.shape))
         meas = []
         for c, y in marginals.items():
-            y = np.asarray(y, dtype=float).ravel()
+            c = tuple(c)
+            y = np.asarray(y, dtype=float).reshape(domain.shape_of(c))
+            if c != domain.canonical(c):  # mbi orders a clique's axes as its domain does
+                cc = domain.canonical(c)
+                y, c = np.transpose(y, [c.index(a) for a in cc]), cc
             sd = float(np.sqrt((variances or {}).get(c, 1.0)))
-            meas.append((sparse.eye(y.size), y, sd, tuple(c)))
-        engine = mbi.FactoredInference(dom, iters=self.iters)
-        return _MbiModel(engine.estimate(meas, total=total), domain)
+            meas.append((c, y.ravel(), sd))
+        dom = mbi.Domain(list(domain.attributes), list(domain.shape))
+        if hasattr(mbi, "FactoredInference"):  # legacy API (private-pgm before mbi 1.0)
+            from scipy import sparse
+
+            engine = mbi.FactoredInference(dom, iters=self.iters)
+            model = engine.estimate([(sparse.eye(y.size), y, sd, c) for c, y, sd in meas], total=total)
+        else:
+            from mbi import estimation
+
+            lm = [mbi.LinearMeasurement(y, c, stddev=sd) for c, y, sd in meas]
+            model = estimation.mirror_descent(dom, lm, known_total=total, iters=self.iters)
+        return _MbiModel(model, domain)
 
 
 def get_estimator(spec: Any) -> MarginalEstimator:

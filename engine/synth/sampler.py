@@ -5,14 +5,14 @@ Chunk c of a run draws from ``noise.generator(*key, "chunk", c)``, so the output
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.errors import ConfigError, DataError
 from privcube.privacy.noise import NoiseSource
 from privcube.synth.estimator import MarginalEstimator, SamplingModel, get_estimator
 
@@ -50,17 +50,82 @@ def sample_records(model: SamplingModel, domain: Domain, n_records: int, *, nois
 def synthesize(marginal_estimates: Mapping[Clique, np.ndarray], domain: Domain, n_records: int, *,
                seed: int | None = None, noise: NoiseSource | None = None, key: tuple = ("synth",),
                chunk_size: int = DEFAULT_CHUNK, estimator: MarginalEstimator | str | None = None,
-               variances: Mapping[Clique, float] | None = None, total: float | None = None) -> pd.DataFrame:
+               variances: Mapping[Clique, float] | None = None, total: float | None = None,
+               client: Any = None) -> pd.DataFrame:
     """Synthetic records (DataFrame of codes) whose low-order marginals follow the given estimates.
 
     ``marginal_estimates`` maps cliques to (noisy) counts; ``estimator`` defaults to the consistency +
-    Chow–Liu tree model. Randomness comes from ``noise`` (or a NoiseSource built from ``seed``).
+    Chow–Liu tree model. Randomness comes from ``noise`` (or a NoiseSource built from ``seed``). With a
+    dask ``client`` the chunks are generated as parallel tasks on the cluster (same rows as serially).
     """
     if noise is None:
         noise = NoiseSource(seed)
     est = get_estimator(estimator)
     model = est.fit(marginal_estimates, domain, total=total, variances=variances)
+    if client is not None:
+        from privcube.graphs.synth_sampling import sample_records_parallel
+
+        n_records = _check_int(n_records, "n_records", 0)
+        chunk_size = _check_int(chunk_size, "chunk_size", 1)
+        return sample_records_parallel(model, domain, n_records, noise=noise, key=key, chunk_size=chunk_size,
+                                       client=client)
     return sample_records(model, domain, n_records, noise=noise, key=key, chunk_size=chunk_size)
 
 
-__all__ = ["synthesize", "sample_records", "sample_chunk", "chunk_bounds", "DEFAULT_CHUNK"]
+def marginals_from_answers(answers: Sequence[Any], domain: Domain) -> tuple[dict[Clique, np.ndarray], dict[Clique, float]]:
+    """(clique -> noisy counts, clique -> per-cell variance) from a mechanism's answers.
+
+    Takes the marginal groups (identity queries on every attribute) of any ``MechanismResult.answers``
+    (ResidualPlanner, AIM+GReM, HDMM, …); other query groups (prefix, ranges, …) are skipped. Reading
+    released answers is post-processing: nothing is charged.
+    """
+    est: dict[Clique, np.ndarray] = {}
+    var: dict[Clique, float] = {}
+    for a in answers:
+        g = a.group
+        if not getattr(g, "is_marginal", False) or not g.attributes:
+            continue
+        c = tuple(g.attributes)
+        arr = np.asarray(a.estimate, dtype=float)
+        if arr.size != domain.size(c):
+            raise DataError(f"answers for {list(c)} have {arr.size} cells; the domain needs {domain.size(c)}")
+        est[c] = arr.reshape(domain.shape_of(c))
+        v = None if a.variance is None else np.asarray(a.variance, dtype=float)
+        if v is not None and v.size and np.all(np.isfinite(v)):
+            var[c] = float(np.mean(v))
+    if not est:
+        raise DataError("no marginal answers to synthesize from: the workload needs at least one marginal group "
+                        "(identity queries), e.g. {kway: 2}")
+    return est, var
+
+
+def synthesize_from_answers(answers: Sequence[Any], domain: Domain, n_records: int, *, noise: NoiseSource | None = None,
+                            seed: int | None = None, key: tuple = ("synth",), chunk_size: int = DEFAULT_CHUNK,
+                            estimator: MarginalEstimator | str | None = None, total: float | None = None,
+                            client: Any = None) -> pd.DataFrame:
+    """Synthetic records from the answers of a finished run (e.g. ``MechanismResult.answers`` of
+    ``residual-planner`` or ``aim-grem``): marginal groups → estimator → chunked sampling. Spends no budget."""
+    est, var = marginals_from_answers(answers, domain)
+    return synthesize(est, domain, n_records, noise=noise, seed=seed, key=key, chunk_size=chunk_size,
+                      estimator=estimator, variances=var or None, total=total, client=client)
+
+
+def add_labels(frame: pd.DataFrame, schema: Any) -> pd.DataFrame:
+    """``frame`` plus a decoded ``<attr>_label`` column per schema attribute that has labels (categories, bin
+    ranges, dates, named integer codes; plain integer codes get none)."""
+    if schema is None:
+        return frame
+    out = frame.copy()
+    for a in schema:
+        if a.name not in out.columns or (a.kind == "integer" and a.labels_ is None):
+            continue
+        labels = np.asarray(a.labels(), dtype=object)
+        codes = out[a.name].to_numpy()
+        if codes.size and (codes.min() < 0 or codes.max() >= labels.size):
+            raise DataError(f"column {a.name!r}: code outside [0, {labels.size}) cannot be decoded")
+        out[f"{a.name}_label"] = labels[codes]
+    return out
+
+
+__all__ = ["synthesize", "synthesize_from_answers", "marginals_from_answers", "add_labels", "sample_records",
+           "sample_chunk", "chunk_bounds", "DEFAULT_CHUNK"]

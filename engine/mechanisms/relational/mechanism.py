@@ -49,6 +49,7 @@ the whole links budget noisier (σ 0.040 at ε_rel 0.5, 0.021 at 1) than the ran
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,10 +65,10 @@ from privcube.mechanisms.relational.slicing import (
     SliceTask,
     choose_slices_m2m,
     choose_slices_o2m,
-    dense_block,
     edges_in,
     map_slices,
     slice_shape,
+    sparse_block,
 )
 from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, average_error, cross_workloads
 from privcube.privacy.budget import PrivacyBudget
@@ -253,12 +254,23 @@ def _codes(data: Any, domain: Domain, name: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def budget_numbers(b: Any) -> Any:
+    """A budget mapping with numeric text (YAML 1.1 reads ``1e-6`` as a string) turned into floats."""
+    if not isinstance(b, Mapping):
+        return b
+    return {k: float(v) if k in ("epsilon", "delta", "rho") and isinstance(v, str) and _NUMBER.fullmatch(v.strip())
+            else v for k, v in b.items()}
+
+
 def _budget(b: Any, what: str) -> PrivacyBudget:
     if isinstance(b, PrivacyBudget):
         return b
     if isinstance(b, Mapping):
         try:
-            return PrivacyBudget.from_config(b)
+            return PrivacyBudget.from_config(budget_numbers(b))
         except BudgetError as e:
             raise BudgetError(f"{what}: {e}") from None
     raise BudgetError(f"{what}: expected a budget {{epsilon, delta}} or {{rho}}, got {b!r}")
@@ -358,29 +370,57 @@ def _check_params(p: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("noise_penalty", "truncate", "evaluate_nonprivate", "self_loops", "refit"):
         if not isinstance(q[key], bool):
             raise ConfigError(f"mechanism 'relational': parameter {key!r} must be true or false, got {q[key]!r}")
+    # the remaining parameters are used late (after data is read and budget spent): check them here
+    if q["evaluate"] is not None and not isinstance(q["evaluate"], bool):
+        raise ConfigError(f"mechanism 'relational': parameter 'evaluate' must be true or false, got {q['evaluate']!r}")
+    sf = q["slice_fraction"]
+    if sf is not None and (not _is_number(sf) or not (0 < sf <= 1)):
+        raise ConfigError(f"mechanism 'relational': parameter 'slice_fraction' must lie in (0, 1] (or be null), got {sf!r}")
+    if not _is_number(q["slice_cells"]) or not q["slice_cells"] >= 1:
+        raise ConfigError(f"mechanism 'relational': parameter 'slice_cells' must be a number >= 1, got {q['slice_cells']!r}")
+    if not _is_number(q["shrinkage_margin"]) or not q["shrinkage_margin"] >= 0:
+        raise ConfigError(f"mechanism 'relational': parameter 'shrinkage_margin' must be a number >= 0, "
+                          f"got {q['shrinkage_margin']!r}")
+    for key in ("m_syn", "workloads_per_slice"):
+        v = q[key]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
+            raise ConfigError(f"mechanism 'relational': parameter {key!r} must be an integer >= 1 (or null), got {v!r}")
+    rows = q["synthetic_rows"]
+    if rows is not None:
+        if not isinstance(rows, Mapping) or not all(
+                isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1 for n in rows.values()):
+            raise ConfigError("mechanism 'relational': parameter 'synthetic_rows' must map table names to integers "
+                              f">= 1, got {rows!r}")
+    from privcube.synth.estimator import get_estimator
+
+    get_estimator(q["estimator"])  # unknown names, or 'mbi' without the package: ConfigError before any release
     return q
+
+
+def _is_number(v: Any) -> bool:
+    """A real number (not a bool), finite."""
+    return not isinstance(v, bool) and isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v)
 
 
 # ------------------------------------------------------------------------------------ stage 1
 def _synth_table(name: str, codes: np.ndarray, domain: Domain, n_syn: int, budget: PrivacyBudget, ledger: Any,
-                 noise: NoiseSource, params: Mapping[str, Any]) -> np.ndarray:
-    """ResidualPlanner on all ≤k-way marginals (k = table_marginals), then the single-table synthesizer."""
+                 noise: NoiseSource, params: Mapping[str, Any], client: Any = None) -> np.ndarray:
+    """ResidualPlanner on all k-way marginals (k = table_marginals), then the single-table synthesizer
+    (records generated in parallel chunks on ``client`` when one is given; the same rows either way)."""
     import itertools
 
     from privcube.mechanisms.residual_planner import ResidualPlanner
     from privcube.oracle import ArrayOracle
-    from privcube.synth.sampler import synthesize
+    from privcube.synth.sampler import synthesize_from_answers
     from privcube.workload import Workload
 
     k = min(int(params["table_marginals"]), len(domain))
     cliques = list(itertools.combinations(domain.attributes, k))
     res = ResidualPlanner().run(ArrayOracle(domain, codes), Workload.marginals(domain, cliques), budget,
                                 _PrefixLedger(ledger, f"table:{name}"), _PrefixNoise(noise, ("relational", "table", name)))
-    est = {tuple(a.group.attributes): a.estimate for a in res.answers}
-    var = {tuple(a.group.attributes): float(a.variance[0]) for a in res.answers if a.variance is not None}
-    df = synthesize(est, domain, n_syn, noise=noise, key=("relational", "synth", name),
-                    chunk_size=int(params["chunk_size"]), estimator=params["estimator"], variances=var,
-                    total=float(len(codes)))
+    df = synthesize_from_answers(res.answers, domain, n_syn, noise=noise, key=("relational", "synth", name),
+                                 chunk_size=int(params["chunk_size"]), estimator=params["estimator"],
+                                 total=float(len(codes)), client=client)
     return df[list(domain.attributes)].to_numpy().astype(np.int64)
 
 
@@ -490,6 +530,9 @@ def run_relational(tables: Mapping[str, tuple[Any, Domain]], links: Any, params:
 
     # ---- synthetic sizes and m_syn (public; checked before anything is spent)
     rows = dict(p["synthetic_rows"] or {})
+    if set(rows) - set(unique):
+        raise ConfigError(f"mechanism 'relational': parameter 'synthetic_rows' names unknown table(s) "
+                          f"{sorted(map(str, set(rows) - set(unique)))}; tables are {sorted(unique)}")
     n_syn: dict[str, int] = {}
     given: dict[str, np.ndarray] = {}
     for s, (name, dom) in enumerate(zip(names, doms)):
@@ -544,7 +587,7 @@ def run_relational(tables: Mapping[str, tuple[Any, Domain]], links: Any, params:
         if name in syn_by_name:
             continue
         pos = names.index(name)
-        syn_by_name[name] = _synth_table(name, codes[pos], doms[pos], n_syn[name], tbud[name], ledger, noise, p)
+        syn_by_name[name] = _synth_table(name, codes[pos], doms[pos], n_syn[name], tbud[name], ledger, noise, p, client)
         save(s, {"stage": "tables"}, {})
         if progress is not None:
             progress(f"synthesize table {name}", 1.0)
@@ -829,8 +872,8 @@ def _optimise(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray,
     for k, sl in enumerate(slices):
         inside = edges_in(sl, si, sj, n1s, n2s)
         masks.append(inside)
-        B0 = dense_block(sl, si[inside], sj[inside])
-        m_slice = float(B0.sum())
+        B0 = sparse_block(sl, si[inside], sj[inside])  # shipped sparse; densified inside the task
+        m_slice = float(inside.sum())
         rows = [syn.index(1, w.left)[sl.rows] for w in ws]
         cols = [syn.index(2, w.right)[sl.cols] for w in ws]
         sizes = [w.sizes(syn.dom1, syn.dom2) for w in ws]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
 from privcube.errors import ConfigError, DataError
 from privcube.mechanisms.relational.pgd import SliceOperator, box_sum_projector, pgd, row_simplex_projector
@@ -100,6 +101,19 @@ def dense_block(sl: Slice, ei: np.ndarray, ej: np.ndarray) -> np.ndarray:
     return B
 
 
+def sparse_block(sl: Slice, ei: np.ndarray, ej: np.ndarray) -> sp.coo_matrix:
+    """The slice's 0/1 block as a sparse matrix (what is shipped to a worker: O(edges), not O(cells))."""
+    r = np.searchsorted(sl.rows, ei).astype(np.int32)
+    c = np.searchsorted(sl.cols, ej).astype(np.int32)
+    return sp.coo_matrix((np.ones(r.size), (r, c)), shape=(sl.rows.size, sl.cols.size))
+
+
+def block_cells(B0: object) -> int:
+    """Number of cells of a slice block (dense or sparse)."""
+    shape = getattr(B0, "shape", (0, 0))
+    return int(shape[0]) * int(shape[1])
+
+
 @dataclass
 class SliceTask:
     """Everything one slice solve needs (picklable; shipped to a worker by ``map_tasks``)."""
@@ -109,7 +123,7 @@ class SliceTask:
     sizes: list[tuple[int, int]]
     targets: list[np.ndarray]  # target count tables
     scale: float
-    B0: np.ndarray
+    B0: np.ndarray | sp.spmatrix  # the current 0/1 block (dense, or sparse: densified on the worker)
     kind: str  # "many_to_many" | "one_to_many"
     iters: int
     noise: object  # NoiseSource
@@ -120,7 +134,7 @@ class SliceTask:
 def solve_slice(task: SliceTask) -> tuple[np.ndarray, np.ndarray]:
     """PGD on the slice, then UBS (or per-row categorical) rounding; local (row, col) of the new edges."""
     rng = task.noise.generator(*task.key)  # type: ignore[attr-defined]
-    B0 = task.B0
+    B0 = task.B0.toarray() if sp.issparse(task.B0) else np.asarray(task.B0, dtype=float)
     if not task.rows or B0.size == 0:
         r, c = np.nonzero(B0)
         return r.astype(np.int64), c.astype(np.int64)
@@ -162,5 +176,6 @@ def map_slices(tasks: Sequence[SliceTask], client: object = None,
     return solve_slices(tasks, client=client, label=label)
 
 
-__all__ = ["Slice", "slice_shape", "choose_slices_m2m", "choose_slices_o2m", "edges_in", "dense_block",
+__all__ = ["Slice", "slice_shape", "choose_slices_m2m", "choose_slices_o2m", "edges_in", "dense_block", "sparse_block",
+           "block_cells",
            "SliceTask", "solve_slice", "reinsert", "map_slices"]

@@ -4,6 +4,9 @@ RMSE convention: overall rmse = sqrt(Σ_g w_g² · E‖Ŵ_g − W_g x‖² / Σ_
 the paper's RMSE when all weights are 1); per-group rmse = sqrt(E‖Ŵ_g − W_g x‖² / m_g), unweighted.
 Noise: Laplace (pure budgets; ε = budget.epsilon) or Gaussian (σ = Δ₂/√(2ρ) under zCDP, or the analytic
 Gaussian σ(ε, δ) with ``calibration: analytic``).
+Data vectors above ``chunk_cells`` cells are measured as one dask graph over the chunked exact marginal when
+the oracle offers ``marginal_dask(clique)`` (``privcube.graphs.hdmm.chunked_release``); otherwise the release
+runs through ``oracle.measure`` next to the data.
 """
 from __future__ import annotations
 
@@ -64,7 +67,7 @@ class HDMM(Mechanism):
 
     name = "hdmm"
     PARAMS = {"noise": "auto", "calibration": "zcdp", "restarts": 3, "optimizer": "auto", "seed": 0,
-              "max_cells": 2**27}
+              "max_cells": 2**27, "chunk_cells": 2**24}
 
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         super().__init__(params)
@@ -75,7 +78,7 @@ class HDMM(Mechanism):
             raise ConfigError(f"hdmm: calibration must be zcdp or analytic, got {p['calibration']!r}")
         if p["optimizer"] not in OPTIMIZERS:
             raise ConfigError(f"hdmm: optimizer must be one of {', '.join(OPTIMIZERS)}, got {p['optimizer']!r}")
-        for key in ("restarts", "seed", "max_cells"):
+        for key in ("restarts", "seed", "max_cells", "chunk_cells"):
             v = p[key]
             if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key != "seed" else 0):
                 raise ConfigError(f"hdmm: {key} must be a {'non-negative' if key == 'seed' else 'positive'} integer, got {v!r}")
@@ -190,8 +193,16 @@ class HDMM(Mechanism):
                 ledger.charge(self.name, rho=budget.rho, strategy=strat.kind, rows=strat.rows())
         # The release A x + noise runs where the data vector is counted (on a worker when there is a
         # client): only y, never the exact x, reaches this process.
-        release = StrategyRelease(strat, kind, unit * sens, (self.name, "measure"), noise)
-        y = measure(oracle, [tuple(iw.attributes)], release)[tuple(iw.attributes)]
+        key = (self.name, "measure")
+        lazy = getattr(oracle, "marginal_dask", None)
+        if callable(lazy) and iw.size > self.params.get("chunk_cells", math.inf):
+            # a data vector too large for one process: the oracle hands the exact marginal as a lazy chunked
+            # dask array (counted on the workers) and A x + noise runs as one task graph next to its chunks
+            from privcube.graphs.hdmm import chunked_release
+            y = chunked_release(lazy(tuple(iw.attributes)), strat, kind, unit * sens, key, noise)
+        else:
+            release = StrategyRelease(strat, kind, unit * sens, key, noise)
+            y = measure(oracle, [tuple(iw.attributes)], release)[tuple(iw.attributes)]
         estimates = strat.answer(y, iw.terms)
         summary = self._summary(iw, strat, losses, budget)
         row_var = (2.0 * (unit * sens) ** 2) if kind == "laplace" else (unit * sens) ** 2

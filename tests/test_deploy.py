@@ -552,9 +552,11 @@ def test_kube_cluster_on_a_real_cluster():
 
 # ------------------------------------------------------------------------------------ docker/compose
 @pytest.mark.cluster
-def test_compose_job_on_real_docker(tmp_path):
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_compose_job_on_real_docker(tmp_path, tls):
     """Needs Docker with compose and PRIVCUBE_TEST_DOCKER=1: builds the image, runs scheduler, 2 workers and
-    the runner on a small job, and checks the run directory. Not runnable in the project's CI sandbox."""
+    the runner on a small job (plain, or with compose.tls.yaml), and checks the run directory. Not runnable
+    in the project's CI sandbox."""
     import json
 
     import numpy as np
@@ -572,12 +574,19 @@ def test_compose_job_on_real_docker(tmp_path):
     (job / "config.yaml").write_text(yaml.safe_dump({
         "data": {"path": "data", "domain": "domain.json"}, "mechanism": {"name": "residual-planner"},
         "workload": [{"kway": 2}], "privacy": {"epsilon": 1.0, "delta": 1e-6},
-        "cluster": {"allow_insecure": True}}))  # tcp://scheduler:8786 on the compose bridge network
+        "cluster": {"security": {"tls": {"ca_file": "/tls/ca.crt", "cert": "/tls/tls.crt", "key": "/tls/tls.key"}}}
+        if tls else {"allow_insecure": True}}))  # tcp://scheduler:8786 on the compose bridge network
+    if tls:
+        for f in _tls_pem(job / "tls").values():
+            os.chmod(f, 0o644)  # readable by the containers' uid 1000
     os.chmod(job, 0o777)
     os.chmod(job / "out", 0o777)  # the containers run as uid 1000
     env = {**os.environ, "PRIVCUBE_JOB_DIR": str(job), "PRIVCUBE_WORKERS": "2", "PRIVCUBE_RUN": "r1",
            "PRIVCUBE_UID": "1000", "PRIVCUBE_GID": "1000"}
     compose = ["docker", "compose", "-p", f"privcube-test-{os.getpid()}", "-f", str(DOCKER / "compose.yaml")]
+    if tls:
+        compose += ["-f", str(DOCKER / "compose.tls.yaml")]
+        env["PRIVCUBE_TLS_DIR"] = str(job / "tls")
     try:
         r = subprocess.run([*compose, "up", "--build", "--abort-on-container-exit", "--exit-code-from", "runner"],
                            env=env, capture_output=True, text=True, timeout=1800)
@@ -665,6 +674,49 @@ def test_compose_runs_scheduler_workers_and_runner():
     assert any("/health" in part for part in services["scheduler"]["healthcheck"]["test"])
     for port in services["scheduler"]["ports"]:
         assert port.startswith("127.0.0.1:")  # dashboard on loopback only
+
+
+def compose_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """`docker compose -f base -f overlay` for the keys used here: command replaced, volumes and
+    environment merged (volumes by container path)."""
+    out = {name: dict(svc) for name, svc in base.items()}
+    for name, svc in overlay.items():
+        merged = out[name]
+        for key, value in svc.items():
+            if key == "volumes":
+                targets = {v.split(":")[1]: v for v in merged.get("volumes", []) + value}
+                merged["volumes"] = list(targets.values())
+            elif key == "environment":
+                merged["environment"] = {**merged.get("environment", {}), **value}
+            else:
+                merged[key] = value
+    return out
+
+
+def test_compose_tls_overlay_encrypts_every_link(tmp_path):
+    pem_dir = Path(_tls_pem(tmp_path / "tls")["ca_file"]).parent
+    base = interpolate(yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"])
+    overlay = interpolate(yaml.safe_load((DOCKER / "compose.tls.yaml").read_text())["services"])
+    services = compose_merge(base, overlay)
+    assert set(overlay) == set(services) == {"scheduler", "worker", "runner"}
+    for svc in services.values():
+        assert "./tls:/tls:ro" in svc["volumes"] and any(v.endswith(":/job") for v in svc["volumes"])
+        assert svc["environment"] == {"OMP_NUM_THREADS": "1", "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
+    want = (str(pem_dir / "ca.crt"), str(pem_dir / "tls.crt"), str(pem_dir / "tls.key"))
+    for role in ("scheduler", "worker"):
+        argv = [a.replace("/tls/", f"{pem_dir}/") for a in services[role]["command"]]
+        params = check_dask_command(argv)
+        assert (params["tls_ca_file"], params["tls_cert"], params["tls_key"]) == want, role
+    assert check_dask_command([a.replace("/tls/", f"{pem_dir}/") for a in services["scheduler"]["command"]])[
+        "protocol"] == "tls"
+    worker = check_dask_command([a.replace("/tls/", f"{pem_dir}/") for a in services["worker"]["command"]])
+    assert worker["scheduler"] == "tls://scheduler:8786" and worker["nthreads"] == 1
+    ns = check_privcube_run(services["runner"]["command"])
+    assert ns.scheduler_address == "tls://scheduler:8786" and ns.config == "/job/config.yaml"
+    # everything else is the base file's
+    for role in ("scheduler", "worker", "runner"):
+        for key in set(base[role]) - {"command", "volumes", "environment"}:
+            assert services[role][key] == base[role][key]
 
 
 # ----------------------------------------------------------------------------------------------- hpc
@@ -828,6 +880,21 @@ def test_sbatch_runner_script():
     assert not re.search(r"\bdask-(worker|scheduler)\b", text)
     r = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "usage" in r.stderr
+    # TLS: the config's security.tls files go to scheduler and workers as well
+    assert '--protocol tls --tls-ca-file "${TLS[0]}" --tls-cert "${TLS[1]}" --tls-key "${TLS[2]}"' in text
+    assert 'WORKER_ARGS+=(--tls-ca-file "${TLS[0]}" --tls-cert "${TLS[1]}" --tls-key "${TLS[2]}")' in text
+
+
+def test_sbatch_runner_refuses_tls_auto(tmp_path):
+    """Temporary certificates live in one process: the sbatch runner cannot share them with its workers."""
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(yaml.safe_dump({"cluster": {"security": {"tls": "auto"}}}))
+    env = {**os.environ, "PRIVCUBE_LAUNCHER": "local", "PRIVCUBE_PYTHON": sys.executable,
+           "PRIVCUBE_SHARED_DIR": str(tmp_path / "shared")}
+    r = subprocess.run(["bash", str(HPC / "privcube-slurm.sbatch"), str(cfg), str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 2 and "'auto' cannot be shared" in r.stderr
+    assert not (tmp_path / "shared").exists() and not (tmp_path / "out").exists()  # nothing started
 
 
 # ------------------------------------------------------------------------------------------ hpc TLS

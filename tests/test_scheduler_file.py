@@ -162,21 +162,39 @@ def test_cli_run_through_scheduler_file(dataset, scheduler_file, tmp_path):
 
 
 @pytest.mark.slow
-def test_sbatch_runner_script_local_mode(dataset, tmp_path):
-    """deploy/hpc/privcube-slurm.sbatch end to end without Slurm (PRIVCUBE_LAUNCHER=local, loopback)."""
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_sbatch_runner_script_local_mode(dataset, tmp_path, tls):
+    """deploy/hpc/privcube-slurm.sbatch end to end without Slurm (PRIVCUBE_LAUNCHER=local, loopback); with
+    `security.tls` files in the config, scheduler and workers use them too and every link is tls://."""
     folder, _ = dataset
     out = tmp_path / "run"
+    config = folder / "job.yaml"
+    if tls:
+        from distributed import Security
+
+        sec = Security.temporary()
+        certs = tmp_path / "certs"
+        certs.mkdir()
+        for name, pem in (("ca.pem", sec.tls_ca_file), ("node.pem", sec.tls_worker_cert),
+                          ("node.key", sec.tls_worker_key)):
+            (certs / name).write_text(pem)
+        job = yaml.safe_load(config.read_text())
+        job["data"] = {"path": str(folder / "parts"), "domain": str(folder / "domain.json")}
+        job["cluster"] = {"security": {"tls": {"ca_file": "certs/ca.pem", "cert": "certs/node.pem",
+                                               "key": "certs/node.key"}}}  # relative to the config
+        config = tmp_path / "job.yaml"
+        config.write_text(yaml.safe_dump(job))
     env = {**os.environ, "PRIVCUBE_LAUNCHER": "local", "PRIVCUBE_PYTHON": sys.executable,
            "PRIVCUBE_WORKERS": "2", "PRIVCUBE_SHARED_DIR": str(tmp_path / "shared"),
            "PRIVCUBE_LOCAL_DIR": str(tmp_path / "spill")}
-    p = subprocess.Popen(["bash", str(SBATCH), str(folder / "job.yaml"), str(out), "--quiet"], env=env,
+    p = subprocess.Popen(["bash", str(SBATCH), str(config), str(out), "--quiet"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         stdout, _ = p.communicate(timeout=300)
     finally:
         _stop([p])
     assert p.returncode == 0, stdout
-    assert "2 workers ready" in stdout
+    assert "2 workers ready" in stdout and ("(local, TLS)" in stdout) == tls
     assert (out / "ledger.json").exists() and (out / "answers" / "index.json").exists()
     assert (out / "report.json").exists()
     assert not list((tmp_path / "shared").glob("scheduler-*.json"))  # cleaned up on exit

@@ -118,3 +118,84 @@ def test_exponential_mechanism_stable_and_shift_invariant() -> None:
         exponential_mechanism([1.0, 2.0], 1.0, 0.0, np.random.default_rng(0))
     with pytest.raises(BudgetError, match="scores"):
         exponential_mechanism([], 1.0, 1.0, np.random.default_rng(0))
+
+
+# ------------------------------------------------------------- unseeded (default): CSPRNG-backed noise
+def test_unseeded_noise_comes_from_the_keyed_csprng(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unseeded gaussian/laplace/gumbel read the SHAKE-256 DRBG keyed by (secret entropy, key), never PCG64."""
+    from privcube.privacy.csprng import RandomBits
+
+    src = NoiseSource()
+    used: list[tuple] = []
+    real = RandomBits.keyed.__func__
+
+    def spy(cls, seed, *key):  # noqa: ANN001, ANN202
+        used.append((seed, key))
+        return real(cls, seed, *key)
+
+    monkeypatch.setattr(RandomBits, "keyed", classmethod(spy))
+    monkeypatch.setattr(NoiseSource, "generator", lambda self, *k: pytest.fail("PCG64 used for unseeded noise"))
+    src.gaussian(("rp", "a,b"), 7, 1.0)
+    src.laplace("q", 3, 1.0)
+    src.gumbel(("aim", 1, "select"), 5)
+    secret = src.state()["entropy"]
+    assert used == [(secret, ("continuous", "gaussian", ("rp", "a,b"))), (secret, ("continuous", "laplace", ("q",))),
+                    (secret, ("continuous", "gumbel", ("aim", 1, "select")))]
+
+
+def test_unseeded_gaussian_laplace_gumbel_match_theory() -> None:
+    """Moments, tails and the whole distribution (KS) of the CSPRNG-backed samplers."""
+    from scipy import stats
+
+    n = 200_000
+    src = NoiseSource()
+    sigma, b = 2.5, 1.5
+    g = src.gaussian(("g",), (400, 500), sigma)
+    assert g.shape == (400, 500)
+    g = g.ravel()
+    assert abs(g.mean()) < 5 * sigma / math.sqrt(n)
+    assert abs(g.var() - sigma**2) < 5 * math.sqrt(2 * sigma**4 / (n - 1))
+    for k in (1, 2, 3):  # P(|X| > kσ)
+        p = 2 * stats.norm.sf(k)
+        assert abs(np.mean(np.abs(g) > k * sigma) - p) < 5 * math.sqrt(p * (1 - p) / n)
+    assert stats.kstest(g / sigma, "norm").pvalue > 1e-5
+    lap = src.laplace("l", n, b)
+    assert abs(lap.var() - 2 * b**2) < 5 * math.sqrt(20 * b**4 / n)
+    for k in (1, 3, 6):  # P(|X| > k b) = e^{-k}
+        p = math.exp(-k)
+        assert abs(np.mean(np.abs(lap) > k * b) - p) < 5 * math.sqrt(p * (1 - p) / n)
+    assert stats.kstest(lap / b, "laplace").pvalue > 1e-5
+    gu = src.gumbel("u", n)
+    assert stats.kstest(gu, "gumbel_r").pvalue > 1e-5
+    assert abs(np.corrcoef(src.gaussian("x", n, 1.0), src.gaussian("y", n, 1.0))[0, 1]) < 5 / math.sqrt(n)
+    # pairs from one Box–Muller draw are independent too
+    h = src.gaussian("pairs", n, 1.0)
+    assert abs(np.corrcoef(h[: n // 2], h[n // 2:])[0, 1]) < 5 / math.sqrt(n / 2)
+
+
+def test_unseeded_noise_is_reproducible_per_key_and_hides_entropy() -> None:
+    src = NoiseSource()
+    a = src.gaussian(("t", 1), 33, 1.0)  # odd length: Box–Muller pairs cut at n
+    assert np.array_equal(src.gaussian(("t", 1), 33, 1.0), a)  # a retried task redraws the same noise
+    assert np.array_equal(pickle.loads(pickle.dumps(src)).gaussian(("t", 1), 33, 1.0), a)  # on a worker
+    assert np.array_equal(src.gaussian(("t", 1), 33, 2.0), 2 * a)
+    assert not np.array_equal(NoiseSource().gaussian(("t", 1), 33, 1.0), a)
+    assert np.array_equal(src.laplace("z", (2, 3), 0.0), np.zeros((2, 3)))
+    assert np.all(np.isfinite(src.laplace("big", 100_000, 1.0))) and np.all(np.isfinite(a))
+    with pytest.raises(BudgetError, match="shape"):
+        src.gaussian("k", (2, -1), 1.0)
+    with pytest.raises(BudgetError, match="key"):
+        src.gaussian((), 3, 1.0)
+
+
+def test_seeded_gumbel_is_the_generator_stream_and_drives_the_exponential_mechanism() -> None:
+    s = NoiseSource(seed=9)
+    assert np.array_equal(s.gumbel(("aim", 2, "select"), 6), s.generator("aim", 2, "select").gumbel(size=6))
+    # Gumbel-max with these draws picks index i with probability softmax(ε·score/2Δ)
+    scores = np.array([0.0, 1.0, 2.0, 4.0])
+    probs = exponential_probabilities(scores, 1.0, 1.0)
+    src = NoiseSource()
+    logits = 0.5 * scores
+    picks = np.argmax(logits[None, :] + src.gumbel("em", (40_000, 4)), axis=1)
+    counts = np.bincount(picks, minlength=4)
+    assert chisquare(counts, probs * counts.sum()).pvalue > 1e-5

@@ -63,7 +63,8 @@ def opt_kron(terms: Terms, noise: str, *, restarts: int = 1, seed: int = 0, swee
                 vhat = sum(c * g for c, g in zip(coef, grams[i]))
                 mean = float(np.mean(np.abs(vhat))) or 1.0
                 res = opt0(vhat / mean, noise, restarts=1, seed=int(rng.integers(2**31)))
-                row = np.array([factor_trace(res.matrix, g) for g in grams[i]])
+                pg = np.linalg.pinv(res.matrix.T @ res.matrix, hermitian=True)   # once per factor, not per term
+                row = np.array([float(np.sum(pg * g)) for g in grams[i]])
                 new = float(coef @ row)
                 if new < float(coef @ cmat[i]) or not np.isfinite(loss):
                     factors[i], cmat[i] = res.matrix, row

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from privcube.errors import ConfigError
-from privcube.mechanisms.hdmm.opt_kron import Terms, opt_kron
+from privcube.mechanisms.hdmm.opt_kron import Terms
 
 
 @dataclass
@@ -49,8 +49,17 @@ def table_convention_loss(term_losses: Sequence[float]) -> float:
 
 
 def opt_plus(terms: Terms, noise: str, *, restarts: int = 1, seed: int = 0) -> UnionResult:
-    """One OPT_⊗ per term, then the closed-form budget split."""
-    results = [opt_kron([(c, f)], noise, restarts=restarts, seed=seed + j) for j, (c, f) in enumerate(terms)]
-    e = np.array([r.loss for r in results])
+    """One OPT_⊗ per term, then the closed-form budget split.
+
+    Each term is one product, so its OPT_⊗ is one OPT_0 per factor (Thm 4); identical factor problems across
+    terms (e.g. the I and T factors of marginal workloads) are solved once (see ``subproblems``).
+    """
+    from privcube.mechanisms.hdmm.subproblems import plus_parts, run_task, serial_map, solved_products
+
+    if noise not in ("laplace", "gaussian"):
+        raise ConfigError(f"noise must be 'laplace' or 'gaussian', got {noise!r}")
+    plan, parts = plus_parts(terms, noise, restarts, seed)
+    prods = solved_products(parts, serial_map(run_task, plan.tasks))
+    e = np.array([p.loss for p in prods])
     c, loss = budget_split(e, noise)
-    return UnionResult(c, [r.factors for r in results], e, loss)
+    return UnionResult(c, [p.factors for p in prods], e, loss)

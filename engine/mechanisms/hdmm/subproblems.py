@@ -132,6 +132,23 @@ def _share_identical(terms: list[tuple[float, list[np.ndarray]]]) -> list[tuple[
     return out
 
 
+def _plus_recipe(plan: TaskPlan, terms: list, noise: str, restarts: int, seed: int) -> list:
+    return [(c, _single_product(plan, f, noise, restarts, seed)) for c, f in terms]
+
+
+def plus_parts(terms: Sequence[tuple[float, Sequence[np.ndarray]]], noise: str, restarts: int = 1,
+               seed: int = 0) -> tuple[TaskPlan, list]:
+    """OPT_+'s subproblems alone: the task plan and, per term, (weight, per-factor task indices)."""
+    plan = TaskPlan()
+    terms = _share_identical([(float(c), [np.atleast_2d(np.asarray(x, dtype=float)) for x in f]) for c, f in terms])
+    return plan, _plus_recipe(plan, terms, noise, max(int(restarts), 1), seed)
+
+
+def solved_products(parts: list, results: list[Any]) -> list[KronResult]:
+    """Each term's Kronecker strategy and loss w² ∏ tr[(A_iᵀA_i)⁺V_i] from the solved factor problems."""
+    return [_product(c, p, results) for c, p in parts]
+
+
 def plan_tasks(iw: ImplicitWorkload, noise: str, names: Sequence[str], restarts: int, seed: int) -> TaskPlan:
     """Independent subproblems of the candidate optimisers ``names`` (kron, plus, marginals, opt0)."""
     if noise not in ("laplace", "gaussian"):
@@ -147,7 +164,7 @@ def plan_tasks(iw: ImplicitWorkload, noise: str, names: Sequence[str], restarts:
                 n_runs = 1 if noise == "gaussian" else restarts   # every restart starts from Identity factors
                 plan.recipes[name] = ("union", [plan.add(KronTask(terms, noise, seed + r)) for r in range(n_runs)])
         elif name == "plus":
-            plan.recipes[name] = ("plus", [(c, _single_product(plan, f, noise, restarts, seed)) for c, f in terms])
+            plan.recipes[name] = ("plus", _plus_recipe(plan, terms, noise, restarts, seed))
         elif name == "marginals":
             w = marginal_approximation(terms, iw.shape)
             starts = marginal_starts(terms, iw.shape, noise, restarts, seed)
@@ -190,7 +207,7 @@ def combine(plan: TaskPlan, results: list[Any], noise: str) -> dict[str, Strateg
             res = min((results[i] for i in recipe[1]), key=lambda r: r.loss)
             out[name] = KronStrategy(res.factors, res.loss)
         elif kind == "plus":
-            prods = [_product(c, parts, results) for c, parts in recipe[1]]
+            prods = solved_products(recipe[1], results)
             weights, loss = budget_split([p.loss for p in prods], noise)
             out[name] = UnionStrategy(weights, [KronStrategy(p.factors, p.loss) for p in prods], loss)
         elif kind == "marginals":

@@ -245,3 +245,65 @@ def test_make_noise_source_by_config() -> None:
     assert type(make_noise_source(1, "continuous")) is NoiseSource
     with pytest.raises(ConfigError, match="noise_sampler"):
         make_noise_source(1, "quantum")
+
+
+# ------------------------------------------------------------------- integer-valued measurements only
+def test_integer_noise_on_a_real_valued_query_leaks_so_it_is_refused() -> None:
+    """Why require_integers: with a strategy row of weight 1/2 (as HDMM/QuerySmasher strategies have),
+    q(x) + Z keeps q(x)'s fractional part, which tells neighbouring datasets apart with certainty."""
+    from privcube.privacy.discrete import require_integers
+
+    a = np.array([[0.5, 0.5], [1.0, 0.0]])
+    x, x_nb = np.array([3.0, 4.0]), np.array([3.0, 5.0])  # neighbours: one more record in cell 1
+    src = DiscreteNoiseSource(seed=1)
+    frac = [np.mod(a @ v + src.gaussian(("m", i), 2, 4.0), 1.0)[0] for i, v in enumerate((x, x_nb) * 50)]
+    assert set(frac[0::2]) == {0.5} and set(frac[1::2]) == {0.0}  # the attacker's test never errs
+    with pytest.raises(ConfigError, match=r"noise_sampler: discrete.*\['hdmm', 'measure'\].*continuous") as e:
+        src.add_gaussian(("hdmm", "measure"), a @ x, 4.0)
+    assert "3.5" not in str(e.value) and "7" not in str(e.value)  # names the measurement, never a value
+    with pytest.raises(ConfigError, match="not integer-valued"):
+        src.add_laplace("w", np.array([2.25, 1.0]), 1.0)  # e.g. weighted counts
+    with pytest.raises(ConfigError, match="not integer-valued"):
+        require_integers(np.array([1.0, np.nan]))
+    # counts and integer combinations of them (residual differences) pass, as float arrays of integers
+    counts = np.array([[7.0, 0.0], [2.0, 5.0]])
+    y = src.add_gaussian(("rp", "a,b"), counts, 2.0)
+    assert y.shape == (2, 2) and np.array_equal(y, np.round(y))
+    assert np.array_equal(y - counts, src.gaussian(("rp", "a,b"), (2, 2), 2.0))
+    assert np.array_equal(src.add_laplace("r", counts[0] - counts[1], 1.0) - (counts[0] - counts[1]),
+                          src.laplace("r", 2, 1.0))
+    # the continuous source takes any real values
+    cont = NoiseSource(seed=1)
+    assert np.allclose(cont.add_gaussian("h", a @ x, 1.0) - a @ x, cont.gaussian("h", 2, 1.0), rtol=0, atol=1e-12)
+    assert np.allclose(cont.add_laplace("h", a @ x, 1.0) - a @ x, cont.laplace("h", 2, 1.0), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("mech", ["residual-planner", "aim-grem"])
+def test_discrete_run_spends_what_the_continuous_run_spends(tmp_path, mech: str) -> None:
+    """`noise_sampler: discrete` through privcube run: same ledger (accounting), sampler recorded, answers out."""
+    import json
+
+    import pandas as pd
+    import yaml
+
+    from privcube import api
+
+    rng = np.random.default_rng(6)
+    n = 3000
+    a = rng.integers(0, 3, n)
+    pd.DataFrame({"a": a, "b": (a + rng.integers(0, 2, n)) % 4, "c": rng.integers(0, 2, n)}).to_parquet(
+        tmp_path / "d.parquet", index=False)
+    ledgers = {}
+    for sampler in ("continuous", "discrete"):
+        cfg = {"data": {"path": "d.parquet", "domain": {"a": 3, "b": 4, "c": 2}}, "mechanism": {"name": mech},
+               "workload": [{"kway": 2}], "privacy": {"epsilon": 1.0, "delta": 1e-6}, "noise_sampler": sampler}
+        (tmp_path / f"{sampler}.yaml").write_text(yaml.safe_dump(cfg))
+        res = api.run(tmp_path / f"{sampler}.yaml", tmp_path / sampler, seed=5, quiet=True)
+        ledgers[sampler] = json.loads((res.out_dir / "ledger.json").read_text())
+        index = json.loads((res.out_dir / "answers" / "index.json").read_text())
+        assert index["groups"] and all(
+            np.isfinite(pd.read_parquet(res.out_dir / "answers" / g["file"])["estimate"]).all() for g in index["groups"])
+    assert ledgers["discrete"]["noise"] == {"seeded": True, "seed": 5, "sampler": "discrete"}
+    assert ledgers["discrete"]["budget"] == ledgers["continuous"]["budget"]
+    for key in ("rho", "epsilon", "delta"):
+        assert ledgers["discrete"]["spent"][key] == pytest.approx(ledgers["continuous"]["spent"][key], rel=1e-12)

@@ -39,6 +39,13 @@ otherwise the helpers fall back to the scalar loop. ``batch=False`` forces the l
 :class:`DiscreteNoiseSource` is a drop-in :class:`~privcube.privacy.noise.NoiseSource` whose
 ``gaussian``/``laplace`` draw from these samplers (σ² and the scale are rounded *up* to a rational, so
 never less noise than asked), selected by the config key ``noise_sampler: discrete``.
+
+Integer-valued measurements only. Integer noise on a real-valued query leaks through the lattice:
+``q(x) + Z`` keeps the fractional part of ``q(x)``, so answers of neighbouring datasets that differ by
+a non-integer are distinguished with certainty. Mechanisms release through
+``DiscreteNoiseSource.add_gaussian`` / ``add_laplace``, which refuse (``require_integers``) a
+measurement that is not integer-valued: exact counts and integer combinations of them pass;
+weighted data and real-valued strategies need ``noise_sampler: continuous``.
 """
 from __future__ import annotations
 
@@ -389,6 +396,16 @@ class DiscreteNoiseSource(NoiseSource):
             return np.zeros(shp, dtype=np.float64)
         return discrete_laplace_array(t, shp, rng).astype(np.float64)
 
+    def add_gaussian(self, key: KeyPart | Any, values: Any, sigma: float) -> np.ndarray:
+        """``values + discrete Gaussian noise``; ``values`` must be integer-valued (see ``require_integers``)."""
+        v = require_integers(values, key)
+        return v + self.gaussian(key, v.shape, sigma)
+
+    def add_laplace(self, key: KeyPart | Any, values: Any, scale: float) -> np.ndarray:
+        """``values + discrete Laplace noise``; ``values`` must be integer-valued (see ``require_integers``)."""
+        v = require_integers(values, key)
+        return v + self.laplace(key, v.shape, scale)
+
     def to_dict(self) -> dict[str, Any]:
         """Public record for ledger.json: seeded flag, seed and ``sampler: discrete``."""
         return {**super().to_dict(), "sampler": "discrete"}
@@ -396,6 +413,25 @@ class DiscreteNoiseSource(NoiseSource):
     def __repr__(self) -> str:
         """Show the seed only; the OS entropy stays hidden."""
         return f"DiscreteNoiseSource(seed={self._seed!r})" if self.seeded else "DiscreteNoiseSource(<os csprng>)"
+
+
+def require_integers(values: Any, key: KeyPart | Any = None) -> np.ndarray:
+    """``values`` as a float array, or ConfigError if any entry is not a finite integer.
+
+    Integer noise on a real-valued query is not private: the release ``q(x) + Z`` lies on the lattice
+    ``q(x) + ℤᵐ``, so its fractional parts are those of ``q(x)`` itself, and neighbouring datasets whose
+    answers differ by a non-integer are told apart with certainty (e.g. a strategy row with weight
+    1/2 reveals the parity of a count). Exact counts, and integer combinations of them, are fine;
+    weighted data or real-valued strategies (HDMM, QuerySmasher bases) need ``noise_sampler:
+    continuous``. The message names the measurement, never a value.
+    """
+    v = np.asarray(values, dtype=float)
+    if not np.all(np.isfinite(v)) or not np.array_equal(v, np.round(v)):
+        what = "" if key is None else f" {list(_as_key(key))!r}"
+        raise ConfigError(f"noise_sampler: discrete adds integer noise, which is private only for integer-valued "
+                          f"measurements; measurement{what} is not integer-valued (weighted data or a real-valued "
+                          f"strategy): use noise_sampler: continuous")
+    return v
 
 
 NOISE_SAMPLERS = ("continuous", "discrete")
@@ -413,5 +449,6 @@ def make_noise_source(seed: int | None = None, sampler: str = "continuous") -> N
 __all__ = [
     "DiscreteNoiseSource", "NOISE_SAMPLERS", "bernoulli_exp", "discrete_gaussian", "discrete_gaussian_array",
     "discrete_gaussian_rho", "discrete_gaussian_variance", "discrete_laplace", "discrete_laplace_array",
-    "discrete_laplace_epsilon", "discrete_laplace_variance", "make_noise_source", "round_up_rational",
+    "discrete_laplace_epsilon", "discrete_laplace_variance", "make_noise_source", "require_integers",
+    "round_up_rational",
 ]

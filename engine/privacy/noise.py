@@ -143,6 +143,20 @@ class NoiseSource:
         with np.errstate(divide="ignore"):
             return (-np.log(e)).reshape(shp)  # e == 0 (probability 2^-53) gives +inf: that candidate wins
 
+    def add_gaussian(self, key: KeyPart | Sequence[Any], values: Any, sigma: float) -> np.ndarray:
+        """``values + gaussian(key, values.shape, sigma)``: the release of one measurement.
+
+        Mechanisms should release through this (rather than adding ``gaussian`` themselves) so a
+        discrete source can refuse measurements that are not integer-valued.
+        """
+        v = np.asarray(values, dtype=float)
+        return v + self.gaussian(key, v.shape, sigma)
+
+    def add_laplace(self, key: KeyPart | Sequence[Any], values: Any, scale: float) -> np.ndarray:
+        """``values + laplace(key, values.shape, scale)``: the release of one measurement."""
+        v = np.asarray(values, dtype=float)
+        return v + self.laplace(key, v.shape, scale)
+
     def to_dict(self) -> dict[str, Any]:
         """Public record for ledger.json: whether seeded, and the seed; never the OS entropy."""
         return {"seeded": self.seeded, "seed": self._seed}

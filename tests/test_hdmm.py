@@ -257,8 +257,7 @@ def _sf1_terms():
     return sf1()[1]
 
 
-@pytest.mark.slow  # 6 s with single-threaded BLAS; minutes when BLAS threads oversubscribe the cores
-def test_table_6_7_census_sf1():
+def test_table_6_7_census_sf1():   # ~3 s with one BLAS thread (conftest)
     terms = _sf1_terms()
     shape = (2, 2, 64, 115)
     m = sum(math.prod(f.shape[0] for f in p) for _, p in terms)
@@ -441,7 +440,7 @@ def test_table_7_opt_plus_gaussian_column_is_the_laplace_split():
     assert rmse_from_loss(res.loss, m, "gaussian", sigma=SIGMA) < 0.1 * 631.40
 
 
-@pytest.mark.slow  # ~2 min on a loaded 2-core machine: OPT_M over 2^14 marginal weights, OPT_+ over 470 terms
+@pytest.mark.slow  # ~30 s on a loaded 2-core machine: OPT_M over 2^14 marginal weights (twice), OPT_+ over 470 terms
 def test_tables_6_7_adult_hdmm_opt_m_within_2pct():
     from privcube.mechanisms.hdmm.opt_plus import table_convention_loss
 
@@ -456,7 +455,7 @@ def test_tables_6_7_adult_hdmm_opt_m_within_2pct():
     assert round(rmse_from_loss(table_convention_loss(res.term_losses), m, "gaussian", sigma=SIGMA), 2) == 899.04
 
 
-@pytest.mark.slow  # ~30-40 s: five OPT_M restarts on each Loans workload
+@pytest.mark.slow  # ~15-40 s: five OPT_M restarts on each Loans workload
 def test_table_6_loans_hdmm_laplace_within_2pct():
     pw = _paper_rows()
     for name, printed in (("loans_small_marginals", 100.92), ("loans_small_prefix_marginals", 288.29)):
@@ -479,8 +478,7 @@ def test_opt0_measures_only_the_cells_the_workload_touches():
     assert opt0_laplace(adult.T @ adult).loss == pytest.approx(1.0)
 
 
-@pytest.mark.slow  # ~20 s: 33 OPT_⊗ runs
-def test_table_6_sf1_opt_plus_laplace():
+def test_table_6_sf1_opt_plus_laplace():   # < 1 s: the 33 products share their distinct factor problems
     pw = _paper_rows()
     shape, terms = pw.sf1()
     res = opt_plus(terms, "laplace")
@@ -488,7 +486,7 @@ def test_table_6_sf1_opt_plus_laplace():
     assert 0.95 * 30.55 <= got <= 1.02 * 30.55   # within 2% of the printed value, or better (ours 29.90)
 
 
-@pytest.mark.slow  # ~5-10 s with one BLAS thread on a quiet machine
+@pytest.mark.slow  # ~4-10 s with one BLAS thread; timing-sensitive, see benchmarks/hdmm_opt0.py
 def test_table_4_opt0_allrange_1024_within_1pct():
     n = 1024
     i = np.arange(n)

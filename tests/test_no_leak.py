@@ -1,8 +1,8 @@
 """No exact count leaves a run: every file of the run directory and every output line is searched.
 
 The data hold a planted cell whose exact count (7919) occurs nowhere else, and a distinctive total
-(30042 rows). After complete AIM+GReM and ResidualPlanner runs and a killed-and-resumed AIM+GReM run,
-no file (raw bytes as int32/int64/float32/float64, numbers in text, decoded zarr arrays and
+(30042 rows). After complete runs of every single-table mechanism (AIM+GReM and ResidualPlanner also
+with discrete noise), an AIM+GReM run on a LocalCluster and a killed-and-resumed AIM+GReM run, no file (raw bytes as int32/int64/float32/float64, numbers in text, decoded zarr arrays and
 checkpoint log records, and Parquet columns) and no stdout/stderr line may contain either count, and
 no stored array may equal an exact marginal. Every file and folder of a run directory is owner-only.
 """
@@ -32,6 +32,7 @@ DOMAIN = {"a": 3, "b": 4, "c": 2, "d": 5, "e": 3}
 PLANTED = 7919          # exact count of the cell a=2, b=3 (and of a=2): no other cell has it
 TOTAL = 30042           # number of rows: the exact 0-way marginal
 NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+MECHANISMS = ("aim-grem", "residual-planner", "querysmasher", "hdmm", "eigen-design")
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -77,7 +78,7 @@ def setup(tmp_path_factory):
     frame.to_parquet(folder / "data" / "p.parquet", index=False)
     (folder / "domain.json").write_text(json.dumps(DOMAIN))
     cfgs = {}
-    for mech in ("aim-grem", "residual-planner"):
+    for mech in MECHANISMS:
         cfg = {"mechanism": {"name": mech}, "workload": [{"kway": 2}],
                "privacy": {"epsilon": 1.0, "delta": 1e-9}, "cluster": {"type": "threads"},
                "data": {"path": str(folder / "data"), "domain": str(folder / "domain.json")}}
@@ -190,11 +191,17 @@ def test_search_finds_a_planted_leak(tmp_path, setup):
     assert not leaks_in_bytes((tmp_path / "ok.json").read_bytes(), "ok.json")
 
 
-@pytest.mark.parametrize("mech", ["aim-grem", "residual-planner"])
-def test_complete_run_leaks_no_exact_count(tmp_path, setup, mech):
+# discrete noise is for integer-valued measurements (counts), not for real-valued strategies
+@pytest.mark.parametrize("mech, sampler", [(m, "continuous") for m in MECHANISMS]
+                         + [("aim-grem", "discrete"), ("residual-planner", "discrete")])
+def test_complete_run_leaks_no_exact_count(tmp_path, setup, mech, sampler):
     _, cfgs, truth = setup
     out = tmp_path / "run"
-    r = cli("run", str(cfgs[mech]), "--out", str(out), "--seed", "4")  # progress on: stderr is searched too
+    cfg = cfgs[mech]
+    if sampler == "discrete":
+        cfg = tmp_path / "discrete.yaml"
+        cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfgs[mech].read_text()), "noise_sampler": "discrete"}))
+    r = cli("run", str(cfg), "--out", str(out), "--seed", "4")  # progress on: stderr is searched too
     assert r.returncode == 0, r.stderr.decode()
     assert (out / ".complete").exists()
     found = search_run(out, truth) + leaks_in_bytes(r.stdout, "stdout") + leaks_in_bytes(r.stderr, "stderr")
@@ -217,6 +224,26 @@ def test_killed_and_resumed_run_leaks_no_exact_count(tmp_path, setup):
     found = search_run(out, truth) + leaks_in_bytes(r2.stdout, "stdout") + leaks_in_bytes(r2.stderr, "stderr")
     assert not found, found
     assert not permission_problems(out), permission_problems(out)
+
+
+def test_local_cluster_run_leaks_no_exact_count(tmp_path, setup):
+    """AIM+GReM on a LocalCluster of worker processes (exact marginals on the workers, their log lines on
+    stderr): nothing exact in the run directory, on stdout/stderr, or left in the temp folder."""
+    _, cfgs, truth = setup
+    raw = yaml.safe_load(cfgs["aim-grem"].read_text())
+    raw["cluster"] = {"type": "local", "memory_limit": "1GiB"}
+    raw["mechanism"]["distribute_min_cells"] = 1  # estimates and exact marginals sharded on the workers
+    cfg = tmp_path / "local.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "run"
+    r = cli("run", str(cfg), "--out", str(out), "--seed", "4", "--workers", "2", env={"TMPDIR": str(tmp)})
+    assert r.returncode == 0, r.stderr.decode()
+    found = search_run(out, truth) + leaks_in_bytes(r.stdout, "stdout") + leaks_in_bytes(r.stderr, "stderr")
+    assert not found, found
+    assert not permission_problems(out), permission_problems(out)
+    assert list(tmp.rglob("*")) == []  # the private spill folder went with the cluster
 
 
 def test_run_leaves_the_process_umask_alone(tmp_path, setup):

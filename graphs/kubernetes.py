@@ -587,6 +587,9 @@ def kube_cluster_from_spec(spec: Mapping[str, Any], **kwargs: Any) -> Any:
     cluster by accident. ``kwargs`` pass through to ``KubeCluster`` (e.g. ``asynchronous``).
     """
     ks = validate_kubernetes_spec(spec)
+    if ks.tls:
+        raise _fail("security.tls", "dask-kubernetes' KubeCluster connects to its scheduler over plain tcp:// only; "
+                                    "render a TLS DaskJob with 'python -m privcube.graphs.kubernetes CONFIG' instead")
     try:
         from dask_kubernetes.operator import KubeCluster
     except ImportError:

@@ -8,8 +8,11 @@ true`` (e.g. inside a private, already-encrypted network such as a VPN or a serv
 Spec (the config's ``security`` section)::
 
     security:
-      tls: auto                      # distributed.Security.temporary(): in-memory self-signed cert,
-                                     # for a LocalCluster started by this process only
+      tls: auto                      # distributed.Security.temporary(): in-memory self-signed cert, for
+                                     # clusters privcube starts (local; slurm/pbs, whose jobs get it
+                                     # through jobqueue's shared_temp_directory; kubernetes DaskJob
+                                     # resources, where it is rendered into a Secret); refused for
+                                     # address/scheduler-file, whose scheduler could not trust it
     security:
       tls: {ca_file: ca.pem, cert: node.pem, key: node.key}   # one PEM cert/key for every role
       allow_insecure: false          # read by the caller, see check_address_security

@@ -396,6 +396,8 @@ def test_kube_cluster_from_a_laptop_refuses_tls():
         resolve_cluster({**base, "security": "auto"}, scheduler_address="tls://10.0.0.9:8786")
     h = resolve_cluster({**base, "tls_secret": "x"}, scheduler_address="tls://10.0.0.9:8786")
     assert h.type == "address" and h.security is None
+    with pytest.raises(ConfigError, match=r"cluster\.security\.tls \(kubernetes\).*DaskJob"):
+        kube_cluster_from_spec({**base, "tls_secret": "x"})  # called directly, before KubeCluster is imported
     with pytest.raises(ConfigError, match="allow_insecure"):
         validate_kubernetes_spec({**SPEC, "allow_insecure": "yes"})
 

@@ -15,13 +15,20 @@ import numpy as np
 import scipy.sparse as sp
 
 from privcube.errors import DataError
-from privcube.mechanisms.relational.projection import project_box_sum, project_rows_simplex
+from privcube.mechanisms.relational.projection import BoxSumProjector, project_rows_simplex
 
 
 def one_hot(cells: np.ndarray, size: int) -> sp.csr_matrix:
     """Sparse (n × size) one-hot matrix of cell indices."""
     n = cells.size
     return sp.csr_matrix((np.ones(n), (np.arange(n), cells)), shape=(n, size))
+
+
+def _dense_one_hot(cells: np.ndarray, size: int) -> np.ndarray:
+    """Dense (n × size) float one-hot matrix of cell indices."""
+    out = np.zeros((cells.size, size))
+    out[np.arange(cells.size), cells] = 1.0
+    return out
 
 
 @dataclass
@@ -38,6 +45,8 @@ class SliceOperator:
             raise DataError("SliceOperator: rows, cols and sizes must have one entry per workload")
         self._a1t = [one_hot(r, s[0]).T.tocsr() for r, s in zip(self.rows, self.sizes)]
         self._a2t = [one_hot(c, s[1]).T.tocsr() for c, s in zip(self.cols, self.sizes)]
+        self._scratch: np.ndarray | None = None  # block-sized buffer reused by ``adjoint``
+        self._onehots: list[tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -45,18 +54,35 @@ class SliceOperator:
         return (self.rows[0].size, self.cols[0].size) if self.rows else (0, 0)
 
     def apply(self, B: np.ndarray) -> list[np.ndarray]:
-        """Per workload, the flattened count table A1ᵀ B A2."""
+        """Per workload, the flattened count table A1ᵀ B A2: dense one-hot products (BLAS), the block-sized
+        product against the side with fewer cells first, so no block-sized temporary is made."""
         out = []
-        for a1t, a2t in zip(self._a1t, self._a2t):
-            M = a1t @ B  # D1 × n2
-            out.append(np.asarray((a2t @ M.T).T).ravel())
+        for (a1, a2), (s1, s2) in zip(self._dense(), self.sizes):
+            if s2 <= s1:
+                out.append((a1.T @ (B @ a2)).ravel())  # n1 × D2 first
+            else:
+                out.append(((a1.T @ B) @ a2).ravel())  # D1 × n2 first
         return out
 
-    def adjoint(self, R: Sequence[np.ndarray]) -> np.ndarray:
-        """Σ_w gather R_w[c1(r), c2(s)]: the slice-shaped Qᵀ r."""
-        G = np.zeros(self.shape)
+    def _dense(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Dense one-hot factors (A1: n1 × D1, A2: n2 × D2), built on first use."""
+        if self._onehots is None:
+            self._onehots = [(_dense_one_hot(r, s[0]), _dense_one_hot(c, s[1]))
+                             for r, c, s in zip(self.rows, self.cols, self.sizes)]
+        return self._onehots
+
+    def adjoint(self, R: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+        """Σ_w gather R_w[c1(r), c2(s)]: the slice-shaped Qᵀ r (into ``out`` when given; one reused scratch block)."""
+        G = np.zeros(self.shape) if out is None else out
+        if out is not None:
+            G.fill(0.0)
+        scratch = self._scratch
+        if scratch is None or scratch.shape != self.shape:
+            scratch = self._scratch = np.empty(self.shape)
         for r, c1, c2, (s1, s2) in zip(R, self.rows, self.cols, self.sizes):
-            G += np.take(np.take(r.reshape(s1, s2), c1, axis=0), c2, axis=1)
+            # mode 'clip' (indices are in range): numpy buffers ``out`` under the default mode 'raise'
+            np.take(np.take(r.reshape(s1, s2), c1, axis=0), c2, axis=1, out=scratch, mode="clip")
+            G += scratch
         return G
 
     def sigma_bound(self) -> float:
@@ -70,13 +96,14 @@ class SliceOperator:
         """σ_max(Q)² by power iteration on QᵀQ (an estimate from below; callers add a margin)."""
         v = rng.random(self.shape) + 0.1
         v /= math.sqrt(float(np.vdot(v, v)))
+        w = np.empty_like(v)
         est = 0.0
         for _ in range(iters):
-            w = self.adjoint(self.apply(v))
+            self.adjoint(self.apply(v), out=w)
             nrm = math.sqrt(float(np.vdot(w, w)))
             if nrm == 0.0:
                 return 0.0
-            v = w / nrm
+            np.divide(w, nrm, out=v)
             if abs(nrm - est) <= tol * nrm:
                 est = nrm
                 break
@@ -102,21 +129,30 @@ def pgd(op: SliceOperator, targets: Sequence[np.ndarray], scale: float, B0: np.n
     if sigma2 <= 0:
         return project(np.asarray(B0, dtype=float))
     eta = scale * scale / (2.0 * sigma2)
-    B = project(np.asarray(B0, dtype=float))
+    B = np.array(project(np.asarray(B0, dtype=float)), dtype=float)
+    G = np.empty_like(B)
+    takes_out = bool(getattr(project, "takes_out", False))
     for _ in range(iters):
         res = [q - t for q, t in zip(op.apply(B), targets)]
         if history is not None:
             history.append(float(sum(np.sum((r / scale) ** 2) for r in res)))
-        G = (2.0 / (scale * scale)) * op.adjoint(res)
-        B = project(B - eta * G)
+        # G ← B − η·∇f(B), ∇f = (2/scale²)·Qᵀ(QB − t); block-sized work stays in the two buffers B and G
+        op.adjoint(res, out=G)
+        G *= -eta * 2.0 / (scale * scale)
+        G += B
+        if takes_out:
+            project(G, out=B)
+        else:
+            B = np.asarray(project(G), dtype=float)
     if history is not None:
         history.append(objective(op, B, targets, scale))
     return B
 
 
-def box_sum_projector(m: float, hi: np.ndarray | float = 1.0) -> Callable[[np.ndarray], np.ndarray]:
-    """Projector onto {0 ≤ B ≤ hi, ΣB = m} (many-to-many)."""
-    return lambda B: project_box_sum(B, m, 0.0, hi)
+def box_sum_projector(m: float, hi: np.ndarray | float = 1.0) -> Callable[..., np.ndarray]:
+    """Projector onto {0 ≤ B ≤ hi, ΣB = m} (many-to-many); ``proj(B, out=X)`` writes into X with reused
+    scratch buffers (no block-sized allocation per PGD step)."""
+    return BoxSumProjector(m, 0.0, hi)
 
 
 def row_simplex_projector(mask: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:

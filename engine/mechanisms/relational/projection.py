@@ -16,52 +16,108 @@ from privcube.errors import DataError
 def project_box_sum(b: np.ndarray, m: float, lo: np.ndarray | float = 0.0, hi: np.ndarray | float = 1.0,
                     *, max_iter: int = 200) -> np.ndarray:
     """Euclidean projection of ``b`` onto {lo ≤ x ≤ hi, Σx = m}; ``hi`` may be an array (0 masks an entry)."""
-    b = np.asarray(b, dtype=float)
-    shape = b.shape
-    b = b.ravel()
-    lo_a = np.broadcast_to(np.asarray(lo, dtype=float), shape).ravel()
-    hi_a = np.broadcast_to(np.asarray(hi, dtype=float), shape).ravel()
-    if np.any(lo_a > hi_a):
-        raise DataError("project_box_sum: lower bound exceeds upper bound for some entry")
-    lo_sum, hi_sum = float(lo_a.sum()), float(hi_a.sum())
-    tol = 1e-12 * max(1.0, abs(m))
-    if not (lo_sum - tol <= m <= hi_sum + tol):
-        raise DataError(f"project_box_sum: m={m!r} is infeasible; it must lie in [{lo_sum}, {hi_sum}]")
-    if b.size == 0:
-        return b.reshape(shape)
-    # bracket: at y_lo every entry is at its lower bound, at y_hi at its upper bound
-    y_lo = float(np.min(lo_a - b))
-    y_hi = float(np.max(hi_a - b))
-    # bisection on the shift, safeguarding a Newton step: at each point solve the linear equation on the
-    # current free set; accept it when it stays inside the bracket (finite termination on the active set)
-    y = min(max((m - float(b.sum())) / b.size, y_lo), y_hi)
-    x = np.clip(b + y, lo_a, hi_a)
-    for _ in range(max_iter):
-        z = b + y
-        x = np.clip(z, lo_a, hi_a)
-        s = float(x.sum())
-        if abs(s - m) <= tol:
-            break
-        if s < m:
-            y_lo = y
+    return BoxSumProjector(m, lo, hi, max_iter=max_iter)(b)
+
+
+class BoxSumProjector:
+    """Π onto {lo ≤ x ≤ hi, Σx = m} for repeated calls on same-shaped inputs (PGD): scratch buffers are
+    allocated once and reused, and ``out=`` receives the result, so a step allocates nothing block-sized.
+
+    The solution is clip(b + y*, lo, hi) for the scalar shift y* solving Σ clip(b_i + y, lo_i, hi_i) = m
+    (piecewise linear, non-decreasing in y): bisection of the bracket, safeguarding a Newton step on the
+    current free set (finite termination on the active set); a last float residual is spread over
+    entries with room, keeping the box.
+    """
+
+    takes_out = True
+
+    def __init__(self, m: float, lo: np.ndarray | float = 0.0, hi: np.ndarray | float = 1.0, *,
+                 max_iter: int = 200) -> None:
+        """Target sum ``m`` and bounds (scalars, or arrays of the input's shape)."""
+        self.m, self.lo, self.hi, self.max_iter = float(m), lo, hi, int(max_iter)
+        self._buf: dict[str, np.ndarray] = {}
+
+    def _scratch(self, name: str, n: int, dtype: type = float) -> np.ndarray:
+        a = self._buf.get(name)
+        if a is None or a.size != n:
+            a = self._buf[name] = np.empty(n, dtype=dtype)
+        return a
+
+    def __call__(self, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The projection of ``b`` (into ``out`` when given, which may not be ``b`` itself)."""
+        m = self.m
+        b = np.asarray(b, dtype=float)
+        shape = b.shape
+        b = b.ravel()
+        n = b.size
+        # scalar bounds stay scalars (array bounds of the input's shape otherwise): no per-entry copies
+        lo_a: np.ndarray | float = (float(self.lo) if np.ndim(self.lo) == 0
+                                    else np.broadcast_to(np.asarray(self.lo, dtype=float), shape).ravel())
+        hi_a: np.ndarray | float = (float(self.hi) if np.ndim(self.hi) == 0
+                                    else np.broadcast_to(np.asarray(self.hi, dtype=float), shape).ravel())
+        if np.any(np.asarray(lo_a) > np.asarray(hi_a)):
+            raise DataError("project_box_sum: lower bound exceeds upper bound for some entry")
+        lo_sum = lo_a * n if isinstance(lo_a, float) else float(lo_a.sum())
+        hi_sum = hi_a * n if isinstance(hi_a, float) else float(hi_a.sum())
+        tol = 1e-12 * max(1.0, abs(m))
+        if not (lo_sum - tol <= m <= hi_sum + tol):
+            raise DataError(f"project_box_sum: m={m!r} is infeasible; it must lie in [{lo_sum}, {hi_sum}]")
+        x = np.empty(n) if out is None else out.reshape(-1)
+        if out is not None and (out.shape != shape or np.may_share_memory(out, b)):
+            raise DataError("project_box_sum: out must have the input's shape and not overlap it")
+        if n == 0:
+            return x.reshape(shape)
+        z = self._scratch("z", n)
+        f1 = self._scratch("f1", n, bool)
+        f2 = self._scratch("f2", n, bool)
+        # bracket: at y_lo every entry is at its lower bound, at y_hi at its upper bound
+        if isinstance(lo_a, float) and isinstance(hi_a, float):
+            y_lo, y_hi = lo_a - float(b.max()), hi_a - float(b.min())
         else:
-            y_hi = y
-        free = (z > lo_a) & (z < hi_a)
-        nf = int(free.sum())
-        y_new = y + (m - s) / nf if nf else 0.5 * (y_lo + y_hi)
-        if not (y_lo < y_new < y_hi):
-            y_new = 0.5 * (y_lo + y_hi)
-        if y_hi - y_lo <= 1e-15 * max(1.0, abs(y_lo), abs(y_hi)):
-            break
-        y = y_new
-    # distribute any float residual over entries with room, keeping the box
-    r = m - x.sum()
-    if r != 0.0:
-        room = (hi_a - x) if r > 0 else (x - lo_a)
-        ok = room > 0
-        if ok.any():
-            x[ok] += np.sign(r) * np.minimum(room[ok], abs(r) / ok.sum())
-    return x.reshape(shape)
+            np.subtract(lo_a, b, out=z)
+            y_lo = float(z.min())
+            np.subtract(hi_a, b, out=z)
+            y_hi = float(z.max())
+        y = min(max((m - float(b.sum())) / n, y_lo), y_hi)
+        for _ in range(self.max_iter):
+            np.add(b, y, out=z)
+            np.clip(z, lo_a, hi_a, out=x)
+            s = float(x.sum())
+            if abs(s - m) <= tol:
+                break
+            if s < m:
+                y_lo = y
+            else:
+                y_hi = y
+            np.greater(z, lo_a, out=f1)
+            np.less(z, hi_a, out=f2)
+            np.logical_and(f1, f2, out=f1)
+            nf = int(np.count_nonzero(f1))
+            y_new = y + (m - s) / nf if nf else 0.5 * (y_lo + y_hi)
+            if not (y_lo < y_new < y_hi):
+                y_new = 0.5 * (y_lo + y_hi)
+            if y_hi - y_lo <= 1e-15 * max(1.0, abs(y_lo), abs(y_hi)):
+                break
+            y = y_new
+        np.add(b, y, out=z)
+        np.clip(z, lo_a, hi_a, out=x)
+        # distribute any float residual over entries with room, keeping the box
+        r = m - float(x.sum())
+        if r != 0.0:
+            room = z
+            if r > 0:
+                np.subtract(hi_a, x, out=room)
+            else:
+                np.subtract(x, lo_a, out=room)
+            np.greater(room, 0.0, out=f1)
+            k = int(np.count_nonzero(f1))
+            if k:
+                np.minimum(room, abs(r) / k, out=room)
+                room *= np.sign(r)
+                np.logical_not(f1, out=f2)
+                room[f2] = 0.0
+                x += room
+        return x.reshape(shape)
 
 
 def project_rows_simplex(B: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
@@ -88,4 +144,4 @@ def project_rows_simplex(B: np.ndarray, mask: np.ndarray | None = None) -> np.nd
     return out
 
 
-__all__ = ["project_box_sum", "project_rows_simplex"]
+__all__ = ["BoxSumProjector", "project_box_sum", "project_rows_simplex"]

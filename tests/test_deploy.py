@@ -1130,3 +1130,29 @@ def test_rendered_tls_daskjob_runs_end_to_end_on_loopback(tmp_path):
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=10)
+
+
+def test_operator_pod_builders_keep_our_tls_scheduler_address(tmp_path):
+    """The installed operator's own controller functions build the worker Deployment and the runner Pod
+    from our DaskJob: they add DASK_WORKER_NAME, but our tls:// DASK_SCHEDULER_ADDRESS stays the only one
+    (without TLS they inject their plain tcp:// address instead)."""
+    ctl = pytest.importorskip("dask_kubernetes.operator.controller.controller", reason="optional extra 'kubernetes'")
+    base = {k: v for k, v in SPEC.items() if k != "allow_insecure"}
+    for spec, scheme in (({**base, "tls_secret": "certs"}, "tls"), ({**base, "allow_insecure": True}, "tcp")):
+        job = render_kubernetes_manifests(spec, kinds=["DaskJob"])[-1]
+        cluster = job["spec"]["cluster"]["spec"]
+        worker = ctl.build_worker_deployment_spec("default", "dp", "dp-job", "abc123", cluster["worker"]["spec"], {}, {})
+        runner = ctl.build_job_pod_spec("dp-job", "dp-job", "dp", job["spec"]["job"]["spec"], {}, {})
+        sched = ctl.build_scheduler_deployment_spec("dp-job", cluster["scheduler"]["spec"], {}, {})
+        for pod, role in ((worker["spec"]["template"]["spec"], "worker"), (runner["spec"], "runner")):
+            (c,) = pod["containers"]
+            addresses = [e for e in c["env"] if e["name"] == "DASK_SCHEDULER_ADDRESS"]
+            assert len(addresses) == 1, role
+            assert addresses[0]["value"].startswith(f"{scheme}://dp-job-scheduler."), (role, addresses)
+            if scheme == "tls":
+                names = [e["name"] for e in c["env"]]
+                assert names.index("PRIVCUBE_POD_NAMESPACE") < names.index("DASK_SCHEDULER_ADDRESS")
+                assert any(v.get("secret", {}).get("secretName") == "certs" for v in pod["volumes"])
+        assert any(e["name"] == "DASK_WORKER_NAME" for e in worker["spec"]["template"]["spec"]["containers"][0]["env"])
+        (sc,) = sched["spec"]["template"]["spec"]["containers"]
+        assert ("--protocol" in sc["args"]) == (scheme == "tls")

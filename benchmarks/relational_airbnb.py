@@ -13,6 +13,7 @@ synthetic tables (the error floor of the tables alone). All errors are NON-priva
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -142,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
           f"sessions {len(ds['tables']['sessions'][0])} × {len(ds['tables']['sessions'][1])} attrs, d_max {d_max}, "
           f"table eps {a.eps_table}, params: defaults{' + ' + json.dumps(extra) if extra else ''}")
     print("average % L1 error over all cross-table 3-way marginals (NON-private evaluation)")
-    print(f"{'eps_rel':>8} {'learned':>8} {'random':>8} {'real':>8} {'l/rand':>7} {'meas.':>6} {'seconds':>8}")
+    print(f"{'eps_rel':>8} {'learned':>8} {'random':>8} {'real':>8} {'l/rand':>7} {'meas.':>6} {'seconds':>8} "
+          f"{'load(1min)':>10}")
     for eps in a.eps_rel:
         params = {**job.params, "evaluate_nonprivate": True, "d_max": d_max, "truncate": True, **extra}
         budgets = {"tables": {"users": {"epsilon": a.eps_table, "delta": 1e-6},
@@ -155,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         e, r = ev["average_cross_error_pct"], ev["initial_random_links_error_pct"]
         floor = real_links_floor(ds, res, d_max, np.random.default_rng(a.seed))
         print(f"{eps:8.2f} {e:8.2f} {r:8.2f} {floor:8.2f} {e / r:7.3f} {res.report['privacy']['selections']:6d} "
-              f"{dt:8.1f}", flush=True)
+              f"{dt:8.1f} {os.getloadavg()[0]:10.2f}", flush=True)
         np.testing.assert_equal(len(res.links), len(res.tables["sessions"]))
+    print("load average (1, 5, 15 min) at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+          + f" on {os.cpu_count()} cores")
     return 0
 
 

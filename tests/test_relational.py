@@ -312,18 +312,24 @@ def test_selection_cap_and_candidate_orders() -> None:
 
 
 def test_noisy_releases_are_shrunk_not_fitted(ml: dict) -> None:
-    """Many-to-many at a noisy budget: fitting the raw releases (the former 'auto', which shrank nothing
-    here) ends worse than random links; the per-release shrinkage towards the fixed random start beats them."""
+    """Many-to-many at a noisy budget (ε_rel 4 on 120 × 80 records): fitting the raw releases swings the
+    result far from the random-links start in either direction, depending on the noise draw; the
+    per-release shrinkage (default) keeps the learned links close to it. Over 8 seeds, the default's worst
+    excess over random links and its spread are both smaller than the raw fit's."""
     params = {"iterations": 8, "pgd_iters": 40, "d_max": 10, "slice_fraction": 1.0, "evaluate_nonprivate": True}
     b = {"links": {"epsilon": 4.0, "delta": 1e-6}}
-    runs = {name: run_relational(ml["tables"], ml["links"], {**params, **extra}, b, noise=NoiseSource(7),
-                                 synthetic_tables=_identity(ml))
-            for name, extra in (("default", {}), ("raw", {"shrinkage": False}))}
-    ev = {k: r.report["nonprivate_evaluation"] for k, r in runs.items()}
-    rand = ev["default"]["initial_random_links_error_pct"]
-    assert runs["default"].report["privacy"]["shrinkage"] == "per_release"
-    assert ev["raw"]["average_cross_error_pct"] > rand  # noise fitted: worse than random links
-    assert ev["default"]["average_cross_error_pct"] < rand < ev["raw"]["average_cross_error_pct"]
+    excess: dict[str, list[float]] = {"default": [], "raw": []}
+    for seed in range(8):
+        for name, extra in (("default", {}), ("raw", {"shrinkage": False})):
+            r = run_relational(ml["tables"], ml["links"], {**params, **extra}, b, noise=NoiseSource(seed),
+                               synthetic_tables=_identity(ml))
+            if name == "default":
+                assert r.report["privacy"]["shrinkage"] == "per_release"
+            ev = r.report["nonprivate_evaluation"]
+            excess[name].append(ev["average_cross_error_pct"] - ev["initial_random_links_error_pct"])
+    d, raw = np.array(excess["default"]), np.array(excess["raw"])
+    assert d.max() < raw.max() and d.max() < 4.0
+    assert d.std() < 0.6 * raw.std()
     with pytest.raises(ConfigError, match="shrink_towards"):
         Relational({"shrink_towards": "somewhere"})
 
@@ -426,3 +432,49 @@ def test_movielens_like_generator_is_seeded_bounded_and_correlated() -> None:
     young = joined.loc[joined["age"] <= 1, "genre0"].mean()
     old = joined.loc[joined["age"] >= 5, "genre0"].mean()
     assert old > young + 0.2, (young, old)
+
+
+class _Capture:
+    """A checkpoint stand-in that keeps the last committed state."""
+
+    def __init__(self) -> None:
+        self.state: dict | None = None
+
+    def save(self, round_: int, state: dict) -> None:
+        self.state = state
+
+    def load(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("sampler", ["continuous", "discrete"])
+def test_link_releases_are_noisy_count_tables(ml: dict, sampler: str) -> None:
+    """Each release is the exact cross count table plus Gaussian noise of std σ·m, divided by m: with the
+    discrete sampler the noise is integer-valued on the counts (it used to be drawn on the probability
+    scale, where a discrete Gaussian of σ ≈ 0.02 is almost always 0, i.e. no noise at all)."""
+    from privcube.privacy.discrete import make_noise_source
+
+    cap = _Capture()
+    params = {**FAST, **PAPER, "iterations": 2}
+    res = run_relational(ml["tables"], ml["links"], params, {"links": {"epsilon": 1.0, "delta": 1e-6}},
+                         noise=make_noise_source(11, sampler), synthetic_tables=_identity(ml), checkpoint=cap)
+    m, sigma = res.report["m"], res.report["privacy"]["noise_std"]
+    selected = cap.state["meta"]["selected"]
+    assert len(selected) == 6
+    users, movies = ml["tables"]["users"][0], ml["tables"]["movies"][0]
+    pairs = ml["links"]["pairs"].merge(users, left_on="user_id", right_on="id").merge(
+        movies, left_on="movie_id", right_on="id")
+    noise = []
+    for q, lab in enumerate(selected):
+        left, right = (part.split(",") for part in lab.split("|"))
+        # the exact count table, by pandas group-by over the linked pairs (all cells, C order)
+        d1, d2 = ml["tables"]["users"][1], ml["tables"]["movies"][1]
+        idx = pd.MultiIndex.from_product([range(n) for n in (*d1.shape_of(tuple(left)), *d2.shape_of(tuple(right)))])
+        exact = pairs.groupby([*left, *right]).size().reindex(idx, fill_value=0).to_numpy()
+        diff = cap.state["arrays"][f"released.{q}"] * m - exact
+        noise.append(diff)
+        if sampler == "discrete":
+            assert np.allclose(diff, np.round(diff), atol=1e-6)
+    z = np.concatenate(noise)
+    assert np.count_nonzero(np.round(z)) > 0.8 * z.size  # σ·m ≈ 14 counts: almost never 0
+    assert 0.8 < np.std(z) / (sigma * m) < 1.25

@@ -309,10 +309,17 @@ class _PrefixLedger:
 
 
 class _PrefixNoise:
-    """A view of the noise source whose keys are namespaced (distinct tables never share noise)."""
+    """A view of the noise source whose keys are namespaced (distinct tables never share noise).
+
+    Every draw of the source (generator, gaussian/laplace/gumbel, add_gaussian/add_laplace releases)
+    is forwarded with the prefixed key; other attributes (``seeded``, ``to_dict``, …) are the source's.
+    """
 
     def __init__(self, noise: NoiseSource, prefix: tuple) -> None:
         self.noise, self.prefix = noise, prefix
+
+    def _key(self, key: Any) -> tuple:
+        return (*self.prefix, *(tuple(key) if isinstance(key, (tuple, list)) else (key,)))
 
     def generator(self, *key: Any) -> np.random.Generator:
         """Stream (*prefix, *key)."""
@@ -320,8 +327,29 @@ class _PrefixNoise:
 
     def gaussian(self, key: Any, shape: Any, sigma: float) -> np.ndarray:
         """Gaussian noise on the namespaced key."""
-        key = tuple(key) if isinstance(key, (tuple, list)) else (key,)
-        return self.noise.gaussian((*self.prefix, *key), shape, sigma)
+        return self.noise.gaussian(self._key(key), shape, sigma)
+
+    def laplace(self, key: Any, shape: Any, scale: float) -> np.ndarray:
+        """Laplace noise on the namespaced key."""
+        return self.noise.laplace(self._key(key), shape, scale)
+
+    def gumbel(self, key: Any, shape: Any) -> np.ndarray:
+        """Gumbel draws on the namespaced key."""
+        return self.noise.gumbel(self._key(key), shape)
+
+    def add_gaussian(self, key: Any, values: Any, sigma: float) -> np.ndarray:
+        """A Gaussian release of ``values`` on the namespaced key (the source's own checks apply)."""
+        return self.noise.add_gaussian(self._key(key), values, sigma)
+
+    def add_laplace(self, key: Any, values: Any, scale: float) -> np.ndarray:
+        """A Laplace release of ``values`` on the namespaced key."""
+        return self.noise.add_laplace(self._key(key), values, scale)
+
+    def __getattr__(self, name: str) -> Any:
+        """Anything else (``seeded``, ``to_dict``, …) from the wrapped source."""
+        if name in ("noise", "prefix"):
+            raise AttributeError(name)
+        return getattr(self.noise, name)
 
 
 # ----------------------------------------------------------------------------------- params
@@ -691,16 +719,20 @@ def run_relational(tables: Mapping[str, tuple[Any, Domain]], links: Any, params:
                 # AIM's penalty (data-independent): the expected TV noise of measuring w, ½·√(2/π)·σ·|cells|
                 scores = scores - np.array([0.5 * math.sqrt(2 / math.pi) * sigma * np.prod(w.sizes(doms[0], doms[1]))
                                             for w in pool])
-            for _ in range(kt):
-                q = exponential_mechanism(scores, eps_em, sens_tv, rng)
+            for d in range(kt):
+                # Gumbel-max draws from the noise source (keyed; CSPRNG when unseeded), like every release
+                q = exponential_mechanism(scores, eps_em, sens_tv,
+                                          lambda n, d=d: noise.gumbel(("relational", "select", t, d), n))
                 picked.append(pool[q])
                 scores[q] = -np.inf
             ledger.charge("links:measure", rho=kt * (1 - alpha) * eps0 ** 2 / 2, iteration=t,
                           workloads=[w.label() for w in picked], sigma=sigma)
             for w in picked:
-                a = real.marginal(w, ri, rj)
-                noisy = a + noise.gaussian(("relational", "measure", t, w.label()), a.shape, sigma)
-                del a
+                # the release is of the integer count table (L2 sensitivity √2·d_sens, noise σ·m), read as a
+                # distribution after the noise: P_w + N(0, σ²) exactly, and a discrete sampler gets integers
+                c = real.counts(w, ri, rj)
+                noisy = noise.add_gaussian(("relational", "measure", t, w.label()), c, sigma * m) / m
+                del c
                 released.append(noisy)
                 selected.append(w)
                 chosen_set.add(w)

@@ -24,6 +24,11 @@ def one_hot(cells: np.ndarray, size: int) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(n), (np.arange(n), cells)), shape=(n, size))
 
 
+#: A workload whose smaller side has at most this many cells is applied with dense one-hot products (BLAS;
+#: cost ∝ cells of that side), otherwise with the sparse factors (cost independent of the cells).
+DENSE_MAX_CELLS = 4
+
+
 def _dense_one_hot(cells: np.ndarray, size: int) -> np.ndarray:
     """Dense (n × size) float one-hot matrix of cell indices."""
     out = np.zeros((cells.size, size))
@@ -57,18 +62,21 @@ class SliceOperator:
         """Per workload, the flattened count table A1ᵀ B A2: dense one-hot products (BLAS), the block-sized
         product against the side with fewer cells first, so no block-sized temporary is made."""
         out = []
-        for (a1, a2), (s1, s2) in zip(self._dense(), self.sizes):
-            if s2 <= s1:
+        for (a1, a2), a1t, a2t, (s1, s2) in zip(self._dense(), self._a1t, self._a2t, self.sizes):
+            if min(s1, s2) > DENSE_MAX_CELLS:  # sparse: A1ᵀB (D1 × n2, B read in place), then its product with A2
+                out.append(np.asarray((a2t @ (a1t @ B).T).T).ravel())
+            elif s2 <= s1:
                 out.append((a1.T @ (B @ a2)).ravel())  # n1 × D2 first
             else:
                 out.append(((a1.T @ B) @ a2).ravel())  # D1 × n2 first
         return out
 
     def _dense(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Dense one-hot factors (A1: n1 × D1, A2: n2 × D2), built on first use."""
+        """Dense one-hot factors (A1: n1 × D1, A2: n2 × D2) of the workloads with a small side, built on first use."""
         if self._onehots is None:
-            self._onehots = [(_dense_one_hot(r, s[0]), _dense_one_hot(c, s[1]))
-                             for r, c, s in zip(self.rows, self.cols, self.sizes)]
+            empty = np.zeros((0, 0))
+            self._onehots = [(_dense_one_hot(r, s[0]), _dense_one_hot(c, s[1])) if min(s) <= DENSE_MAX_CELLS
+                             else (empty, empty) for r, c, s in zip(self.rows, self.cols, self.sizes)]
         return self._onehots
 
     def adjoint(self, R: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:

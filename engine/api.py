@@ -46,10 +46,17 @@ class RunSummary:
     result: MechanismResult
 
 
+def build_mechanism(cfg: JobConfig) -> Any:
+    """The configured mechanism, with its parameters checked and the run's noise sampler declared."""
+    mech = get_mechanism(cfg.mechanism)(cfg.mechanism_params)
+    mech.use_noise_sampler(cfg.noise_sampler)
+    return mech
+
+
 def plan(config: str | Path | Mapping[str, Any] | JobConfig) -> PlanSummary:
     """Data-independent plan of a batch mechanism: expected error and measurements; reads no data."""
     cfg = config if isinstance(config, JobConfig) else load_config(config, need_data=False)
-    mech = get_mechanism(cfg.mechanism)(cfg.mechanism_params)
+    mech = build_mechanism(cfg)
     return mech.plan(cfg.workload, cfg.budget)
 
 
@@ -107,7 +114,7 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
     rundir = RunDirectory(out)
     rundir.check_usable(resume)
     check_publish_targets(cfg.output, replace=resume or overwrite)  # output.answers / output.zarr copies
-    mech = get_mechanism(cfg.mechanism)(cfg.mechanism_params)
+    mech = build_mechanism(cfg)
     if resume:
         _check_resumable(rundir, cfg, seed)  # refuse a different seed/config before reading any data
     table = open_table(cfg.data_path, cfg.schema)  # checks columns against the schema eagerly

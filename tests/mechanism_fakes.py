@@ -12,6 +12,9 @@ class ZeroNoise:
     def gaussian(self, key: Any, shape: tuple[int, ...], sigma: float) -> np.ndarray:
         return np.zeros(shape)
 
+    def add_gaussian(self, key: Any, values: Any, sigma: float) -> np.ndarray:
+        return np.asarray(values, dtype=float) + self.gaussian(key, np.shape(values), sigma)
+
 
 class RngNoise:
     """Seeded i.i.d. Gaussian noise for Monte-Carlo checks; records the measurement keys it was asked for."""
@@ -23,6 +26,9 @@ class RngNoise:
     def gaussian(self, key: Any, shape: tuple[int, ...], sigma: float) -> np.ndarray:
         self.keys.append(key)
         return self.rng.normal(0.0, sigma, size=shape)
+
+    def add_gaussian(self, key: Any, values: Any, sigma: float) -> np.ndarray:
+        return np.asarray(values, dtype=float) + self.gaussian(key, np.shape(values), sigma)
 
 
 class RecordingLedger:

@@ -79,6 +79,10 @@ class Mechanism(ABC):
 
     name: ClassVar[str]
     PARAMS: ClassVar[Mapping[str, Any]] = {}
+    #: True when every release adds noise to an integer-valued query of the counts (marginals), so the
+    #: exact discrete samplers (``noise_sampler: discrete``) are private; mechanisms that release
+    #: real-valued strategy answers (B x, A x) keep False and refuse discrete noise up front.
+    INTEGER_MEASUREMENTS: ClassVar[bool] = False
 
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:
         params = dict(params or {})
@@ -90,6 +94,18 @@ class Mechanism(ABC):
                 f"known: {sorted(self.PARAMS)}"
             )
         self.params = {**self.PARAMS, **params}
+        self.given_params = frozenset(params)  # the keys the user set (the rest are defaults)
+        self.noise_sampler = "continuous"
+
+    def use_noise_sampler(self, sampler: str) -> None:
+        """Declare the run's noise sampler before planning: ``discrete`` is refused (ConfigError) by
+        mechanisms whose measurements are not integer-valued, and changes the accounting of others."""
+        if sampler == "discrete" and not self.INTEGER_MEASUREMENTS:
+            raise ConfigError(
+                f"noise_sampler: discrete adds integer noise, which is private only for integer-valued "
+                f"measurements, but mechanism {self.name!r} releases real-valued strategy answers; use "
+                f"noise_sampler: continuous, or mechanism residual-planner or aim-grem")
+        self.noise_sampler = sampler
 
     def plan(self, workload: Workload, budget: Any) -> PlanSummary:
         """Expected error without data; adaptive mechanisms cannot plan."""

@@ -28,6 +28,7 @@ from privcube.domain import Domain
 from privcube.errors import BudgetError, ConfigError
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
 from privcube.oracle import MarginalOracle, measure
+from privcube.privacy.discrete import is_discrete
 from privcube.workload import Workload
 
 Clique = tuple[str, ...]
@@ -44,9 +45,16 @@ def downward_closure(domain: Domain, cliques: Iterable[Sequence[str]]) -> list[C
     return sorted(out, key=lambda t: (len(t), [order[a] for a in t]))
 
 
-def p_coefficient(domain: Domain, tau: Clique) -> float:
-    """Privacy coefficient p_τ = ∏_{i∈τ} (n_i−1)/n_i (the cost of σ_τ² = 1 is p_τ/2 in zCDP)."""
-    return math.prod((domain[a] - 1) / domain[a] for a in tau)
+def p_coefficient(domain: Domain, tau: Clique, lattice: bool = False) -> float:
+    """Privacy coefficient p_τ = ∏_{i∈τ} (n_i−1)/n_i (the cost of σ_τ² = 1 is p_τ/2 in zCDP).
+
+    With ``lattice`` (exact discrete Gaussian noise) it is 1 for every measurable τ: the residual is
+    then post-processing of μ_τ + Z, a sensitivity-1 integer query whose discrete-Gaussian cost is
+    1/(2σ²) (CKS Thm 4); the smaller p_τ is proven only for the continuous Gaussian, whose
+    projection onto the residual space is again Gaussian.
+    """
+    p = math.prod((domain[a] - 1) / domain[a] for a in tau)
+    return 1.0 if lattice and p > 0 else p
 
 
 def v_coefficient(domain: Domain, tau: Clique, gamma: Clique) -> float:
@@ -59,11 +67,12 @@ class ResidualPlan:
     """Noise scales σ_τ² for the residuals of a marginal workload, and the resulting errors."""
 
     def __init__(self, domain: Domain, weights: Mapping[Clique, float], sigma2: Mapping[Clique, float],
-                 beta: float) -> None:
+                 beta: float, lattice: bool = False) -> None:
         self.domain = domain
         self.weights = dict(weights)
         self.sigma2 = dict(sigma2)
         self.beta = float(beta)
+        self.lattice = lattice  # discrete noise: p_τ = 1 (see p_coefficient)
 
     def cell_variance(self, gamma: Clique) -> float:
         """Variance of every cell of the reconstructed marginal γ."""
@@ -72,7 +81,7 @@ class ResidualPlan:
 
     def privacy_cost(self) -> float:
         """β = Σ_τ p_τ / σ_τ² (zCDP ρ = β/2)."""
-        return float(sum(p_coefficient(self.domain, t) / s for t, s in self.sigma2.items()))
+        return float(sum(p_coefficient(self.domain, t, self.lattice) / s for t, s in self.sigma2.items()))
 
 
 def _subsets(c: Clique) -> Iterable[Clique]:
@@ -80,25 +89,28 @@ def _subsets(c: Clique) -> Iterable[Clique]:
         yield from itertools.combinations(c, r)
 
 
-def optimize_sum(domain: Domain, weights: Mapping[Clique, float], beta: float) -> dict[Clique, float]:
+def optimize_sum(domain: Domain, weights: Mapping[Clique, float], beta: float,
+                 lattice: bool = False) -> dict[Clique, float]:
     """Closed-form σ_τ² minimising the weighted total squared error at privacy cost β = 2ρ."""
     a: dict[Clique, float] = {}
     for gamma, w in weights.items():
         n_gamma = domain.size(gamma)
         for t in _subsets(gamma):
             a[t] = a.get(t, 0.0) + w * n_gamma * v_coefficient(domain, t, gamma)
-    active = {t: x for t, x in a.items() if x > 0 and p_coefficient(domain, t) > 0}
-    total = sum(math.sqrt(x * p_coefficient(domain, t)) for t, x in active.items())
-    return {t: total / beta * math.sqrt(p_coefficient(domain, t) / x) for t, x in active.items()}
+    p = {t: p_coefficient(domain, t, lattice) for t in a}
+    active = {t: x for t, x in a.items() if x > 0 and p[t] > 0}
+    total = sum(math.sqrt(x * p[t]) for t, x in active.items())
+    return {t: total / beta * math.sqrt(p[t] / x) for t, x in active.items()}
 
 
-def optimize_max(domain: Domain, weights: Mapping[Clique, float], beta: float) -> dict[Clique, float]:
+def optimize_max(domain: Domain, weights: Mapping[Clique, float], beta: float,
+                 lattice: bool = False) -> dict[Clique, float]:
     """σ_τ² minimising max_γ w_γ·(cell variance of γ) at privacy cost β, via cvxpy/Clarabel."""
     import cvxpy as cp
 
     taus = [t for t in downward_closure(domain, weights) if p_coefficient(domain, t) > 0]
     index = {t: i for i, t in enumerate(taus)}
-    p = np.array([p_coefficient(domain, t) for t in taus])
+    p = np.array([p_coefficient(domain, t, lattice) for t in taus])
     # Scale u = 1/σ² by beta so the problem is well-conditioned regardless of the budget.
     u = cp.Variable(len(taus), pos=True)
     t_var = cp.Variable()
@@ -125,6 +137,7 @@ class ResidualPlanner(Mechanism):
 
     name = "residual-planner"
     PARAMS = {"objective": "sum"}
+    INTEGER_MEASUREMENTS = True  # noise is added to the exact marginal μ_τ, then decomposed
 
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:
         super().__init__(params)
@@ -148,11 +161,10 @@ class ResidualPlanner(Mechanism):
         rho = _rho(budget)
         beta = 2.0 * rho
         weights = {workload.domain.canonical(c): w for c, w in workload.weights().items()}
-        if self.params["objective"] == "sum":
-            sigma2 = optimize_sum(workload.domain, weights, beta)
-        else:
-            sigma2 = optimize_max(workload.domain, weights, beta)
-        plan = ResidualPlan(workload.domain, weights, sigma2, beta)
+        lattice = self.noise_sampler == "discrete"
+        solve = optimize_sum if self.params["objective"] == "sum" else optimize_max
+        sigma2 = solve(workload.domain, weights, beta, lattice)
+        plan = ResidualPlan(workload.domain, weights, sigma2, beta, lattice)
         cost = plan.privacy_cost()
         if cost > beta:  # float round-off only: inflate noise so the spend never exceeds the budget
             f = cost / beta * (1 + 1e-12)
@@ -170,6 +182,8 @@ class ResidualPlanner(Mechanism):
         """Measure every needed residual once, then reconstruct each workload marginal."""
         from privcube.residuals import recon_add
 
+        if is_discrete(noise):
+            self.use_noise_sampler("discrete")
         rp = self.optimize(workload, budget)
         domain = workload.domain
         taus = [t for t in downward_closure(domain, rp.weights) if t in rp.sigma2]
@@ -207,7 +221,7 @@ class ResidualRelease:
         from privcube.residuals import decomp
 
         mu = np.asarray(mu, dtype=float)
-        y = mu + self.noise.gaussian((self.name, tau), mu.shape, self.sigmas[tau])
+        y = self.noise.add_gaussian((self.name, tau), mu, self.sigmas[tau])  # discrete: integer μ only
         return decomp(y, tau, tau)
 
 

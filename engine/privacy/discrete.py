@@ -437,6 +437,11 @@ def require_integers(values: Any, key: KeyPart | Any = None) -> np.ndarray:
 NOISE_SAMPLERS = ("continuous", "discrete")
 
 
+def is_discrete(noise: Any) -> bool:
+    """Whether ``noise`` draws exact discrete (integer) noise."""
+    return isinstance(noise, DiscreteNoiseSource)
+
+
 def make_noise_source(seed: int | None = None, sampler: str = "continuous") -> NoiseSource:
     """The run's noise source for config ``noise_sampler`` ("continuous" float, or "discrete" exact)."""
     if sampler == "discrete":
@@ -449,6 +454,6 @@ def make_noise_source(seed: int | None = None, sampler: str = "continuous") -> N
 __all__ = [
     "DiscreteNoiseSource", "NOISE_SAMPLERS", "bernoulli_exp", "discrete_gaussian", "discrete_gaussian_array",
     "discrete_gaussian_rho", "discrete_gaussian_variance", "discrete_laplace", "discrete_laplace_array",
-    "discrete_laplace_epsilon", "discrete_laplace_variance", "make_noise_source", "require_integers",
+    "discrete_laplace_epsilon", "discrete_laplace_variance", "is_discrete", "make_noise_source", "require_integers",
     "round_up_rational",
 ]

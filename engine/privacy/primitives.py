@@ -3,7 +3,7 @@ mechanism with its zCDP cost."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy.special import log_ndtr, ndtr
@@ -50,16 +50,22 @@ def exponential_mechanism(
     scores: Sequence[float] | np.ndarray,
     epsilon: float,
     sensitivity: float,
-    rng: np.random.Generator,
+    rng: np.random.Generator | Callable[[int], np.ndarray],
 ) -> int:
     """Index i drawn with probability ∝ exp(ε·score_i/(2Δ)), via the Gumbel-max trick (no overflow).
 
-    The cost is ε-DP, or ``exponential_rho(epsilon)`` = ε²/8 in zCDP. Scores of −inf are never chosen.
+    ``rng`` is a numpy Generator or a function n -> n standard Gumbel draws (e.g. a keyed
+    ``NoiseSource.gumbel``, cryptographically secure when unseeded). The cost is ε-DP, or
+    ``exponential_rho(epsilon)`` = ε²/8 in zCDP. Scores of −inf are never chosen.
     """
     epsilon = _check_epsilon(epsilon)
     sens = _check_sensitivity(sensitivity, "sensitivity")
-    if not isinstance(rng, np.random.Generator):
-        raise BudgetError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    if isinstance(rng, np.random.Generator):
+        draw = lambda n: rng.gumbel(size=n)  # noqa: E731
+    elif callable(rng):
+        draw = rng
+    else:
+        raise BudgetError(f"rng must be a numpy.random.Generator or a Gumbel sampler, got {type(rng).__name__}")
     s = np.asarray(scores, dtype=float).ravel()
     if s.size == 0:
         raise BudgetError("scores must hold at least one candidate, got an empty sequence")
@@ -68,7 +74,10 @@ def exponential_mechanism(
     if not np.any(np.isfinite(s)):
         raise BudgetError("scores: every candidate is -inf, nothing can be selected")
     logits = (epsilon / (2.0 * sens)) * s
-    return int(np.argmax(logits + rng.gumbel(size=s.size)))
+    g = np.asarray(draw(s.size), dtype=float).ravel()
+    if g.shape != s.shape:
+        raise BudgetError(f"the Gumbel sampler returned {g.size} draws for {s.size} candidates")
+    return int(np.argmax(logits + g))
 
 
 def exponential_probabilities(scores: Sequence[float] | np.ndarray, epsilon: float, sensitivity: float) -> np.ndarray:

@@ -134,13 +134,14 @@ class LocalMarginals:
         return self.mu
 
     def noisy(self, requests: Sequence[tuple[Clique, Sequence[Any], float]], noise: Any) -> list[np.ndarray]:
-        """μ_c + noise.gaussian(key, shape, σ) per (c, key, σ): the only release of the true marginals."""
+        """μ_c + Gaussian noise (``noise.add_gaussian(key, μ_c, σ)``) per (c, key, σ): the only release of the
+        true marginals."""
         if self.truth is None:
             raise ConfigError("marginal table has no true marginals; nothing can be measured")
         out = []
         for c, key, sigma in requests:
             mu = self.truth[tuple(c)]
-            out.append(mu + noise.gaussian(key, mu.shape, sigma))
+            out.append(noise.add_gaussian(key, mu, sigma))  # a discrete source checks μ is integer
         return out
 
     def load(self, mu: Mapping[Clique, np.ndarray]) -> None:

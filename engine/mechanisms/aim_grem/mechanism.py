@@ -33,6 +33,7 @@ from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals, Margina
 from privcube.mechanisms.aim_grem.state import AIMState, normalise
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, RunContext
 from privcube.oracle import MarginalOracle, marginal_futures
+from privcube.privacy.discrete import is_discrete
 from privcube.residuals import decomp
 from privcube.workload import Workload
 
@@ -78,6 +79,7 @@ class AIMGReM(Mechanism):
     """AIM with residual measurements (CRP or IID), GReM-MLE reconstruction and lazy/full updates."""
 
     name: ClassVar[str] = TAG
+    INTEGER_MEASUREMENTS: ClassVar[bool] = True  # every release is μ_c + noise on an exact marginal
     PARAMS: ClassVar[Mapping[str, Any]] = {
         "measure": "crp",            # crp | iid
         "update": "lazy",            # lazy | full
@@ -154,12 +156,26 @@ class AIMGReM(Mechanism):
         return Problem(domain, cliques, weights, closure, candidates, cw, selection.cells(candidates, domain),
                        float(cw.max()) if cw.size else 1.0, list(closure), cells_kept)
 
+    def use_noise_sampler(self, sampler: str) -> None:
+        """Discrete noise: rounds measure the selected marginal whole (IID), because CRP's per-residual
+        savings (p_τ/(2σ_τ²)) are proven for continuous Gaussian noise only; an explicit
+        ``measure: crp`` is refused rather than changed behind the user's back."""
+        if sampler == "discrete" and self.params["measure"] == "crp" and "measure" in self.given_params:
+            raise ConfigError("aim-grem: parameter 'measure: crp' is accounted for continuous Gaussian noise only; "
+                              "with noise_sampler: discrete use measure: iid (the default then)")
+        super().use_noise_sampler(sampler)
+
+    @property
+    def measure_mode(self) -> str:
+        """``crp`` or ``iid``: the parameter, except that discrete noise measures whole marginals (IID)."""
+        return "iid" if self.noise_sampler == "discrete" else self.params["measure"]
+
     def _identity(self, prob: Problem, rho_total: float, noise: Any) -> dict[str, Any]:
         """What a checkpoint must match to be resumed by this run."""
         return normalise({
             "mechanism": TAG, "domain": prob.domain.to_dict(),
             "workload": [[list(c), prob.weights[c]] for c in prob.cliques], "rho": rho_total,
-            "measure": self.params["measure"], "update": self.params["update"],
+            "measure": self.measure_mode, "update": self.params["update"],
             "crp_solver": self.params["crp_solver"], "eta": self.params["eta"],
             "noise": noise.to_dict() if hasattr(noise, "to_dict") else None,
         })
@@ -236,6 +252,8 @@ class AIMGReM(Mechanism):
             context: RunContext | None = None) -> MechanismResult:
         """Run AIM+GReM against ``oracle``; resumes from ``context.checkpoint`` when ``context.resume``."""
         ctx = context or RunContext()
+        if is_discrete(noise):
+            self.use_noise_sampler("discrete")
         prob = self.problem(oracle.domain, workload)
         if ledger is None or noise is None:
             raise ConfigError("aim-grem: a PrivacyLedger and a NoiseSource are required")
@@ -361,10 +379,11 @@ class AIMGReM(Mechanism):
                 rho_meas = min(st.rho_total - st.rho_used, ledger.remaining_rho)
             sigma2 = 1.0 / (2.0 * rho_meas)
             score = selection.scores(errors, prob.cand_weights, prob.cand_cells, math.sqrt(sigma2))
-            idx = selection.select(score, b.epsilon, prob.sensitivity, noise.generator(TAG, t, "select"))
+            idx = selection.select(score, b.epsilon, prob.sensitivity,
+                                   lambda n, t=t: noise.gumbel((TAG, t, "select"), n))  # CSPRNG when unseeded
             gamma = prob.candidates[idx]
             # ---- plan and measure
-            if self.params["measure"] == "crp":
+            if self.measure_mode == "crp":
                 plan = crp.plan_crp(gamma, prob.domain, grem.lam, sigma2, eta=self.params["eta"],
                                     solver=self.params["crp_solver"])
             else:
@@ -426,7 +445,7 @@ class AIMGReM(Mechanism):
         tensors: dict[str, np.ndarray] = {f"aim_grem.residual.{i:05d}": grem.z[t] for i, t in enumerate(grem.residuals)}
         tensors["aim_grem.precision"] = np.array([grem.lam[t] for t in grem.residuals])
         report = {
-            "mechanism": TAG, "measure": self.params["measure"], "update": self.params["update"],
+            "mechanism": TAG, "measure": self.measure_mode, "update": self.params["update"],
             "rounds": st.round, "done": st.done, "rho_total": st.rho_total, "rho_used": st.rho_used,
             "init": st.init, "candidates": len(prob.candidates), "closure": len(prob.closure),
             "trace": st.trace, "residuals": [list(t) for t in grem.residuals],

@@ -7,7 +7,7 @@ the L1 term by at most 1, so the sensitivity is Δ = max_γ w_γ and γ is drawn
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -47,7 +47,8 @@ def cells(candidates: Sequence[Clique], sizes: Sizes) -> np.ndarray:
     return np.array([math.prod(size_of(sizes, a) for a in c) for c in candidates], dtype=float)
 
 
-def select(score: np.ndarray, epsilon: float, sensitivity: float, rng: np.random.Generator) -> int:
+def select(score: np.ndarray, epsilon: float, sensitivity: float,
+           rng: np.random.Generator | Callable[[int], np.ndarray]) -> int:
     """Index of the exponential-mechanism choice, Pr ∝ exp(ε·score/(2Δ))."""
     return exponential_mechanism(score, epsilon, sensitivity, rng)
 

@@ -187,10 +187,11 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
     try:
         rundir.write_json("ledger.json", ledger_dict)  # first: what was spent is a fact once measured
         rundir.write_config(cfg.resolved())
-        rundir.write_answers(result.answers, cfg.domain, cfg.schema, labels=cfg.output.get("labels", True))
+        rundir.write_answers(result.answers, cfg.domain, cfg.schema, labels=cfg.output.get("labels", True),
+                             keep_existing=resume)
         if result.synthetic:
             rundir.write_synthetic(result.synthetic)
-        _write_tensors(rundir.store_path, cfg, result)
+        _write_tensors(rundir.store_path, cfg, result, keep_existing=resume)
     except OSError as e:
         raise RunDirectoryError(_write_error(rundir.path, e, "outputs")) from None
     timings["write_s"] = time.perf_counter() - t0
@@ -303,19 +304,22 @@ def _mechanism_name(raw: Mapping[str, Any]) -> Any:
     return mech.get("name") if isinstance(mech, Mapping) else mech
 
 
-def _write_tensors(path: Path, cfg: JobConfig, result: MechanismResult) -> None:
-    """Persist the private (noisy) answer tensors and the mechanism's own arrays in ``store.zarr``."""
-    from privcube.storage.zarr_store import TensorStore
+def _write_tensors(path: Path, cfg: JobConfig, result: MechanismResult, keep_existing: bool = False) -> None:
+    """Persist the private (noisy) answer tensors and the mechanism's own arrays in ``store.zarr``;
+    ``keep_existing`` (resume) leaves arrays an interrupted attempt already committed (renamed into place)."""
+    from privcube.storage.zarr_store import TensorStore, marginal_name
 
     store = TensorStore(path, domain=cfg.domain)
+    done = set(store.names()) if keep_existing else set()
     for ans in result.answers:
         g = ans.group
-        if g.is_marginal and g.attributes:
+        if g.is_marginal and g.attributes and marginal_name(g.attributes, "estimate") not in done:
             shape = cfg.domain.shape_of(g.attributes)
             store.write_marginal(g.attributes, np.asarray(ans.estimate, dtype=float).reshape(shape), cfg.domain,
                                  kind="estimate")
     for name, arr in result.tensors.items():
-        store.write(name, np.asarray(arr))
+        if name not in done:
+            store.write(name, np.asarray(arr))
     store.cleanup()  # temporaries left by an interrupted earlier attempt (resume)
 
 

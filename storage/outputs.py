@@ -148,23 +148,30 @@ class RunDirectory:
         return p
 
     def write_answers(self, answers: Iterable[Any], domain: Any, schema: Any = None,
-                      labels: bool = True) -> Path:
-        """Write each GroupAnswer as Parquet plus ``answers/index.json``."""
+                      labels: bool = True, keep_existing: bool = False) -> Path:
+        """Write each GroupAnswer as Parquet plus ``answers/index.json``.
+
+        ``keep_existing`` (resume): a group file already present was written atomically by the
+        interrupted attempt, with the same noise, so it is complete and is not written again."""
         folder = self.path / "answers"
         folder.mkdir(exist_ok=True, mode=0o700)
         index = []
         for i, ans in enumerate(answers):
             g = ans.group
-            frame = answer_frame(ans, domain, schema if labels else None)
             fname = f"group-{i:04d}-{_safe(g.label())}.parquet"
-            atomic_write_parquet(folder / fname, frame)
+            if keep_existing and (folder / fname).exists():
+                rows = pq.ParquetFile(folder / fname).metadata.num_rows
+            else:
+                frame = answer_frame(ans, domain, schema if labels else None)
+                atomic_write_parquet(folder / fname, frame)
+                rows = len(frame)
             index.append({
                 "attributes": list(g.attributes),
                 "queries": g.query_types(),
                 "weight": g.weight,
                 "marginal": bool(g.is_marginal),
                 "file": fname,
-                "rows": int(len(frame)),
+                "rows": int(rows),
             })
         atomic_write_json(folder / "index.json", {"groups": index})
         return folder

@@ -245,7 +245,8 @@ def test_external_sigkill_at_any_moment(tmp_path):
 @pytest.mark.parametrize("seeded", [True, False])
 def test_resume_of_a_mechanism_without_checkpoints(tmp_path, job, seeded):
     """ResidualPlanner keeps no checkpoint: a run killed while writing outputs resumes only when seeded
-    (identical noise, identical files); unseeded, fresh noise would release a second measurement."""
+    (identical noise: the missing files are written, the completed ones kept untouched); unseeded, fresh
+    noise would release a second measurement."""
     raw = yaml.safe_load(job[0].read_text())
     raw["mechanism"] = {"name": "residual-planner"}
     cfg = tmp_path / "rp.yaml"
@@ -257,16 +258,25 @@ def test_resume_of_a_mechanism_without_checkpoints(tmp_path, job, seeded):
     ledger = json.loads((out / "ledger.json").read_text())
     for name in (".complete", "report.json"):  # as if killed before the last two writes
         (out / name).unlink()
+    lost = sorted((out / "answers").glob("*.parquet"))[-1]  # ... and before the last answer file
+    lost.unlink()
+    kept = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (out / "answers").glob("*.parquet")}
     if not seeded:
         with pytest.raises(RunDirectoryError, match="unseeded"):
             api.run(cfg, out, resume=True, quiet=True)
-        assert {p.name: p.read_bytes() for p in (out / "answers").glob("*.parquet")} == answers
+        assert {p.name: p.read_bytes() for p in (out / "answers").glob("*.parquet")} == \
+            {n: d for n, d in answers.items() if n != lost.name}
         return
     api.run(cfg, out, seed=seed, resume=True, quiet=True)
     assert (out / ".complete").exists()
     got = {p.name: p.read_bytes() for p in (out / "answers").glob("*.parquet")}
     assert got.keys() == answers.keys()
-    for name, data in answers.items():  # rewritten with identical content
+    for name, data in answers.items():  # identical content; the missing file written again
         pd.testing.assert_frame_equal(pd.read_parquet(io.BytesIO(got[name])), pd.read_parquet(io.BytesIO(data)),
                                       check_exact=True)
+    # completed outputs are not rewritten: same inode, same modification time
+    assert {n: (p.stat().st_ino, p.stat().st_mtime_ns) for n, p in
+            ((n, out / "answers" / n) for n in kept)} == kept
+    index = json.loads((out / "answers" / "index.json").read_text())["groups"]
+    assert sum(g["rows"] for g in index) == sum(len(pd.read_parquet(io.BytesIO(d))) for d in answers.values())
     assert json.loads((out / "ledger.json").read_text())["charges"] == ledger["charges"]

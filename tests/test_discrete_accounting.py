@@ -52,6 +52,18 @@ def test_real_valued_strategies_refuse_discrete_noise(tmp_path, mech: str) -> No
     assert not (tmp_path / "out").exists()
 
 
+def test_querysmasher_run_refuses_a_discrete_source_before_charging() -> None:
+    """Through the Python API too: no charge, no measurement."""
+    from privcube.mechanisms.querysmasher.mechanism import QuerySmasher
+
+    oracle = ArrayOracle(DOM, np.zeros((5, 3), dtype=int))
+    budget = PrivacyBudget.from_rho(0.5)
+    ledger = PrivacyLedger(budget)
+    with pytest.raises(ConfigError, match="real-valued"):
+        QuerySmasher().run(oracle, Workload.kway(DOM, 2), budget, ledger, DiscreteNoiseSource(seed=1))
+    assert ledger.spent_rho == 0.0
+
+
 def test_residual_planner_discrete_charges_full_marginal_per_residual() -> None:
     """The discrete plan spends exactly ρ under p_τ = 1; the continuous plan would overspend under it."""
     wl = Workload.kway(DOM, 2)

@@ -20,9 +20,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-
 from privcube.errors import BudgetError, ConfigError
-from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
+from privcube.mechanisms.base import (
+    GroupAnswer,
+    Mechanism,
+    MechanismResult,
+    PlanSummary,
+    RunContext,
+)
 from privcube.mechanisms.querysmasher.assembly import (
     SubSolution,
     answer_group,
@@ -36,6 +41,7 @@ from privcube.mechanisms.querysmasher.decomposition import decompose
 from privcube.mechanisms.querysmasher.solvers import METHODS, NEWTON_LIMIT
 from privcube.oracle import MarginalOracle
 from privcube.oracle import measure as oracle_measure
+from privcube.privacy.discrete import is_discrete
 from privcube.workload import Workload
 
 Clique = tuple[str, ...]
@@ -116,6 +122,8 @@ class QuerySmasher(Mechanism):
     def run(self, oracle: MarginalOracle, workload: Workload, budget: Any, ledger: Any, noise: Any,
             context: RunContext | None = None) -> MechanismResult:
         """Measure each subworkload once (correlated Gaussian) and answer every workload query."""
+        if is_discrete(noise):  # B x is real-valued: integer noise would not hide it (ConfigError)
+            self.use_noise_sampler("discrete")
         client = context.client if context is not None else None
         sols, info = self.optimize(workload, budget, client)
         domain = workload.domain

@@ -20,14 +20,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
 from privcube.errors import BudgetError, ConfigError
-from privcube.mechanisms.base import (
-    GroupAnswer,
-    Mechanism,
-    MechanismResult,
-    PlanSummary,
-    RunContext,
-)
+from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
 from privcube.mechanisms.querysmasher.assembly import (
     SubSolution,
     answer_group,

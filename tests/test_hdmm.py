@@ -300,6 +300,11 @@ def test_subproblems_are_scattered_as_cluster_tasks_on_several_workers():
     # 3 OPT_⊗ restarts (union: one task each), 3 OPT_M starts, and the OPT_+ factors: I and T per attribute,
     # each solved exactly by a template, so one task each although 6 products × 4 factors use them
     assert kinds.count("KronTask") == 3 and kinds.count("MarginalsTask") == 3 and kinds.count("Opt0Task") == 8
+    import pickle   # process workers receive the tasks pickled: a round trip solves to the same losses
+
+    from privcube.mechanisms.hdmm.subproblems import run_task
+    shipped = pickle.loads(pickle.dumps(plan.tasks[-4:]))
+    assert [run_task(t).loss for t in shipped] == [run_task(t).loss for t in plan.tasks[-4:]]
     cluster, client = _two_worker_client()
     try:
         with get_task_stream(client=client) as ts:

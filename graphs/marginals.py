@@ -490,6 +490,16 @@ class DataOracle:
                 f.release()
         return dict(zip(measured, results))
 
+    def marginal_dask(self, clique: Sequence[str]) -> Any:
+        """One EXACT marginal as a lazy chunked dask array (axes in ``clique`` order), for releases too
+        large for one process: the caller builds ``A x + noise`` on it and computes only the noisy result."""
+        frame = self.frame
+        if not _is_dask_frame(frame):
+            import dask.dataframe as dd
+
+            frame = dd.from_pandas(frame, npartitions=1)
+        return marginal_dask(frame, self.domain, tuple(clique), weight=self.weight)
+
     def marginal_futures(self, cliques: Sequence[Sequence[str]]) -> dict[Clique, Any] | None:
         """EXACT marginals left on the cluster (``{clique: Future}``, one batched pass), or None without a
         client or a dask frame. For mechanisms that keep state next to the counts across rounds; the

@@ -52,15 +52,16 @@ def test_real_valued_strategies_refuse_discrete_noise(tmp_path, mech: str) -> No
     assert not (tmp_path / "out").exists()
 
 
-def test_querysmasher_run_refuses_a_discrete_source_before_charging() -> None:
+@pytest.mark.parametrize("mech", ["querysmasher", "hdmm", "eigen-design"])
+def test_real_valued_run_refuses_a_discrete_source_before_charging(mech: str) -> None:
     """Through the Python API too: no charge, no measurement."""
-    from privcube.mechanisms.querysmasher.mechanism import QuerySmasher
+    from privcube.mechanisms import get_mechanism
 
     oracle = ArrayOracle(DOM, np.zeros((5, 3), dtype=int))
     budget = PrivacyBudget.from_rho(0.5)
     ledger = PrivacyLedger(budget)
     with pytest.raises(ConfigError, match="real-valued"):
-        QuerySmasher().run(oracle, Workload.kway(DOM, 2), budget, ledger, DiscreteNoiseSource(seed=1))
+        get_mechanism(mech)().run(oracle, Workload.kway(DOM, 2), budget, ledger, DiscreteNoiseSource(seed=1))
     assert ledger.spent_rho == 0.0
 
 

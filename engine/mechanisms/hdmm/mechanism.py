@@ -24,6 +24,7 @@ from privcube.mechanisms.hdmm.strategy import Strategy
 from privcube.mechanisms.hdmm.subproblems import Mapper, solve_candidates
 from privcube.oracle import MarginalOracle, measure
 from privcube.privacy.budget import PrivacyBudget
+from privcube.privacy.discrete import is_discrete
 from privcube.workload import Workload
 
 OPTIMIZERS = ("auto", "opt0", "kron", "plus", "marginals")
@@ -169,6 +170,8 @@ class HDMM(Mechanism):
     def run(self, oracle: MarginalOracle, workload: Workload, budget: PrivacyBudget, ledger: Any, noise: Any,
             context: RunContext | None = None) -> MechanismResult:
         """Measure A x + noise once (charging the whole budget), reconstruct, answer every group."""
+        if is_discrete(noise):  # A x is real-valued: integer noise would not hide it (ConfigError)
+            self.use_noise_sampler("discrete")
         context = context or RunContext()
         iw = from_workload(workload)
         if iw.size > self.params["max_cells"]:
@@ -222,5 +225,5 @@ class StrategyRelease:
     def __call__(self, clique: tuple, mu: np.ndarray) -> np.ndarray:
         x = np.asarray(mu, dtype=float).reshape(-1)
         y = self.strategy.measure(x)
-        draw = self.noise.laplace if self.kind == "laplace" else self.noise.gaussian
-        return y + draw(self.key, y.shape, self.scale)
+        add = self.noise.add_laplace if self.kind == "laplace" else self.noise.add_gaussian
+        return add(self.key, y, self.scale)

@@ -13,6 +13,8 @@ reported ``gap`` is (primal − dual) / primal.
 * ``fourier``: weighted Fourier factorisation (WFF, App. C): V diagonal in the DFT basis,
   L = (Σ_k √g_k)² / c; optimal for circulant (circular-range) Grams.
 * ``eigen``: eigen-design V = √G / max diag √G (optimal when diag √G is constant).
+* ``eigen-design``: Li & Miklau's Eigen-Design (Program 1 weighting of the eigen-queries, completion
+  rows, or its closed form; the better), from :mod:`privcube.mechanisms.eigen_design`.
 * ``newton``: interior-point Newton on the dual (concave in λ over the simplex, log barrier), exact
   to the requested gap; the primal V = F (FᵀΛF)^{-½} Fᵀ (G = FFᵀ) is recovered without dividing by λ.
   Cost O(c² min(r², 20r)) per step (r = rank G; a quadrature form of the Hessian for large r), so
@@ -38,7 +40,7 @@ import scipy.optimize as sopt
 
 from privcube.errors import ConfigError
 
-METHODS = ("auto", "closed", "fourier", "eigen", "newton", "lowrank", "lbfgs", "sdp")
+METHODS = ("auto", "closed", "fourier", "eigen", "eigen-design", "newton", "lowrank", "lbfgs", "sdp")
 
 #: per-step flop budget (c²r²) below which ``auto`` uses the Newton dual solver
 NEWTON_LIMIT = 4e9
@@ -560,6 +562,10 @@ def solve(g: np.ndarray, shape: tuple[int, ...], method: str = "auto", *, tol: f
         return solve_fourier(g, shape)
     if method == "eigen":
         return solve_eigen(g)
+    if method == "eigen-design":
+        from privcube.mechanisms.eigen_design import querysmasher_part
+
+        return querysmasher_part(g)
     if method == "sdp":
         return solve_sdp(g, shape)
     if method == "lbfgs":

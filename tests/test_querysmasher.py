@@ -347,3 +347,40 @@ def test_table8_weighted(n: int, kind: str) -> None:
     if kind in ("marginal", "circular"):
         assert wrmse == pytest.approx(printed, rel=0.005)
     assert plan.details["max_duality_gap"] < 1e-4
+
+
+# WFF column (exact in the paper: the Weighted Fourier Factorisation has a closed form, digest §10.2).
+WFF_TABLE4 = [(10, "prefix", 39.70), (10, "allrange", 41.36), (10, "circular", 39.77), (10, "affine", 45.23),
+              (10, "abs-diff", 64.11), (10, "random", 107.81), (20, "prefix", 62.95), (20, "allrange", 63.58),
+              (20, "circular", 63.01), (20, "affine", 70.31), (20, "abs-diff", 102.54)]
+
+
+@pytest.mark.parametrize("n,query,printed", WFF_TABLE4)
+def test_table4_wff_column(n: int, query: str, printed: float) -> None:
+    """Table 4's WFF column with solver 'fourier' on the same workloads, within 0.5%; QS never worse."""
+    if query == "random":
+        entries = _paper_random(n)
+    elif query in ("affine", "abs-diff"):
+        entries = [{"kway": 1, "queries": "prefix"}, {"kway": 2, "queries": query}]
+    else:
+        entries = [{"kway": 1, "queries": query}, {"kway": 2, "queries": query}]
+    wl = parse_workload(entries, _grid(n))
+    wff = QuerySmasher({"solver": "fourier"}).plan(wl, COST1)
+    assert wff.rmse == pytest.approx(printed, rel=0.005)
+    assert wff.privacy["rho"] <= 0.5 * (1 + 1e-12)
+
+
+@pytest.mark.skipif(not ADULT.exists(), reason="Adult domain file absent")
+@pytest.mark.parametrize("ks,printed", [([1], 5.804), ([2], 22.493), ([3], 66.934), ([1, 2, 3], 66.794)])
+def test_table2_adult_wff_column(ks: list[int], printed: float) -> None:
+    """Table 2 (Adult hybrid marginal/prefix) WFF column, within 0.5%."""
+    plan = QuerySmasher({"solver": "fourier"}).plan(hybrid(Domain.load(ADULT), ks, ADULT_NUMERIC), COST1)
+    assert plan.rmse == pytest.approx(printed, rel=0.005)
+
+
+@pytest.mark.parametrize("d,printed", [(10, 25.37), (20, 65.13), (30, 113.98)])
+def test_table5_wff_column(d: int, printed: float) -> None:
+    """Table 5 (mixed workload on [10]^d) WFF column, within 0.5%."""
+    wl = parse_workload([{"kway": 1, "queries": "allrange"}, {"kway": 2, "queries": "affine"},
+                         {"kway": 3, "queries": "prefix"}], _grid(10, d))
+    assert QuerySmasher({"solver": "fourier"}).plan(wl, COST1).rmse == pytest.approx(printed, rel=0.005)

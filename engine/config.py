@@ -27,6 +27,7 @@ from privcube.domain import Domain
 from privcube.errors import ConfigError, PrivcubeError
 from privcube.privacy.budget import PrivacyBudget
 from privcube.workload import Workload, parse_workload
+from privcube.yaml_io import load_yaml
 
 TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler"}
 DATA_KEYS = {"path", "schema", "domain", "compress", "format", "tables", "links"}
@@ -77,7 +78,7 @@ def read_config_file(path: str | Path) -> tuple[dict[str, Any], Path]:
     except OSError as e:
         raise ConfigError(f"cannot read config file {str(p)!r}: {e}") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
     if not isinstance(raw, dict):

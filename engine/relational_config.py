@@ -159,10 +159,8 @@ def _schema(name: str, spec: Mapping[str, Any], base: Path) -> Any:
 def _budget(b: Any, what: str) -> PrivacyBudget:
     if not isinstance(b, Mapping):
         raise BudgetError(f"{what}: expected {{epsilon, delta}} or {{rho, delta}}, got {b!r}")
-    from privcube.mechanisms.relational.mechanism import budget_numbers
-
     try:
-        out = PrivacyBudget.from_config(budget_numbers(b))
+        out = PrivacyBudget.from_config(b)
     except BudgetError as e:
         raise BudgetError(f"{what}: {e}") from None
     if out.pure or out.delta <= 0:

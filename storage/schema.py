@@ -404,8 +404,10 @@ def load_schema(source: str | Path | Mapping[str, Any] | Domain | Schema) -> Sch
     if p.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
+        from privcube.yaml_io import load_yaml
+
         try:
-            raw = yaml.safe_load(text)
+            raw = load_yaml(text)
         except yaml.YAMLError as e:
             raise DomainError(f"schema file {str(p)!r} is not valid YAML: {e}") from None
     else:

@@ -94,3 +94,17 @@ def test_cluster_paths_resolve_against_the_config_folder(tmp_path):
                                     "key": str(tmp_path / "k.pem")}
     (tmp_path / "c.yaml").write_text(body + "cluster: {type: slurm, cores: 2, memory: 4GB, local_directory: scratch}\n")
     assert load_config(tmp_path / "c.yaml").cluster["local_directory"] == "scratch"
+
+
+def test_exponent_numbers_in_yaml_are_numbers(tmp_path):
+    """`delta: 1e-6` (YAML 1.2 / JSON spelling) is a float in job files and schemas, not the string "1e-6";
+    strings stay strings and non-numbers are not touched."""
+    from privcube.yaml_io import load_yaml
+
+    assert load_yaml("a: 1e-6\nb: -2E+3\nc: 1.5e-9\nd: 1e6x\ne: '1e-6'\nf: 3\ng: e5") == {
+        "a": 1e-6, "b": -2000.0, "c": 1.5e-9, "d": "1e6x", "e": "1e-6", "f": 3, "g": "e5"}
+    (tmp_path / "job.yaml").write_text(
+        "data: {path: d.parquet, domain: {a: 3}}\nmechanism: residual-planner\nworkload: [{kway: 1}]\n"
+        "privacy: {epsilon: 1, delta: 1e-6}\n")
+    cfg = load_config(tmp_path / "job.yaml")
+    assert cfg.budget.delta == 1e-6 and cfg.budget.epsilon == 1.0

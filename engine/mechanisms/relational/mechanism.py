@@ -54,7 +54,6 @@ links budget noisier (σ 0.040 at ε_rel 0.5, 0.021 at 1) than the random-links 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -259,15 +258,6 @@ def _codes(data: Any, domain: Domain, name: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-
-
-def budget_numbers(b: Any) -> Any:
-    """A budget mapping with numeric text (YAML 1.1 reads ``1e-6`` as a string) turned into floats."""
-    if not isinstance(b, Mapping):
-        return b
-    return {k: float(v) if k in ("epsilon", "delta", "rho") and isinstance(v, str) and _NUMBER.fullmatch(v.strip())
-            else v for k, v in b.items()}
 
 
 def _budget(b: Any, what: str) -> PrivacyBudget:
@@ -275,7 +265,7 @@ def _budget(b: Any, what: str) -> PrivacyBudget:
         return b
     if isinstance(b, Mapping):
         try:
-            return PrivacyBudget.from_config(budget_numbers(b))
+            return PrivacyBudget.from_config(b)
         except BudgetError as e:
             raise BudgetError(f"{what}: {e}") from None
     raise BudgetError(f"{what}: expected a budget {{epsilon, delta}} or {{rho}}, got {b!r}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -174,18 +175,29 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
             if e.errno in _DISK_ERRNOS:  # a checkpoint could not be written; the last committed one is kept
                 raise RunDirectoryError(_write_error(rundir.path, e, "checkpoint")) from None
             raise
+        t0 = time.perf_counter()
+        ledger_dict = ledger.to_dict()
+        ledger_dict["noise"] = noise.to_dict()
+        try:
+            rundir.write_json("ledger.json", ledger_dict)  # first: what was spent is a fact once measured
+        except OSError as e:
+            raise RunDirectoryError(_write_error(rundir.path, e, "ledger")) from None
+        records = None
+        if cfg.synthesize:  # post-processing of the answers, while the cluster is up (chunks run there)
+            t1 = time.perf_counter()
+            try:
+                records = _write_records(cfg, result, rundir.path, noise, cl, keep_existing=resume)
+            except OSError as e:
+                raise RunDirectoryError(_write_error(rundir.path, e, "synthetic records")) from None
+            timings["synthesize_s"] = time.perf_counter() - t1
 
     from privcube.storage.outputs import publish_outputs
 
-    t0 = time.perf_counter()
-    ledger_dict = ledger.to_dict()
-    ledger_dict["noise"] = noise.to_dict()
     try:
         expected = mech.plan(cfg.workload, cfg.budget).to_dict()
     except PrivcubeError:
         expected = None
     try:
-        rundir.write_json("ledger.json", ledger_dict)  # first: what was spent is a fact once measured
         rundir.write_config(cfg.resolved())
         rundir.write_answers(result.answers, cfg.domain, cfg.schema, labels=cfg.output.get("labels", True),
                              keep_existing=resume)
@@ -209,6 +221,7 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
         "expected_error": expected,
         "noise": noise.to_dict(),
         "mechanism_report": result.report,
+        **({"synthetic_records": records} if records is not None else {}),
     }
     try:
         rundir.write_json("report.json", report)
@@ -302,6 +315,43 @@ def _raw_config(config: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any],
 def _mechanism_name(raw: Mapping[str, Any]) -> Any:
     mech = raw.get("mechanism")
     return mech.get("name") if isinstance(mech, Mapping) else mech
+
+
+def _write_records(cfg: JobConfig, result: MechanismResult, run_path: Path, noise: Any, client: Any,
+                   keep_existing: bool = False) -> dict[str, Any]:
+    """``synthesize``: fit the estimator to the run's noisy marginal answers and write the sampled records
+    to ``synthetic/records/`` (Parquet, one file per chunk, codes plus schema labels), chunks sampled in
+    parallel (on the cluster when there is one). Post-processing only: nothing is charged. Written into a
+    hidden folder and renamed into place, so a folder that exists is complete (kept on resume)."""
+    import shutil
+    import uuid
+
+    from privcube.graphs.synth_sampling import stream_records_parquet
+    from privcube.synth.estimator import get_estimator
+    from privcube.synth.sampler import marginals_from_answers
+
+    spec = cfg.synthesize or {}
+    est, var = marginals_from_answers(result.answers, cfg.domain)
+    total = float(np.mean([float(np.sum(m)) for m in est.values()]))  # noisy N: each marginal sums to it
+    rows = max(0, int(round(total))) if spec["rows"] == "auto" else int(spec["rows"])
+    folder = run_path / "synthetic" / "records"
+    info = {"path": "synthetic/records", "rows": rows, "estimator": spec["estimator"],
+            "from_marginals": sorted("-".join(c) for c in est)}
+    if keep_existing and folder.exists():
+        info["files"] = len(list(folder.glob("*.parquet")))
+        return info
+    model = get_estimator(spec["estimator"]).fit(est, cfg.domain, total=max(total, 1.0), variances=var or None)
+    staging = folder.parent / f".records-{uuid.uuid4().hex[:8]}"
+    try:
+        info["files"] = stream_records_parquet(model, cfg.domain, rows, staging, noise=noise, schema=cfg.schema,
+                                               key=("synthesize", "records"), chunk_size=spec["chunk_size"],
+                                               client=client)
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return info
 
 
 def _write_tensors(path: Path, cfg: JobConfig, result: MechanismResult, keep_existing: bool = False) -> None:

@@ -29,7 +29,8 @@ from privcube.privacy.budget import PrivacyBudget
 from privcube.workload import Workload, parse_workload
 from privcube.yaml_io import load_yaml
 
-TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler"}
+TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize"}
+SYNTHESIZE_KEYS = {"rows", "estimator", "chunk_size"}
 DATA_KEYS = {"path", "schema", "domain", "compress", "format", "tables", "links"}
 OUTPUT_KEYS = {"labels", "zarr", "answers"}
 
@@ -51,6 +52,7 @@ class JobConfig:
     output: dict[str, Any] = field(default_factory=dict)
     compress: bool = False
     noise_sampler: str = "continuous"
+    synthesize: dict[str, Any] | None = None  # {rows: int | "auto", estimator, chunk_size}: records from the answers
 
     def resolved(self) -> dict[str, Any]:
         """The resolved config as written to ``config.yaml`` in the run directory."""
@@ -153,11 +155,45 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
         raise ConfigError(f"data.compress must be true or false, got {compress!r}")
 
     noise_sampler = parse_noise_sampler(raw)
+    synthesize = parse_synthesize(raw.get("synthesize"), workload)
 
     return JobConfig(raw=raw, base_dir=base, domain=domain, schema=schema, data_path=data_path,
                      mechanism=name, mechanism_params=params, workload=workload, budget=budget,
                      cluster=dict(cluster), output=dict(output), compress=compress,
-                     noise_sampler=noise_sampler)
+                     noise_sampler=noise_sampler, synthesize=synthesize)
+
+
+def parse_synthesize(spec: Any, workload: Workload) -> dict[str, Any] | None:
+    """``synthesize``: synthetic records from the run's marginal answers (post-processing, no budget).
+
+    ``true`` or a row count or ``{rows: N | auto, estimator: tree | mbi, chunk_size: N}``; ``auto`` rows =
+    the noisy record count the answers imply. The workload must hold at least one marginal group.
+    """
+    if spec is None or spec is False:
+        return None
+    if spec is True:
+        spec = {}
+    elif isinstance(spec, int) and not isinstance(spec, bool):
+        spec = {"rows": spec}
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"synthesize: expected true, a row count or {{rows, estimator, chunk_size}}, got {spec!r}")
+    bad = set(spec) - SYNTHESIZE_KEYS
+    if bad:
+        raise ConfigError(f"synthesize: unknown key(s) {sorted(bad)}; known: {sorted(SYNTHESIZE_KEYS)}")
+    out = {"rows": spec.get("rows", "auto"), "estimator": spec.get("estimator", "tree"),
+           "chunk_size": spec.get("chunk_size", 100_000)}
+    rows = out["rows"]
+    if rows != "auto" and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 0):
+        raise ConfigError(f"synthesize.rows must be a non-negative integer or 'auto', got {rows!r}")
+    cs = out["chunk_size"]
+    if isinstance(cs, bool) or not isinstance(cs, int) or cs < 1:
+        raise ConfigError(f"synthesize.chunk_size must be a positive integer, got {cs!r}")
+    if out["estimator"] not in ("tree", "mbi"):
+        raise ConfigError(f"synthesize.estimator must be 'tree' or 'mbi', got {out['estimator']!r}")
+    if not any(g.is_marginal and g.attributes for g in workload):
+        raise ConfigError("synthesize: the workload has no marginal group to build records from; add one, "
+                          "e.g. {kway: 2}")
+    return out
 
 
 def parse_cluster(raw: Mapping[str, Any], base: Path | None = None) -> dict[str, Any]:

@@ -80,4 +80,45 @@ def write_records_parquet(model: SamplingModel, domain: Domain, n_records: int, 
     return out
 
 
-__all__ = ["sample_records_dask", "sample_records_parallel", "write_records_parquet"]
+def stream_records_parquet(model: SamplingModel, domain: Domain, n_records: int, folder: str | Path, *,
+                           noise: NoiseSource, schema: Any = None, key: tuple = ("synth",),
+                           chunk_size: int = DEFAULT_CHUNK, client: Any = None, window: int | None = None) -> int:
+    """Sample chunks in parallel (tasks on ``client``, else threads) and write each, in order, on THIS
+    machine as ``folder/part-NNNNN.parquet`` (codes plus schema labels; atomic, owner-only).
+
+    For run directories that only the driver can see (a remote cluster's workers cannot write there): at
+    most ``window`` chunks are in flight, so memory stays bounded whatever ``n_records`` is. Rows equal
+    ``sample_records`` in order. Returns the number of files written.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from privcube.storage.outputs import atomic_write_parquet
+
+    cols = list(domain.attributes)
+    bounds = chunk_bounds(int(n_records), int(chunk_size)) or [(0, 0)]
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True, mode=0o700)
+    args = [(model, b - a, noise, key, c, cols, schema) for c, (a, b) in enumerate(bounds)]
+    if client is not None:
+        width = window or max(2, 2 * len(client.scheduler_info().get("workers", {}) or [0]))
+        submit = lambda a: client.submit(_labelled_chunk, *a, pure=False)  # noqa: E731
+        pool = None
+    else:
+        pool = ThreadPoolExecutor(max_workers=window or 2)
+        width = window or 2
+        submit = lambda a: pool.submit(_labelled_chunk, *a)  # noqa: E731
+    try:
+        pending = [submit(a) for a in args[:width]]
+        for i in range(len(args)):
+            frame = pending[i].result()
+            pending[i] = None  # drop the reference: bounded memory
+            if i + width < len(args):
+                pending.append(submit(args[i + width]))
+            atomic_write_parquet(out / f"part-{i:05d}.parquet", frame)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return len(args)
+
+
+__all__ = ["sample_records_dask", "sample_records_parallel", "stream_records_parquet", "write_records_parquet"]

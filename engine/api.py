@@ -175,7 +175,6 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
             if e.errno in _DISK_ERRNOS:  # a checkpoint could not be written; the last committed one is kept
                 raise RunDirectoryError(_write_error(rundir.path, e, "checkpoint")) from None
             raise
-        t0 = time.perf_counter()
         ledger_dict = ledger.to_dict()
         ledger_dict["noise"] = noise.to_dict()
         try:
@@ -193,6 +192,7 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
 
     from privcube.storage.outputs import publish_outputs
 
+    t0 = time.perf_counter()
     try:
         expected = mech.plan(cfg.workload, cfg.budget).to_dict()
     except PrivcubeError:

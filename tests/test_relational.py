@@ -97,6 +97,30 @@ def test_ledger_composition(ml: dict) -> None:
         run_relational(ml["tables"], ml["links"], FAST, b, small, NoiseSource(5))
 
 
+def test_table_stage_is_accounted_for_substitution_neighbours(ml: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The paper's adjacency changes one row's values: each table's ResidualPlanner plans for substitution
+    (exact worst case over cell pairs), and its charge is still exactly the table's ρ."""
+    from privcube.mechanisms.residual_planner import ResidualPlanner, substitution_cost
+
+    plans = []
+    original = ResidualPlanner.optimize
+
+    def spy(self, workload, budget):  # noqa: ANN001, ANN202
+        plan = original(self, workload, budget)
+        plans.append((self.params["neighbours"], workload.domain, plan, budget.rho))
+        return plan
+
+    monkeypatch.setattr(ResidualPlanner, "optimize", spy)
+    b = {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "movies": {"epsilon": 0.5, "delta": 1e-6}},
+         "links": {"epsilon": 1.0, "delta": 1e-6}}
+    noise = NoiseSource(5)
+    ledger = PrivacyLedger(compose_budgets(b, ["users", "movies"]), noise=noise)
+    run_relational(ml["tables"], ml["links"], {**FAST, **PAPER}, b, ledger, noise)
+    assert plans and all(n == "substitution" for n, *_ in plans)
+    for _, dom, plan, rho in plans:
+        assert math.isclose(substitution_cost(dom, plan.sigma2) / 2, rho, rel_tol=1e-9)
+
+
 def test_bad_inputs(ml: dict, pc: dict) -> None:
     b = {"links": {"epsilon": 1.0, "delta": 1e-6}}
     syn = _identity(ml)

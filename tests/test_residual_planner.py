@@ -11,7 +11,7 @@ import pytest
 from privcube.domain import Domain
 from privcube.errors import BudgetError, ConfigError
 from privcube.mechanisms import get_mechanism
-from privcube.mechanisms.residual_planner import ResidualPlanner
+from privcube.mechanisms.residual_planner import ResidualPlanner, p_coefficient
 from privcube.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.workload import Workload, parse_workload
@@ -183,3 +183,51 @@ def test_real_ledger_and_noise_source() -> None:
             ledger.charge("more", rho=0.01)
     for a, b in zip(outs[0].answers, outs[1].answers):
         np.testing.assert_array_equal(a.estimate, b.estimate)
+
+
+def _brute_substitution_beta(dom: Domain, sigma2: dict, lattice: bool) -> float:
+    """max over pairs of full-domain cells (i → j) of Σ_τ ‖shift of residual τ‖² / σ_τ², by explicit vectors."""
+    import itertools
+
+    cells = list(itertools.product(*[range(n) for n in dom.shape]))
+    best = 0.0
+    for i in cells:
+        for j in cells:
+            tot = 0.0
+            for t, s2 in sigma2.items():
+                if not t or p_coefficient(dom, t) == 0:
+                    continue
+                idx = [dom.attributes.index(a) for a in t]
+                v = np.zeros([dom[a] for a in t])
+                v[tuple(j[k] for k in idx)] += 1
+                v[tuple(i[k] for k in idx)] -= 1
+                if not lattice:  # the residual: centred along every axis of τ
+                    for ax in range(v.ndim):
+                        v = v - v.mean(axis=ax, keepdims=True)
+                tot += float((v**2).sum()) / s2
+            best = max(best, tot)
+    return best
+
+
+@pytest.mark.parametrize("lattice", [False, True])
+def test_substitution_cost_equals_brute_force_over_cell_pairs(lattice: bool) -> None:
+    from privcube.mechanisms.residual_planner import substitution_cost
+
+    dom = Domain(("a", "b", "c"), (2, 3, 4))
+    rp = ResidualPlanner().optimize(Workload.kway(dom, 2), _budget(0.5))
+    exact = _brute_substitution_beta(dom, rp.sigma2, lattice)
+    assert substitution_cost(dom, rp.sigma2, lattice) == pytest.approx(exact, rel=1e-12)
+    assert substitution_cost(dom, rp.sigma2, lattice, max_work=0) >= exact * (1 - 1e-12)  # the cheap bound
+    add_remove = sum((1.0 if lattice else p_coefficient(dom, t)) / s for t, s in rp.sigma2.items() if t)
+    assert 1.0 < exact / add_remove <= 4.0
+
+
+def test_substitution_neighbours_spend_exactly_the_budget() -> None:
+    dom = Domain(("a", "b", "c"), (2, 3, 4))
+    wl = Workload.kway(dom, 2)
+    sub = ResidualPlanner({"neighbours": "substitution"})
+    plan = sub.optimize(wl, _budget(0.5))
+    assert _brute_substitution_beta(dom, plan.sigma2, False) == pytest.approx(1.0, rel=1e-9)  # β = 2ρ
+    assert sub.plan(wl, _budget(0.5)).rmse > ResidualPlanner().plan(wl, _budget(0.5)).rmse
+    with pytest.raises(ConfigError, match="neighbours"):
+        ResidualPlanner({"neighbours": "edges"})

@@ -63,16 +63,54 @@ def v_coefficient(domain: Domain, tau: Clique, gamma: Clique) -> float:
     return math.prod((domain[a] - 1) / domain[a] for a in tau) / math.prod(domain[a] ** 2 for a in rest)
 
 
+def substitution_cost(domain: Domain, sigma2: Mapping[Clique, float], lattice: bool = False,
+                      max_work: float = 2e8) -> float:
+    """Privacy cost β = 2ρ of the residual measurements ``sigma2`` when neighbours differ by changing one
+    record's values (substitution) instead of adding or removing one.
+
+    A substitution moves one count from cell i to cell j, so residual τ shifts by Π_τ(e_j − e_i), of
+    squared norm 2p_τ − 2f_τ(S), with S the attributes where i and j differ and f_τ(S) = ∏_{k∈τ} (−1/n_k
+    if k ∈ S else 1 − 1/n_k); with discrete noise (charged on the whole marginal μ_τ) it is 2 or 0.
+    β = max_S Σ_τ (2p_τ − 2f_τ(S)) / σ_τ², enumerated over every S when 2^|attrs|·|τ's| ≤ ``max_work``;
+    otherwise each τ's own worst case is summed (a valid upper bound: 2p_τ(1 + 1/(min n_k − 1)), 2 with
+    discrete noise, 0 for the total, which a substitution leaves unchanged). At most 4× the add/remove cost.
+    """
+    taus = [t for t in sigma2 if p_coefficient(domain, t) > 0]
+    attrs = sorted({a for t in taus for a in t}, key=domain.attributes.index)
+    if not taus:
+        return 0.0
+    inv = np.array([1.0 / sigma2[t] for t in taus])
+    if len(attrs) < 60 and float(2 ** len(attrs)) * len(taus) <= max_work:
+        bit = {a: i for i, a in enumerate(attrs)}
+        masks = np.arange(2 ** len(attrs), dtype=np.int64)
+        total = np.zeros(masks.size)
+        for t, w in zip(taus, inv):
+            same = np.ones(masks.size)
+            for a in t:
+                n = domain[a]
+                differ = (masks >> bit[a]) & 1 == 1
+                same *= np.where(differ, 0.0 if lattice else -1.0 / n, 1.0 if lattice else 1.0 - 1.0 / n)
+            total += w * (2.0 * p_coefficient(domain, t, lattice) - 2.0 * same)
+        return float(total.max())
+    worst = [0.0 if not t else 2.0 if lattice else
+             2.0 * p_coefficient(domain, t) * (1.0 + 1.0 / (min(domain[a] for a in t) - 1)) for t in taus]
+    return float(np.dot(worst, inv))
+
+
+NEIGHBOURS = ("add-remove", "substitution")
+
+
 class ResidualPlan:
     """Noise scales σ_τ² for the residuals of a marginal workload, and the resulting errors."""
 
     def __init__(self, domain: Domain, weights: Mapping[Clique, float], sigma2: Mapping[Clique, float],
-                 beta: float, lattice: bool = False) -> None:
+                 beta: float, lattice: bool = False, neighbours: str = "add-remove") -> None:
         self.domain = domain
         self.weights = dict(weights)
         self.sigma2 = dict(sigma2)
         self.beta = float(beta)
         self.lattice = lattice  # discrete noise: p_τ = 1 (see p_coefficient)
+        self.neighbours = neighbours
 
     def cell_variance(self, gamma: Clique) -> float:
         """Variance of every cell of the reconstructed marginal γ."""
@@ -80,7 +118,9 @@ class ResidualPlan:
                          for t in _subsets(gamma) if t in self.sigma2))
 
     def privacy_cost(self) -> float:
-        """β = Σ_τ p_τ / σ_τ² (zCDP ρ = β/2)."""
+        """β = Σ_τ p_τ / σ_τ² (zCDP ρ = β/2) for add/remove neighbours; see :func:`substitution_cost`."""
+        if self.neighbours == "substitution":
+            return substitution_cost(self.domain, self.sigma2, self.lattice)
         return float(sum(p_coefficient(self.domain, t, self.lattice) / s for t, s in self.sigma2.items()))
 
 
@@ -136,7 +176,7 @@ class ResidualPlanner(Mechanism):
     """Optimal residual measurements for weighted marginal workloads (sum or max variance)."""
 
     name = "residual-planner"
-    PARAMS = {"objective": "sum"}
+    PARAMS = {"objective": "sum", "neighbours": "add-remove"}
     INTEGER_MEASUREMENTS = True  # noise is added to the exact marginal μ_τ, then decomposed
 
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:
@@ -144,6 +184,9 @@ class ResidualPlanner(Mechanism):
         obj = self.params["objective"]
         if obj not in ("sum", "max"):
             raise ConfigError(f"mechanism 'residual-planner': parameter 'objective' must be 'sum' or 'max', got {obj!r}")
+        if self.params["neighbours"] not in NEIGHBOURS:
+            raise ConfigError(f"mechanism 'residual-planner': parameter 'neighbours' must be one of {NEIGHBOURS}, "
+                              f"got {self.params['neighbours']!r}")
 
     # planning -----------------------------------------------------------------------------
     def _check(self, workload: Workload) -> None:
@@ -164,7 +207,10 @@ class ResidualPlanner(Mechanism):
         lattice = self.noise_sampler == "discrete"
         solve = optimize_sum if self.params["objective"] == "sum" else optimize_max
         sigma2 = solve(workload.domain, weights, beta, lattice)
-        plan = ResidualPlan(workload.domain, weights, sigma2, beta, lattice)
+        plan = ResidualPlan(workload.domain, weights, sigma2, beta, lattice, self.params["neighbours"])
+        if plan.neighbours == "substitution":  # same allocation, noise scaled to the substitution cost
+            f = plan.privacy_cost() / beta
+            plan.sigma2 = sigma2 = {t: s * f for t, s in sigma2.items()}
         cost = plan.privacy_cost()
         if cost > beta:  # float round-off only: inflate noise so the spend never exceeds the budget
             f = cost / beta * (1 + 1e-12)

@@ -10,8 +10,10 @@ One table linked to itself (self-referential link table: directed, no self-loops
 sensitivity) and checkpoint/resume are described at ``run_relational``.
 
 Privacy (zCDP, Thm 1): ρ_total = Σ_tables ρ_table + ρ_links; ρ_links = Σ_t k_t·ε0²/2 with
-ε0 = √(2ρ_links / Σ_t k_t), split α (selection) / 1 − α (measurement). Bounded DP: n1, n2 and m are
-public. ``report['dp_cross_error']`` compares the synthetic links with the noisy releases (DP,
+ε0 = √(2ρ_links / Σ_t k_t), split α (selection) / 1 − α (measurement). Bounded DP (the paper's Def. 1:
+a neighbour changes one row's values and all its links): n1, n2 and m are public, and each table's
+ResidualPlanner is accounted for substitution neighbours (``neighbours: substitution``, 2–4× the
+add/remove cost), not for adding or removing a row. ``report['dp_cross_error']`` compares the synthetic links with the noisy releases (DP,
 post-processing). ``report['nonprivate_evaluation']`` compares with the real data and is NOT
 differentially private: it is computed only with ``evaluate_nonprivate: true`` (off by default; the old
 name ``evaluate`` is accepted); without it, data-dependent degree statistics are withheld as well.
@@ -439,7 +441,8 @@ def _synth_table(name: str, codes: np.ndarray, domain: Domain, n_syn: int, budge
 
     k = min(int(params["table_marginals"]), len(domain))
     cliques = list(itertools.combinations(domain.attributes, k))
-    res = ResidualPlanner().run(ArrayOracle(domain, codes), Workload.marginals(domain, cliques), budget,
+    # the paper's adjacency changes one row's values (bounded DP): tables are accounted for substitution
+    res = ResidualPlanner({"neighbours": "substitution"}).run(ArrayOracle(domain, codes), Workload.marginals(domain, cliques), budget,
                                 _PrefixLedger(ledger, f"table:{name}"), _PrefixNoise(noise, ("relational", "table", name)))
     df = synthesize_from_answers(res.answers, domain, n_syn, noise=noise, key=("relational", "synth", name),
                                  chunk_size=int(params["chunk_size"]), estimator=params["estimator"],

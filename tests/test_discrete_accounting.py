@@ -133,3 +133,18 @@ def test_discrete_through_cli_config_for_aim_and_rp(tmp_path) -> None:
     with pytest.raises(ConfigError, match="measure: crp"):
         api.run(tmp_path / "bad.yaml", tmp_path / "bad", seed=1, quiet=True)
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_forwarding_view_of_a_discrete_source_is_recognised() -> None:
+    """Relational stage 1 wraps the source in a key-prefixing view: RP must still account for the lattice."""
+    from privcube.mechanisms.relational.mechanism import _PrefixNoise
+    from privcube.privacy.discrete import is_discrete
+
+    assert is_discrete(_PrefixNoise(DiscreteNoiseSource(seed=1), ("t",)))
+    assert not is_discrete(_PrefixNoise(NoiseSource(seed=1), ("t",))) and not is_discrete(NoiseSource(seed=1))
+    rng = np.random.default_rng(0)
+    oracle = ArrayOracle(DOM, np.stack([rng.integers(0, n, 300) for n in DOM.shape], axis=1))
+    mech = ResidualPlanner()
+    mech.run(oracle, Workload.kway(DOM, 2), PrivacyBudget.from_rho(0.5), PrivacyLedger(PrivacyBudget.from_rho(0.5)),
+             _PrefixNoise(DiscreteNoiseSource(seed=2), ("table", "users")))
+    assert mech.noise_sampler == "discrete"

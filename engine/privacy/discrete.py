@@ -364,6 +364,7 @@ class DiscreteNoiseSource(NoiseSource):
     """
 
     __slots__ = ()
+    discrete = True
 
     def _bits(self, tag: str, key: KeyPart | Any) -> RandomBits:
         """The uniform source for one measurement: a DRBG keyed by (root entropy, measurement key)."""
@@ -438,8 +439,8 @@ NOISE_SAMPLERS = ("continuous", "discrete")
 
 
 def is_discrete(noise: Any) -> bool:
-    """Whether ``noise`` draws exact discrete (integer) noise."""
-    return isinstance(noise, DiscreteNoiseSource)
+    """Whether ``noise`` (a source, or a view forwarding to one) draws exact discrete (integer) noise."""
+    return bool(getattr(noise, "discrete", False))
 
 
 def make_noise_source(seed: int | None = None, sampler: str = "continuous") -> NoiseSource:

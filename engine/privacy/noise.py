@@ -65,6 +65,9 @@ class NoiseSource:
     """Root of all randomness in a run; ``generator(*key)`` gives an independent, reproducible stream."""
 
     __slots__ = ("_entropy", "_seed")
+    #: True for sources of exact integer noise (see privacy.discrete); views that forward attributes to a
+    #: source (e.g. key-prefixing wrappers) report the source's value
+    discrete = False
 
     def __init__(self, seed: int | None = None) -> None:
         """Seeded (recorded, reproducible) or, with ``seed=None``, 128 bits of OS entropy (not recorded)."""

@@ -58,10 +58,18 @@ class QueryType:
         return self.name + "(" + ",".join(f"{k}={v}" for k, v in self.params if k != "matrix") + ")"
 
 
+#: the parameters each type takes (every other type takes none)
+PARAMS = {"range": ("width",), "explicit": ("matrix",),
+          "random": ("seed", "p", "rows_per_cell", "generator", "offset")}
+
+
 def parse_query_type(spec: Any, where: str) -> QueryType:
-    """Read a query type from config: a name, or a mapping ``{type: name, **params}``."""
-    if isinstance(spec, QueryType):
-        return spec
+    """Read a query type from config: a name, or a mapping ``{type: name, **params}``.
+
+    Parameters are checked here (unknown names, types and ranges; a WorkloadError naming the parameter
+    and its value); what depends on the attribute's size is checked by :func:`check_size`."""
+    if isinstance(spec, QueryType):  # built in Python: checked like a config mapping
+        spec = {"type": spec.name, **dict(spec.params)}
     if isinstance(spec, str):
         name, params = spec, {}
     elif isinstance(spec, Mapping):
@@ -76,21 +84,67 @@ def parse_query_type(spec: Any, where: str) -> QueryType:
         raise WorkloadError(
             f"{where}: unknown query type {name!r}; known types: {', '.join(PER_ATTRIBUTE + JOINT)}"
         )
+    allowed = PARAMS.get(name, ())
+    unknown = sorted(str(k) for k in params if k not in allowed)
+    if unknown:
+        raise WorkloadError(f"{where}: query type {name!r} has no parameter(s) {unknown}; "
+                            + (f"it takes {', '.join(allowed)}" if allowed else "it takes none"))
     frozen = []
     for k, v in sorted(params.items()):
         if k == "matrix":
-            m = np.asarray(v, dtype=float)
-            if m.ndim != 2:
-                raise WorkloadError(f"{where}: explicit 'matrix' must be 2-D, got shape {m.shape}")
+            try:
+                m = np.asarray(v, dtype=float)
+            except (TypeError, ValueError):
+                raise WorkloadError(f"{where}: explicit 'matrix' must be a list of equally long rows of "
+                                    f"numbers") from None
+            if m.ndim != 2 or 0 in m.shape:
+                raise WorkloadError(f"{where}: explicit 'matrix' must be 2-D with at least one row and "
+                                    f"column, got shape {m.shape}")
+            if not np.all(np.isfinite(m)):
+                raise WorkloadError(f"{where}: explicit 'matrix' holds a non-finite entry (nan or inf)")
             v = tuple(tuple(float(x) for x in row) for row in m)
-        elif isinstance(v, list):
-            v = tuple(v)
+        elif k in ("width", "rows_per_cell"):
+            v = _integer(v, 1, f"{where}: query type {name!r}: parameter {k!r}")
+        elif k in ("seed", "offset"):
+            v = _integer(v, 0, f"{where}: query type {name!r}: parameter {k!r}")
+        elif k == "p":
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise WorkloadError(f"{where}: query type 'random': parameter 'p' must be a number in (0, 1], "
+                                    f"got {v!r}")
+            v = float(v)
+        elif k == "generator":
+            if not isinstance(v, str) or v.lower() not in ("pcg64", "mt19937"):
+                raise WorkloadError(f"{where}: query type 'random': parameter 'generator' must be 'pcg64' or "
+                                    f"'mt19937', got {v!r}")
+            v = v.lower()
         frozen.append((str(k), v))
+    if dict(frozen).get("generator") == "mt19937" and dict(frozen).get("seed", 0) >= 2**32:
+        raise WorkloadError(f"{where}: query type 'random': generator 'mt19937' takes a seed below 2**32, "
+                            f"got {dict(frozen)['seed']}")
     if name == "range" and "width" not in dict(frozen):
         raise WorkloadError(f"{where}: query type 'range' needs a 'width' parameter")
     if name == "explicit" and "matrix" not in dict(frozen):
         raise WorkloadError(f"{where}: query type 'explicit' needs a 'matrix' parameter")
     return QueryType(name, tuple(frozen))
+
+
+def _integer(v: Any, low: int, what: str) -> int:
+    """``v`` as an int >= ``low`` (an integral float such as 3.0 is accepted); WorkloadError otherwise."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v) \
+            or int(v) != v or v < low:
+        raise WorkloadError(f"{what} must be an integer >= {low}, got {v!r}")
+    return int(v)
+
+
+def check_size(qt: QueryType, n: int, where: str) -> None:
+    """Parameters that depend on the attribute's size ``n``: a range ``width`` in [1, n], an explicit
+    matrix with n columns (WorkloadError naming ``where``, e.g. the entry and attribute)."""
+    if qt.name == "range" and not 1 <= int(qt.param("width")) <= n:
+        raise WorkloadError(f"{where}: query type 'range': parameter 'width' is {qt.param('width')}, but must "
+                            f"lie in [1, {n}] (the attribute's size)")
+    if qt.name == "explicit" and len(qt.param("matrix")[0]) != n:
+        raise WorkloadError(f"{where}: explicit matrix has {len(qt.param('matrix')[0])} columns but the "
+                            f"attribute has size {n}")
 
 
 def random_matrix(qt: QueryType, k: int) -> np.ndarray:

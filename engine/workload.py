@@ -21,7 +21,8 @@ import numpy as np
 
 from privcube.domain import Domain
 from privcube.errors import DomainError, WorkloadError
-from privcube.query_types import QueryType, attribute_matrix, joint_matrix, parse_query_type, row_descriptions
+from privcube.query_types import (QueryType, attribute_matrix, check_size, joint_matrix, parse_query_type,
+                                  row_descriptions)
 
 IDENTITY = QueryType("identity")
 
@@ -160,6 +161,8 @@ def group(domain: Domain, attributes: Sequence[str], queries: Any = "identity", 
         factors.append(Factor(attrs, next(iter(joint))))
     else:
         factors = [Factor((a,), per_attr[a]) for a in attrs]
+        for a in attrs:
+            check_size(per_attr[a], domain[a], f"{where}, attribute {a!r}")
     return QueryGroup(attrs, tuple(factors), float(weight))
 
 

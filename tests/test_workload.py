@@ -193,3 +193,39 @@ def test_hybrid_joint_table3_rules() -> None:
         hybrid_joint(DOM, ["age"], "prefix")
     with pytest.raises(WorkloadError, match="numeric attribute"):
         hybrid_joint(DOM, ["nope"], "affine")
+
+
+# ------------------------------------------------------------------ query-type parameters are checked up front
+@pytest.mark.parametrize("queries,match", [
+    ({"type": "range", "width": 9}, r"attribute 'age'.*'width' is 9.*\[1, 4\]"),  # wider than age (4)
+    ({"type": "range", "width": -2}, r"'width' must be an integer >= 1, got -2"),
+    ({"type": "range", "width": 2.5}, r"'width' must be an integer >= 1, got 2.5"),  # not truncated to 2
+    ({"type": "range", "width": "abc"}, r"'width' must be an integer >= 1, got 'abc'"),
+    ({"type": "range", "width": True}, r"'width' must be an integer"),
+    ({"type": "prefix", "width": 2}, r"'prefix' has no parameter\(s\) \['width'\]"),
+    ({"type": "random", "sede": 5}, r"'random' has no parameter\(s\) \['sede'\]"),  # typo not ignored
+    ({"type": "random", "seed": "x"}, r"'seed' must be an integer >= 0, got 'x'"),
+    ({"type": "random", "seed": -1}, r"'seed' must be an integer >= 0"),
+    ({"type": "random", "p": 1.5}, r"'p' must be a number in \(0, 1\], got 1.5"),
+    ({"type": "random", "rows_per_cell": 0}, r"'rows_per_cell' must be an integer >= 1"),
+    ({"type": "random", "generator": "mt19937", "seed": 2**40}, r"below 2\*\*32"),
+    ({"type": "explicit", "matrix": [[1, 0, 1, 0]]}, r"attribute 'sex'.*4 columns but the attribute has size 2"),
+    ({"type": "explicit", "matrix": [[1, 0, 1], [0, 1]]}, r"equally long rows"),
+    ({"type": "explicit", "matrix": [[1, "a", 1]]}, r"equally long rows of numbers"),
+    ({"type": "explicit", "matrix": [[1, float("nan"), 0, 0]]}, r"non-finite"),
+    ({"type": "explicit", "matrix": []}, r"at least one row"),
+])
+def test_query_type_parameters_checked(queries: dict, match: str) -> None:
+    with pytest.raises(WorkloadError, match=match):
+        parse_workload([{"attributes": ["age", "sex"] if "matrix" in queries else ["age"], "queries": queries}],
+                       DOM)
+
+
+def test_query_type_parameters_normalised_and_python_types_checked() -> None:
+    from privcube.workload import group
+
+    g = parse_workload([{"attributes": ["hours"], "queries": {"type": "range", "width": 3.0}}], DOM).groups[0]
+    assert g.factors[0].query == QueryType("range", (("width", 3),))
+    assert g.num_queries(DOM) == 3  # 5 - 3 + 1 windows
+    with pytest.raises(WorkloadError, match=r"attribute 'sex'.*'width' is 3"):
+        group(DOM, ["sex"], QueryType("range", (("width", 3),)))  # built in Python: same checks

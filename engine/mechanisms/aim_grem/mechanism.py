@@ -252,6 +252,11 @@ class AIMGReM(Mechanism):
             context: RunContext | None = None) -> MechanismResult:
         """Run AIM+GReM against ``oracle``; resumes from ``context.checkpoint`` when ``context.resume``."""
         ctx = context or RunContext()
+        if getattr(budget, "pure", False) or getattr(getattr(ledger, "budget", None), "pure", False):
+            # Gaussian measurements are ρ-zCDP, never pure ε-DP: spending ε²/2 of ρ would release a
+            # weaker guarantee than the ε-DP asked for (and report "ε = 0 spent")
+            raise ConfigError("aim-grem: privacy: {epsilon} alone asks for pure epsilon-DP, which its Gaussian "
+                              "measurements cannot give; add privacy.delta (e.g. 1.0e-9) or give privacy.rho")
         if is_discrete(noise):
             self.use_noise_sampler("discrete")
         prob = self.problem(oracle.domain, workload)

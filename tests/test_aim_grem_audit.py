@@ -1,0 +1,80 @@
+"""AIM+GReM user-level audit (issue 5): budgets outside (ε, δ) / ρ, memory limits of cluster workers,
+self-describing residual outputs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from privcube.domain import Domain
+from privcube.errors import ConfigError
+from privcube.mechanisms.aim_grem.mechanism import AIMGReM
+from privcube.oracle import ArrayOracle
+from privcube.privacy.budget import PrivacyBudget
+from privcube.privacy.ledger import PrivacyLedger
+from privcube.privacy.noise import NoiseSource
+from privcube.workload import Workload
+
+DOM = Domain(("a", "b", "c"), (3, 4, 2))
+
+
+class _CountingOracle(ArrayOracle):
+    calls = 0
+
+    def marginals(self, cliques):  # noqa: ANN001, ANN201
+        type(self).calls += 1
+        return super().marginals(cliques)
+
+
+def _records(n: int = 500, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.integers(0, s, n) for s in DOM.shape], 1)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "privcube", *args], capture_output=True, text=True, timeout=300)
+
+
+def _job(tmp_path: Path, **over) -> Path:
+    data = tmp_path / "data.parquet"
+    pd.DataFrame(_records(), columns=list(DOM.attributes)).to_parquet(data, index=False)
+    cfg = {"data": {"path": str(data)}, "domain": dict(zip(DOM.attributes, DOM.shape)),
+           "mechanism": {"name": "aim-grem"}, "workload": [{"kway": 2}],
+           "privacy": {"epsilon": 1.0, "delta": 1e-9}, "cluster": {"type": "threads"}}
+    cfg.update(over)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_pure_epsilon_budget_is_refused_before_reading_data():
+    """Gaussian measurements cannot be pure ε-DP: {epsilon} alone must not be spent as ρ = ε²/2."""
+    oracle = _CountingOracle(DOM, _records())
+    budget = PrivacyBudget.pure_epsilon(1.0)
+    ledger = PrivacyLedger(budget)
+    _CountingOracle.calls = 0
+    with pytest.raises(ConfigError, match=r"privacy\.delta"):
+        AIMGReM().run(oracle, Workload.kway(DOM, 2), budget, ledger, NoiseSource(0))
+    assert _CountingOracle.calls == 0 and ledger.spent_rho == 0.0 and ledger.charges == []
+
+
+def test_pure_epsilon_budget_cli_error_writes_nothing(tmp_path):
+    cfg = _job(tmp_path, privacy={"epsilon": 1.0})
+    out = tmp_path / "run"
+    r = cli("run", str(cfg), "--out", str(out), "--seed", "1", "--quiet")
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "privacy.delta" in lines[0] and "pure" in lines[0]
+    assert not out.exists()
+    # the same job with a delta runs and spends at most its budget
+    ok = _job(tmp_path, privacy={"epsilon": 1.0, "delta": 1e-9})
+    r = cli("run", str(ok), "--out", str(out), "--seed", "1", "--quiet")
+    assert r.returncode == 0, r.stderr
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert ledger["budget"]["delta"] == 1e-9 and ledger["spent"]["rho"] <= ledger["budget"]["rho"]

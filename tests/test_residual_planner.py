@@ -231,3 +231,23 @@ def test_substitution_neighbours_spend_exactly_the_budget() -> None:
     assert sub.plan(wl, _budget(0.5)).rmse > ResidualPlanner().plan(wl, _budget(0.5)).rmse
     with pytest.raises(ConfigError, match="neighbours"):
         ResidualPlanner({"neighbours": "edges"})
+
+
+@pytest.mark.parametrize("mechanism", ["residual-planner", "querysmasher"])
+def test_pure_epsilon_budget_refused_before_anything_is_written(tmp_path: Path, mechanism: str) -> None:
+    """`privacy: {epsilon: 1}` asks for pure ε-DP. Gaussian noise spends ρ = ε²/2, which is ρ-zCDP, not
+    ε-DP (ε-DP ⇒ ε²/2-zCDP, never the converse): the plan used to print "epsilon=1, delta=0" and the run
+    wrote a ledger with "spent epsilon 0". Both must refuse, naming privacy and delta, and write nothing."""
+    from privcube import api
+
+    (tmp_path / "d.csv").write_text("x,y\n0,1\n1,0\n")
+    cfg = {"data": {"path": str(tmp_path / "d.csv"), "domain": {"x": 2, "y": 2}}, "mechanism": {"name": mechanism},
+           "workload": [{"kway": 1}], "privacy": {"epsilon": 1.0}, "cluster": {"type": "threads"}}
+    with pytest.raises(ConfigError, match=r"privacy: \{epsilon: 1\}.*pure.*delta"):
+        api.plan(cfg)
+    with pytest.raises(ConfigError, match=r"pure epsilon-DP"):
+        api.run(cfg, tmp_path / "out", seed=0, quiet=True)
+    assert not (tmp_path / "out").exists()
+    cfg["privacy"] = {"epsilon": 1.0, "delta": 1e-9}  # the same ε with a δ runs
+    ledger = api.run(cfg, tmp_path / "out2", seed=0, quiet=True).ledger
+    assert ledger["spent"]["delta"] == 1e-9 and ledger["spent"]["epsilon"] <= 1.0 * (1 + 1e-9)

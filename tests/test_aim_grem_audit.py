@@ -78,3 +78,50 @@ def test_pure_epsilon_budget_cli_error_writes_nothing(tmp_path):
     assert r.returncode == 0, r.stderr
     ledger = json.loads((out / "ledger.json").read_text())
     assert ledger["budget"]["delta"] == 1e-9 and ledger["spent"]["rho"] <= ledger["budget"]["rho"]
+
+
+class _FakeClient:
+    """Just enough of a dask Client for the memory check: the workers' memory limits."""
+
+    def __init__(self, limits):
+        self.limits = limits
+
+    def scheduler_info(self, n_workers=-1):  # noqa: ANN001, ANN201
+        return {"workers": {f"tcp://127.0.0.1:{i}": {"memory_limit": m} for i, m in enumerate(self.limits)}}
+
+
+def test_marginal_over_the_smallest_worker_memory_limit_is_refused():
+    from privcube.errors import MemoryLimitError
+    from privcube.mechanisms.base import RunContext
+
+    dom = Domain(("a", "b"), (400, 500))  # the 2-way marginal: 200,000 cells, 1.6 MB in float64
+    oracle = _CountingOracle(dom, np.zeros((10, 2), dtype=int))
+    budget = PrivacyBudget.from_rho(0.1)
+    ledger = PrivacyLedger(budget)
+    _CountingOracle.calls = 0
+    with pytest.raises(MemoryLimitError, match=r"\['a', 'b'\].*1600000 bytes.*workers' memory limit \(1000000 bytes"):
+        AIMGReM().run(oracle, Workload.kway(dom, 2), budget, ledger, NoiseSource(0),
+                      RunContext(client=_FakeClient([4_000_000, 1_000_000])))
+    assert _CountingOracle.calls == 0 and ledger.charges == []
+    # workers with room (or reporting no limit) do not block the run
+    prob = AIMGReM().problem(dom, Workload.kway(dom, 2), _FakeClient([2_000_000, 0]))
+    assert ("a", "b") in prob.closure
+
+
+def test_marginal_over_local_cluster_worker_limit_cli_error_writes_nothing(tmp_path):
+    """A 2-worker LocalCluster with 200 MB per worker and a 400 MB marginal: one clear line, exit 2, no
+    output folder (before the fix: workers restarted four times, then a CommClosedError traceback)."""
+    data = tmp_path / "data.parquet"
+    pd.DataFrame({"a": [0, 1, 2], "b": [3, 4, 5]}).to_parquet(data, index=False)
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "data": {"path": str(data)}, "domain": {"a": 10000, "b": 5000},
+        "mechanism": {"name": "aim-grem"}, "workload": [{"kway": 2}],
+        "privacy": {"epsilon": 1.0, "delta": 1e-9},
+        "cluster": {"type": "local", "n_workers": 2, "threads_per_worker": 1, "memory_limit": "200MB"}}))
+    out = tmp_path / "run"
+    r = cli("run", str(cfg), "--out", str(out), "--seed", "1", "--quiet")
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "['a', 'b']" in lines[0] and "memory limit" in lines[0], r.stderr
+    assert not out.exists()

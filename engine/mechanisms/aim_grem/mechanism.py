@@ -115,8 +115,12 @@ class AIMGReM(Mechanism):
                 raise ConfigError(f"aim-grem: {key} must be a positive number, got {v!r}")
 
     # ----------------------------------------------------------------------------- validation
-    def problem(self, domain: Domain, workload: Workload) -> Problem:
-        """Validate the workload against the data domain and the memory limit; build W↓ and candidates."""
+    def problem(self, domain: Domain, workload: Workload, client: Any = None) -> Problem:
+        """Validate the workload against the data domain and the memory limit; build W↓ and candidates.
+
+        With a dask ``client`` every marginal must also fit in the smallest worker's memory limit: the
+        data pass counts it on one worker, and a worker over its limit is restarted, not reported.
+        """
         if not isinstance(workload, Workload) or len(workload) == 0:
             raise WorkloadError("aim-grem: workload must be a non-empty Workload")
         for g in workload.groups:
@@ -142,10 +146,15 @@ class AIMGReM(Mechanism):
             import psutil
 
             limit = 0.8 * psutil.virtual_memory().available
+        worker = _worker_memory_limit(client)
         for c in closure:
             if 8 * _cells(domain, c) > limit:
                 raise MemoryLimitError(f"aim-grem: the marginal on {list(c)} has {_cells(domain, c)} cells "
                                        f"({8 * _cells(domain, c)} bytes), over memory_limit_bytes={int(limit)}")
+            if worker is not None and 8 * _cells(domain, c) > worker:
+                raise MemoryLimitError(f"aim-grem: the marginal on {list(c)} has {_cells(domain, c)} cells "
+                                       f"({8 * _cells(domain, c)} bytes), over the dask workers' memory limit "
+                                       f"({worker} bytes, cluster.memory_limit)")
         cells_kept = sum(_cells(domain, c) for c in closure)
         resid = sum(math.prod(domain[a] - 1 for a in c) for c in closure if measurable(c, domain))
         total = 8 * (2 * cells_kept + resid)  # exact int64 marginals + float estimates + residuals
@@ -259,7 +268,7 @@ class AIMGReM(Mechanism):
                               "measurements cannot give; add privacy.delta (e.g. 1.0e-9) or give privacy.rho")
         if is_discrete(noise):
             self.use_noise_sampler("discrete")
-        prob = self.problem(oracle.domain, workload)
+        prob = self.problem(oracle.domain, workload, ctx.client)
         if ledger is None or noise is None:
             raise ConfigError("aim-grem: a PrivacyLedger and a NoiseSource are required")
         rho_total = float(min(budget.rho, ledger.budget.rho))
@@ -462,6 +471,22 @@ class AIMGReM(Mechanism):
 
 
 __all__ = ["AIMGReM", "Problem"]
+
+
+def _worker_memory_limit(client: Any) -> int | None:
+    """The smallest memory limit of the client's workers in bytes (None: no client, no workers, no limits)."""
+    if client is None or not callable(getattr(client, "scheduler_info", None)):
+        return None
+    try:
+        try:
+            info = client.scheduler_info(n_workers=-1)
+        except TypeError:  # older distributed: no n_workers argument
+            info = client.scheduler_info()
+        limits = [int(w.get("memory_limit") or 0) for w in dict(info.get("workers") or {}).values()]
+    except Exception:  # noqa: BLE001 - an unreachable scheduler fails later with its own error
+        return None
+    limits = [m for m in limits if m > 0]
+    return min(limits) if limits else None
 
 
 def _scheduler_on_loopback(client: Any) -> bool:

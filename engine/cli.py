@@ -188,13 +188,26 @@ def _print_plan(summary) -> None:  # noqa: ANN001
     print(f"expected RMSE (all queries): {summary.rmse:.6g}")
     print("privacy: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
                                   for k, v in summary.privacy.items()))
+    if isinstance(summary.privacy.get("rho"), float):
+        print(f"privacy cost (beta = 2 rho): {2 * summary.privacy['rho']:.6g}")
     print(f"query groups: {len(summary.groups)}")
     for g in summary.groups[:20]:
-        print(f"  {','.join(g['attributes']) or '(total)'}: rmse {g['rmse']:.6g}")
+        queries = g.get("queries") or {}
+        kinds = "" if all(q == "identity" for q in queries.values()) else \
+            " [" + ", ".join(f"{a}: {q}" for a, q in queries.items()) + "]"
+        weight = f" weight {g['weight']:g}" if g.get("weight", 1.0) != 1.0 else ""
+        print(f"  {','.join(g['attributes']) or '(total)'}{kinds}{weight}: rmse {g['rmse']:.6g}")
     if len(summary.groups) > 20:
         print(f"  ... {len(summary.groups) - 20} more (use --json)")
     if summary.measurements:
         print(f"measurements: {len(summary.measurements)}")
+        for m in summary.measurements[:20]:
+            where = (",".join(m["residual"]) or "(total)") if "residual" in m else str(m.get("strategy", "strategy"))
+            info = ", ".join(f"{k} {v:.6g}" for k, v in m.items()
+                             if isinstance(v, (int, float)) and not isinstance(v, bool))
+            print(f"  {where}: {info}")
+        if len(summary.measurements) > 20:
+            print(f"  ... {len(summary.measurements) - 20} more (use --json)")
 
 
 if __name__ == "__main__":

@@ -95,6 +95,26 @@ def test_plan_json_without_data(tmp_path, small_data):
     assert all(g["rmse"] > 0 for g in out["groups"])
 
 
+def test_plan_text_names_query_types_cost_and_measurements(tmp_path, small_data):
+    """The text plan tells groups on the same attributes apart (query types, weight), prints the privacy
+    cost β = 2ρ and lists the measurement plan (one line per residual with its noise variance)."""
+    _, dom, _ = small_data
+    cfg = write_config(tmp_path / "plan.yaml", None, dom, mechanism={"name": "querysmasher"},
+                       workload=[{"attributes": ["a"]}, {"attributes": ["a"], "queries": "prefix", "weight": 3},
+                                 {"attributes": ["a", "b"], "queries": "affine"}], privacy={"rho": 0.5})
+    r = cli("plan", str(cfg))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "privacy cost (beta = 2 rho): 1" in lines
+    groups = [ln.strip() for ln in lines if "rmse" in ln and ln.startswith("  ")]
+    assert groups[0].startswith("a: rmse") and groups[1].startswith("a [a: prefix] weight 3: rmse")
+    assert groups[2].startswith("a,b [a: affine, b: affine]: rmse")
+    plan = json.loads(cli("plan", str(cfg), "--json").stdout)
+    meas = lines[lines.index(f"measurements: {len(plan['measurements'])}") + 1:]
+    assert len(meas) == len(plan["measurements"]) == 4  # residuals (), a, b, ab
+    assert meas[0].startswith("  (total): sigma2 ") and any(m.startswith("  a,b: sigma2 ") for m in meas)
+
+
 def test_run_contract_and_refusal(tmp_path, small_data):
     parts, dom, frame = small_data
     cfg = write_config(tmp_path / "job.yaml", parts, dom)

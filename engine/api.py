@@ -356,20 +356,33 @@ def _write_records(cfg: JobConfig, result: MechanismResult, run_path: Path, nois
 
 def _write_tensors(path: Path, cfg: JobConfig, result: MechanismResult, keep_existing: bool = False) -> None:
     """Persist the private (noisy) answer tensors and the mechanism's own arrays in ``store.zarr``;
-    ``keep_existing`` (resume) leaves arrays an interrupted attempt already committed (renamed into place)."""
+    ``keep_existing`` (resume) leaves arrays an interrupted attempt already committed (renamed into place).
+
+    Every query group's answers are stored as 1-D arrays ``group-NNNN-<label>.estimate`` and ``.variance``
+    (query order and name of ``answers/group-NNNN-<label>.parquet``; attrs name the group's attributes,
+    query types and weight); marginal groups also as an ``estimate`` tensor shaped like the marginal."""
+    from privcube.storage.outputs import answer_file_stem
     from privcube.storage.zarr_store import TensorStore, marginal_name
 
     store = TensorStore(path, domain=cfg.domain)
     done = set(store.names()) if keep_existing else set()
-    for ans in result.answers:
+    for i, ans in enumerate(result.answers):
         g = ans.group
         if g.is_marginal and g.attributes and marginal_name(g.attributes, "estimate") not in done:
             shape = cfg.domain.shape_of(g.attributes)
             store.write_marginal(g.attributes, np.asarray(ans.estimate, dtype=float).reshape(shape), cfg.domain,
                                  kind="estimate")
+        stem = answer_file_stem(i, g)
+        meta = {"group": i, "group_attributes": list(g.attributes), "queries": g.query_types(), "weight": g.weight,
+                "answers_file": f"answers/{stem}.parquet"}
+        for quantity, values in (("estimate", ans.estimate), ("variance", ans.variance)):
+            if values is not None and f"{stem}.{quantity}" not in done:
+                est = np.asarray(ans.estimate, dtype=float).ravel()
+                store.write(f"{stem}.{quantity}", np.broadcast_to(np.asarray(values, dtype=float).ravel(), est.shape),
+                            {**meta, "quantity": quantity})
     for name, arr in result.tensors.items():
         if name not in done:
-            store.write(name, np.asarray(arr))
+            store.write(name, np.asarray(arr), attrs=result.tensor_attrs.get(name))
     store.cleanup()  # temporaries left by an interrupted earlier attempt (resume)
 
 

@@ -125,3 +125,32 @@ def test_marginal_over_local_cluster_worker_limit_cli_error_writes_nothing(tmp_p
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "['a', 'b']" in lines[0] and "memory limit" in lines[0], r.stderr
     assert not out.exists()
+
+
+def test_residual_estimates_and_precisions_are_labelled_in_the_store(tmp_path):
+    """Each store.zarr residual array names its residual τ and precision λ_τ; with a huge budget the
+    1-way residuals equal the data's level-j-minus-level-0 count differences (computed here with pandas)."""
+    import zarr
+
+    cfg = _job(tmp_path, privacy={"rho": 1.0e8})
+    out = tmp_path / "run"
+    r = cli("run", str(cfg), "--out", str(out), "--seed", "3", "--quiet")
+    assert r.returncode == 0, r.stderr
+    report = json.loads((out / "report.json").read_text())["mechanism_report"]
+    group = zarr.open_group(str(out / "store.zarr"), mode="r")
+    prec = group["aim_grem.precision"]
+    assert prec.attrs["kind"] == "precision" and prec.attrs["residuals"] == report["residuals"]
+    frame = pd.DataFrame(_records(), columns=list(DOM.attributes))
+    seen = set()
+    for i, tau in enumerate(report["residuals"]):
+        arr = group[f"aim_grem.residual.{i:05d}"]
+        assert arr.attrs["kind"] == "residual" and arr.attrs["attributes"] == tau
+        assert arr.attrs["precision"] == prec[i]
+        assert arr.shape == tuple(DOM[a] - 1 for a in tau)
+        seen.add(tuple(tau))
+        if len(tau) == 1:
+            (a,) = tau
+            counts = frame[a].value_counts().reindex(range(DOM[a]), fill_value=0).to_numpy()
+            assert arr.attrs["precision"] > 1e6
+            np.testing.assert_allclose(arr[...], counts[1:] - counts[0], atol=0.05)
+    assert {("a",), ("b",), ("c",), ()} <= seen

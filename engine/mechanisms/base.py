@@ -62,6 +62,7 @@ class MechanismResult:
     report: dict[str, Any] = field(default_factory=dict)
     synthetic: dict[str, Any] = field(default_factory=dict)  # table name -> pandas DataFrame (codes)
     tensors: dict[str, np.ndarray] = field(default_factory=dict)  # name -> noisy array for store.zarr
+    tensor_attrs: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> JSON attributes of that array
 
 
 @dataclass

@@ -458,6 +458,11 @@ class AIMGReM(Mechanism):
             answers.append(GroupAnswer(g, est.ravel().copy(), np.full(est.size, var)))
         tensors: dict[str, np.ndarray] = {f"aim_grem.residual.{i:05d}": grem.z[t] for i, t in enumerate(grem.residuals)}
         tensors["aim_grem.precision"] = np.array([grem.lam[t] for t in grem.residuals])
+        # self-describing arrays: which residual τ each one is, and its precision λ_τ (0: never measured)
+        attrs: dict[str, dict[str, Any]] = {
+            f"aim_grem.residual.{i:05d}": {"kind": "residual", "attributes": list(t), "precision": float(grem.lam[t])}
+            for i, t in enumerate(grem.residuals)}
+        attrs["aim_grem.precision"] = {"kind": "precision", "residuals": [list(t) for t in grem.residuals]}
         report = {
             "mechanism": TAG, "measure": self.measure_mode, "update": self.params["update"],
             "rounds": st.round, "done": st.done, "rho_total": st.rho_total, "rho_used": st.rho_used,
@@ -467,7 +472,7 @@ class AIMGReM(Mechanism):
             "variance_note": "per-cell noise variance from measured residuals; unmeasured residuals are estimated "
                              "as zero (a bias not included in the variance)",
         }
-        return MechanismResult(answers=answers, report=report, tensors=tensors)
+        return MechanismResult(answers=answers, report=report, tensors=tensors, tensor_attrs=attrs)
 
 
 __all__ = ["AIMGReM", "Problem"]

@@ -158,7 +158,7 @@ class RunDirectory:
         index = []
         for i, ans in enumerate(answers):
             g = ans.group
-            fname = f"group-{i:04d}-{_safe(g.label())}.parquet"
+            fname = f"{answer_file_stem(i, g)}.parquet"
             if keep_existing and (folder / fname).exists():
                 rows = pq.ParquetFile(folder / fname).metadata.num_rows
             else:
@@ -331,6 +331,11 @@ def _value_labels(attributes: Iterable[str], schema: Any) -> dict[str, list[str]
         if labels is not None and getattr(schema.attribute(a), "kind", "integer") != "integer":
             out[a] = list(labels)
     return out
+
+
+def answer_file_stem(i: int, group: Any) -> str:
+    """``group-NNNN-<label>``: the name of query group ``i``'s answers (Parquet file, zarr arrays)."""
+    return f"group-{i:04d}-{_safe(group.label())}"
 
 
 def _safe(s: str) -> str:

@@ -166,3 +166,37 @@ def test_bad_output_destination_is_a_config_error(tmp_path):
 
     with pytest.raises(ConfigError, match=r"output\.zarr"):
         load_config(_published_job(tmp_path, {"zarr": ["not", "a", "path"]}))
+
+
+def test_zarr_holds_every_groups_estimate_and_variance(tmp_path):
+    """store.zarr answers every query group like answers/*.parquet: ``group-NNNN-<label>.estimate`` and
+    ``.variance`` in the Parquet's query order (the variances were missing, and non-marginal groups such as
+    prefix or affine were not in zarr at all)."""
+    import yaml
+
+    from privcube import api
+    from privcube.storage.zarr_store import TensorStore
+
+    rng = np.random.default_rng(5)
+    pd.DataFrame({"a": rng.integers(0, 3, 500), "b": rng.integers(0, 4, 500)}).to_parquet(tmp_path / "d.parquet")
+    cfg = {"data": {"path": "d.parquet", "domain": {"a": 3, "b": 4}}, "mechanism": {"name": "querysmasher"},
+           "workload": [{"attributes": ["b"]}, {"attributes": ["b"], "queries": "prefix"},
+                        {"attributes": ["a", "b"], "queries": "affine"}, {"kway": 0}],
+           "privacy": {"rho": 0.5}, "cluster": "threads"}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(cfg))
+    api.run(tmp_path / "job.yaml", tmp_path / "run", seed=2, quiet=True)
+    store = TensorStore(tmp_path / "run" / "store.zarr", mode="r")
+    index = json.loads((tmp_path / "run" / "answers" / "index.json").read_text())["groups"]
+    stems = ["group-0000-b", "group-0001-b", "group-0002-a-b", "group-0003-total"]
+    assert [g["file"] for g in index] == [s + ".parquet" for s in stems]
+    for i, stem in enumerate(stems):
+        table = pd.read_parquet(tmp_path / "run" / "answers" / f"{stem}.parquet")
+        est, var = store.read(f"{stem}.estimate"), store.read(f"{stem}.variance")
+        assert est.shape == var.shape == (len(table),)
+        np.testing.assert_array_equal(est, table["estimate"].to_numpy())
+        np.testing.assert_array_equal(var, table["variance"].to_numpy())
+        assert store.attrs(f"{stem}.variance")["group"] == i and (var > 0).all()
+    assert store.attrs("group-0001-b.estimate")["queries"] == {"b": "prefix"}
+    # the prefix answers are post-processing of the same measurements: cumulative sums of b's cells
+    np.testing.assert_allclose(store.read("group-0001-b.estimate"), np.cumsum(store.read("group-0000-b.estimate")))
+    assert len(store.read("group-0002-a-b.estimate")) == 3 + 4 - 1  # a + b <= c, c = 0..5

@@ -131,6 +131,8 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
 
     if "workload" not in raw:
         raise ConfigError("workload is missing")
+    if isinstance(raw["workload"], Workload):  # built in Python (all_kway, hybrid, ...): kept as its config
+        raw["workload"] = raw["workload"].to_config()
     workload = parse_workload(raw["workload"], domain)
 
     if "privacy" not in raw:

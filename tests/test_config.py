@@ -108,3 +108,24 @@ def test_exponent_numbers_in_yaml_are_numbers(tmp_path):
         "privacy: {epsilon: 1, delta: 1e-6}\n")
     cfg = load_config(tmp_path / "job.yaml")
     assert cfg.budget.delta == 1e-6 and cfg.budget.epsilon == 1.0
+
+
+def test_workload_built_in_python_is_accepted_in_a_config_mapping():
+    """A workload from the Python helpers (here hybrid: prefix on a, identity elsewhere) can stand in the
+    config's workload section; it used to fail with "workload must be a non-empty list of entries". The
+    resolved config (config.yaml, resume fingerprint) holds its plain form."""
+    import yaml
+
+    from privcube.domain import Domain
+    from privcube.workload import hybrid
+
+    dom = Domain(("a", "b", "c"), (3, 4, 2))
+    wl = hybrid(dom, [1, 2], ["a"])
+    cfg = load_config(base(mechanism={"name": "querysmasher"}, workload=wl), need_data=False)
+    assert cfg.workload == wl and len(cfg.workload) == 3 + 3
+    assert cfg.workload.groups[0].query_types() == {"a": "prefix"}
+    resolved = yaml.safe_load(yaml.safe_dump(cfg.resolved()))  # plain data, writable as config.yaml
+    assert resolved["workload"][0] == {"attributes": ["a"], "queries": {"a": "prefix"}, "weight": 1.0}
+    other = Domain(("a", "z"), (3, 2))
+    with pytest.raises(WorkloadError, match="'z'"):
+        load_config(base(workload=hybrid(other, [1], [])), need_data=False)

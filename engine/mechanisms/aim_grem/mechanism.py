@@ -390,7 +390,7 @@ class AIMGReM(Mechanism):
             errors = grem.table.l1_errors(prob.candidates)
             rho_meas = b.rho_measure
             if b.final:
-                rho_meas = min(st.rho_total - st.rho_used, ledger.remaining_rho)
+                rho_meas = min(st.rho_total - st.rho_used, _rest(ledger.budget.rho, ledger))
             sigma2 = 1.0 / (2.0 * rho_meas)
             score = selection.scores(errors, prob.cand_weights, prob.cand_cells, math.sqrt(sigma2))
             idx = selection.select(score, b.epsilon, prob.sensitivity,
@@ -476,6 +476,16 @@ class AIMGReM(Mechanism):
 
 
 __all__ = ["AIMGReM", "Problem"]
+
+
+def _rest(total: float, ledger: Any) -> float:
+    """What is left of ``total`` after the ledger's charges, such that the exact (not float-accumulated)
+    sum of every charge plus this one is at most ``total``: the last round spends the rest, never more."""
+    spent = [float(c["rho"]) for c in ledger.charges]
+    rest = total - math.fsum(spent)
+    while rest > 0 and math.fsum([*spent, rest]) > total:
+        rest = math.nextafter(rest, 0.0)
+    return max(rest, 0.0)
 
 
 def _worker_memory_limit(client: Any) -> int | None:

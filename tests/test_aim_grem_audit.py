@@ -173,3 +173,29 @@ def test_exact_sum_of_charges_never_exceeds_the_budget(epsilon):
         total = math.fsum(rhos)
         assert total <= budget.rho, (seed, total - budget.rho)
         assert budget.rho - total <= 4 * math.ulp(budget.rho)  # and nothing is left unspent
+
+
+@pytest.mark.parametrize(("epsilon", "rho"), [(0.3, None), (3.0, None), (10.0, None), (None, 0.5)])
+def test_spending_the_whole_budget_reads_as_at_most_its_epsilon(epsilon, rho):
+    """A run that spends exactly its ρ reported 'spent epsilon 3.000000000000105' of a budget of 3 (the
+    ρ → ε conversion rounds up by its bisection tolerance); the reading never exceeds the budget's ε."""
+    budget = PrivacyBudget.from_rho(rho, 1e-9) if rho else PrivacyBudget.from_epsilon_delta(epsilon, 1e-9)
+    ledger = PrivacyLedger(budget)
+    ledger.charge("first half", rho=budget.rho / 2)
+    half = ledger.spent["epsilon"]
+    assert 0 < half < budget.epsilon
+    ledger.charge("second half", rho=budget.rho - budget.rho / 2)
+    assert ledger.spent["rho"] == budget.rho
+    assert ledger.spent["epsilon"] <= budget.epsilon
+    if epsilon is not None:
+        assert ledger.spent["epsilon"] == epsilon
+
+
+def test_cli_ledger_spent_epsilon_within_budget(tmp_path):
+    cfg = _job(tmp_path, privacy={"epsilon": 3.0, "delta": 1e-9})
+    out = tmp_path / "run"
+    r = cli("run", str(cfg), "--out", str(out), "--seed", "2", "--quiet")
+    assert r.returncode == 0, r.stderr
+    led = json.loads((out / "ledger.json").read_text())
+    assert led["spent"]["epsilon"] <= 3.0 and led["spent"]["delta"] == 1e-9
+    assert "epsilon=3 " in r.stdout

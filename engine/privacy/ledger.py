@@ -181,7 +181,12 @@ class PrivacyLedger:
             return {"rho": self._rho, "epsilon": self._approx[0], "delta": self._approx[1]}
         if self._rho == 0.0:
             return {"rho": 0.0, "epsilon": 0.0, "delta": 0.0}
-        return {"rho": self._rho, "epsilon": cdp_epsilon(self._rho, b.delta), "delta": b.delta}
+        eps = cdp_epsilon(self._rho, b.delta)
+        if eps > b.epsilon and math.fsum(c["rho"] for c in self._charges) <= b.rho:
+            # ρ spent ≤ the budget's ρ, which is (ε, δ)-DP at the budget's ε by construction (cdp_rho rounds
+            # down, cdp_epsilon rounds up): the excess is the bisection's tolerance, not privacy spent
+            eps = b.epsilon
+        return {"rho": self._rho, "epsilon": eps, "delta": b.delta}
 
     @property
     def remaining_rho(self) -> float:

@@ -84,7 +84,8 @@ class RunDirectory:
             raise RunDirectoryError(f"output {str(self.path)!r} exists and is not a directory")
         if self.finished:
             raise RunDirectoryError(
-                f"output directory {str(self.path)!r} holds a finished run; choose a new --out"
+                f"output directory {str(self.path)!r} holds a finished run; choose a new --out, or pass "
+                "--overwrite to replace it"
             )
         if self.started and not resume:
             raise RunDirectoryError(
@@ -92,7 +93,8 @@ class RunDirectory:
                 "pass --resume to continue it or choose a new --out"
             )
         if resume and not self.started:
-            raise RunDirectoryError(f"--resume: {str(self.path)!r} holds no run to resume")
+            raise RunDirectoryError(f"--resume: {str(self.path)!r} holds no run to resume (nothing was measured "
+                                    "there); run without --resume")
 
     def create(self) -> None:
         """Create the folder with owner-only permissions."""

@@ -199,3 +199,17 @@ def test_cli_ledger_spent_epsilon_within_budget(tmp_path):
     led = json.loads((out / "ledger.json").read_text())
     assert led["spent"]["epsilon"] <= 3.0 and led["spent"]["delta"] == 1e-9
     assert "epsilon=3 " in r.stdout
+
+
+def test_finished_run_is_refused_with_the_way_out_named(tmp_path):
+    cfg = _job(tmp_path)
+    out = tmp_path / "run"
+    assert cli("run", str(cfg), "--out", str(out), "--seed", "4", "--quiet").returncode == 0
+    before = (out / "ledger.json").read_bytes()
+    for extra in ([], ["--resume"]):
+        r = cli("run", str(cfg), "--out", str(out), "--seed", "4", "--quiet", *extra)
+        assert r.returncode == 2 and "finished run" in r.stderr and "--overwrite" in r.stderr, r.stderr
+        assert (out / "ledger.json").read_bytes() == before
+    r = cli("run", str(cfg), "--out", str(tmp_path / "never"), "--seed", "4", "--resume", "--quiet")
+    assert r.returncode == 2 and "without --resume" in r.stderr, r.stderr
+    assert not (tmp_path / "never").exists()

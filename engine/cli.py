@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a job: measure privately and write the run directory")
     r.add_argument("config", help="job config (YAML or JSON)")
     r.add_argument("--out", required=True, help="run directory (refused if it holds a finished run)")
-    r.add_argument("--seed", type=int, help="seed the noise (reproducible; recorded in the outputs)")
+    r.add_argument("--seed", type=int, help="seed the noise (reproducible; recorded in the outputs, so not for releases)")
     r.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     r.add_argument("--overwrite", action="store_true",
                    help="replace a finished run in --out (kept until the new run completes)")

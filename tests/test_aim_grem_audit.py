@@ -158,9 +158,10 @@ def test_residual_estimates_and_precisions_are_labelled_in_the_store(tmp_path):
 
 @pytest.mark.parametrize("epsilon", [0.3, 1.0, 3.0])
 def test_exact_sum_of_charges_never_exceeds_the_budget(epsilon):
-    """ledger total ≤ budget in exact arithmetic (math.fsum of ledger.json's charges), not only up to float
+    """ledger total ≤ budget in exact arithmetic (exact sum of ledger.json's charges), not only up to float
     accumulation: the last round spends the exact rest. Before the fix 7 of these 18 runs overshot by an ulp."""
     import math
+    from fractions import Fraction
 
     dom = Domain(("a", "b", "c", "d"), (3, 4, 2, 5))
     rng = np.random.default_rng(0)
@@ -170,9 +171,9 @@ def test_exact_sum_of_charges_never_exceeds_the_budget(epsilon):
         ledger = PrivacyLedger(budget)
         AIMGReM().run(ArrayOracle(dom, records), Workload.kway(dom, 3), budget, ledger, NoiseSource(seed))
         rhos = [c["rho"] for c in ledger.to_dict()["charges"]]
-        total = math.fsum(rhos)
-        assert total <= budget.rho, (seed, total - budget.rho)
-        assert budget.rho - total <= 4 * math.ulp(budget.rho)  # and nothing is left unspent
+        total = sum(map(Fraction, rhos))  # exact
+        assert total <= Fraction(budget.rho), (seed, float(total - Fraction(budget.rho)))
+        assert Fraction(budget.rho) - total <= Fraction(4 * math.ulp(budget.rho))  # and nothing is left unspent
 
 
 @pytest.mark.parametrize(("epsilon", "rho"), [(0.3, None), (3.0, None), (10.0, None), (None, 0.5)])
@@ -213,3 +214,36 @@ def test_finished_run_is_refused_with_the_way_out_named(tmp_path):
     r = cli("run", str(cfg), "--out", str(tmp_path / "never"), "--seed", "4", "--resume", "--quiet")
     assert r.returncode == 2 and "without --resume" in r.stderr, r.stderr
     assert not (tmp_path / "never").exists()
+
+
+def test_last_round_rest_is_exact_and_quick_when_it_is_tiny():
+    """A rest far below an ulp of the budget, with an excess of the float rest over the exact one: the
+    correction is computed, not stepped ulp by ulp (2**38 steps here), and the exact total stays ≤ budget."""
+    import time
+    from fractions import Fraction
+    from types import SimpleNamespace
+
+    from privcube.mechanisms.aim_grem.mechanism import _rest
+
+    a, b = 1.0 - 2.0**-40, 2.0**-54  # fsum(a, b) rounds to a: the float rest 2**-40 overshoots by 2**-54
+    ledger = SimpleNamespace(charges=[{"rho": a}, {"rho": b}])
+    exact = lambda xs: sum(map(Fraction, xs))  # noqa: E731
+    assert exact([a, b, 1.0 - a]) > 1  # the naive rest would overspend
+    t0 = time.perf_counter()
+    rest = _rest(1.0, ledger)
+    assert time.perf_counter() - t0 < 1.0
+    assert 0 < rest < 1.0 - a
+    assert exact([a, b, rest]) <= 1
+    assert 1 - exact([a, b, rest]) <= Fraction(2.0**-90)  # and all but an ulp of the rest is spent
+
+
+def test_epsilon_reading_is_not_clamped_when_charges_exceed_the_budget_exactly():
+    """The clamp to the budget's ε needs the exact sum of charges ≤ ρ; an excess hidden by float rounding
+    (here 2**-80) keeps the honest, larger reading."""
+    budget = PrivacyBudget.from_epsilon_delta(10.0, 1e-9)
+    ledger = PrivacyLedger(budget)
+    ledger.charge("all", rho=budget.rho)
+    assert ledger.spent["epsilon"] == 10.0
+    ledger.charge("a hair more", rho=2.0**-80)  # within the ledger's float tolerance, and rounds away in ρ
+    assert ledger.spent["rho"] == budget.rho
+    assert ledger.spent["epsilon"] > 10.0

@@ -182,7 +182,7 @@ class PrivacyLedger:
         if self._rho == 0.0:
             return {"rho": 0.0, "epsilon": 0.0, "delta": 0.0}
         eps = cdp_epsilon(self._rho, b.delta)
-        if eps > b.epsilon and math.fsum(c["rho"] for c in self._charges) <= b.rho:
+        if eps > b.epsilon and math.fsum([*(c["rho"] for c in self._charges), -b.rho]) <= 0.0:  # exact sign
             # ρ spent ≤ the budget's ρ, which is (ε, δ)-DP at the budget's ε by construction (cdp_rho rounds
             # down, cdp_epsilon rounds up): the excess is the bisection's tolerance, not privacy spent
             eps = b.epsilon

@@ -483,8 +483,13 @@ def _rest(total: float, ledger: Any) -> float:
     sum of every charge plus this one is at most ``total``: the last round spends the rest, never more."""
     spent = [float(c["rho"]) for c in ledger.charges]
     rest = total - math.fsum(spent)
-    while rest > 0 and math.fsum([*spent, rest]) > total:
-        rest = math.nextafter(rest, 0.0)
+    for _ in range(8):  # the excess is below an ulp of ``total``: one or two corrections remove it
+        over = math.fsum([*spent, rest, -total])  # exact excess, correctly rounded
+        if rest <= 0 or over <= 0:
+            break
+        rest = math.nextafter(rest - over, 0.0)
+    else:
+        rest = 0.0  # pragma: no cover - not reached; never overspend
     return max(rest, 0.0)
 
 

@@ -208,6 +208,11 @@ def parse_workload(entries: Any, domain: Domain) -> Workload:
                 attrs = [a.strip() for a in attrs.split(",") if a.strip()]
             if not isinstance(attrs, list):
                 raise WorkloadError(f"{where}: 'attributes' must be a list of names")
+            if isinstance(queries, Mapping) and "type" not in queries:  # a type for an attribute not in the group
+                stray = [k for k in queries if k != "default" and k not in attrs]
+                if stray:
+                    raise WorkloadError(f"{where}: queries name attribute(s) {stray} that are not in this entry's "
+                                        f"attributes {attrs}")
             groups.append(group(domain, attrs, queries, weight, where))
         else:
             k = e["kway"]

@@ -161,6 +161,7 @@ def test_helpers() -> None:
     ([{"kway": 1, "weight": "heavy"}], "weight"),
     ([{"kway": 1, "querys": "prefix"}], "querys"),
     ([{"kway": 1, "queries": {"age": {"width": 3}}}], "'type'"),
+    ([{"attributes": ["age", "sex"], "queries": {"edu": "prefix"}}], r"\['edu'\] that are not in this entry"),
     ([], "non-empty"),
 ])
 def test_errors_name_what_is_wrong(entries: list, match: str) -> None:

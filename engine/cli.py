@@ -98,6 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("privcube: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (privcube plan --json | head): stop quietly, like cat
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141
     except Terminated:
         print("privcube: terminated (SIGTERM); continue an interrupted run with --resume", file=sys.stderr)
         return 143

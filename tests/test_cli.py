@@ -303,3 +303,16 @@ def test_data_error_names_the_value_but_no_count(tmp_path, workers):
     numbers = {int(n) for n in re.findall(r"(?<![\w.])\d+(?![\w.])", text)}
     assert not (numbers & counts), sorted(numbers & counts)
     assert not (tmp_path / "run").exists()
+
+
+def test_closed_pipe_is_not_a_traceback(tmp_path, small_data):
+    """`privcube plan --json | head -1`: the reader leaves early; privcube stops without a traceback."""
+    _, dom, _ = small_data
+    cfg = write_config(tmp_path / "plan.yaml", None, dom, workload=[{"kway": 1}, {"kway": 2}, {"kway": 3}])
+    for _ in range(3):  # the pipe breaks only when head exits before privcube has written everything
+        p = subprocess.Popen([sys.executable, "-m", "privcube", "plan", str(cfg), "--json"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        p.stdout.readline()
+        p.stdout.close()  # before privcube writes the rest
+        err = p.stderr.read()
+        assert p.wait(timeout=120) in (0, 141) and "Traceback" not in err and "BrokenPipe" not in err, err

@@ -53,9 +53,8 @@ class QueryType:
         return out
 
     def __str__(self) -> str:
-        if not self.params:
-            return self.name
-        return self.name + "(" + ",".join(f"{k}={v}" for k, v in self.params if k != "matrix") + ")"
+        shown = ",".join(f"{k}={v}" if k != "matrix" else f"{len(v)}x{len(v[0])}" for k, v in self.params)
+        return f"{self.name}({shown})" if shown else self.name
 
 
 #: the parameters each type takes (every other type takes none)

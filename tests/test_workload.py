@@ -61,6 +61,8 @@ def test_affine_and_absdiff() -> None:
 def test_explicit_matrix() -> None:
     qt = parse_query_type({"type": "explicit", "matrix": [[1, -1, 0], [0, 2, 0]]}, "t")
     np.testing.assert_array_equal(attribute_matrix(qt, 3), [[1, -1, 0], [0, 2, 0]])
+    assert str(qt) == "explicit(2x3)"  # shape shown in plans and answers/index.json (was "explicit()")
+    assert str(parse_query_type({"type": "range", "width": 2}, "t")) == "range(width=2)" and str(qt.__class__("total")) == "total"
     with pytest.raises(WorkloadError, match="3 columns but the attribute has size 4"):
         attribute_matrix(qt, 4)
     with pytest.raises(WorkloadError, match="matrix"):

@@ -296,10 +296,13 @@ def _detect_format(path: Any, storage_options: Mapping[str, Any] | None) -> tupl
 
     paths = [str(p) for p in path] if isinstance(path, (list, tuple)) else [str(path)]
     first = paths[0].lower()
-    if first.endswith(_CSV_SUFFIXES):
-        return "csv", paths if len(paths) > 1 else paths[0]
-    if first.endswith((".parquet", ".pq", ".parq")):
-        return "parquet", paths if len(paths) > 1 else paths[0]
+    if first.endswith(_CSV_SUFFIXES + (".parquet", ".pq", ".parq")):
+        for p in paths:  # a missing file or an empty glob: one clear line, not a reader's traceback
+            fs, _, found = fsspec.get_fs_token_paths(p, storage_options=dict(storage_options or {}))
+            if not found or not fs.exists(found[0]):
+                raise DataError(f"input {p!r} " + ("matches no file" if any(ch in p for ch in "*?[") else
+                                                   "does not exist"))
+        return ("csv" if first.endswith(_CSV_SUFFIXES) else "parquet"), paths if len(paths) > 1 else paths[0]
     fs, _, resolved = fsspec.get_fs_token_paths(paths[0], storage_options=dict(storage_options or {}))
     if len(paths) == 1 and not any(ch in paths[0] for ch in "*?[") and fs.isdir(resolved[0]):
         names = [str(p).lower() for p in fs.ls(resolved[0], detail=False)]

@@ -210,3 +210,17 @@ def test_compress_equals_groupby(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.column_stack([rows.astype(np.int64), counts]), exp.to_numpy().astype(np.int64))
     with pytest.raises(DataError, match="'count'"):
         compress(codes.rename(columns={"a": "count"}))
+
+
+@pytest.mark.parametrize("name,message", [
+    ("nope.csv", r"input '.*nope\.csv' does not exist$"),          # was a FileNotFoundError traceback
+    ("nope.parquet", r"input '.*nope\.parquet' does not exist$"),  # was two lines of reader internals
+    ("no*.parquet", r"input '.*no\*\.parquet' matches no file$"),   # was "column 'x' is missing ... columns []"
+])
+def test_missing_input_is_one_clear_line(tmp_path: Path, name: str, message: str) -> None:
+    schema = load_schema({"x": 2})
+    with pytest.raises(DataError, match=message) as err:
+        open_table(str(tmp_path / name), schema)
+    assert "\n" not in str(err.value)
+    pd.DataFrame({"x": [0, 1]}).to_parquet(tmp_path / "part-0.parquet")
+    assert open_table(str(tmp_path / "part-*.parquet"), schema).frame.compute()["x"].tolist() == [0, 1]

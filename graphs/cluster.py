@@ -368,3 +368,23 @@ def _scheduler_file_address(path: str) -> str:
         raise ConfigError(f"scheduler file {path!r} does not exist") from None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"scheduler file {path!r} is not a Dask scheduler file ({e})") from None
+
+
+def worker_resources(client: Any) -> tuple[int | None, int]:
+    """``(smallest worker memory limit in bytes or None, largest threads per worker)`` of ``client``'s
+    cluster; ``(None, 1)`` without a client, without workers or without limits. Used to size data
+    passes so that no task pushes a worker over its limit (a worker over it is restarted, not reported)."""
+    if client is None or not callable(getattr(client, "scheduler_info", None)):
+        return None, 1
+    try:
+        try:
+            info = client.scheduler_info(n_workers=-1)
+        except TypeError:  # older distributed: no n_workers argument
+            info = client.scheduler_info()
+        workers = list(dict(info.get("workers") or {}).values())
+    except Exception:  # noqa: BLE001 - an unreachable scheduler fails later with its own error
+        return None, 1
+    limits = [int(w.get("memory_limit") or 0) for w in workers]
+    limits = [m for m in limits if m > 0]
+    threads = max([int(w.get("nthreads") or 1) for w in workers] or [1])
+    return (min(limits) if limits else None), max(threads, 1)

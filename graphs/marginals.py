@@ -15,7 +15,9 @@ for distinct-row-compressed data). For a batch of cliques the pass:
 
 Memory guard: any clique with more than ``max_cells`` cells (8 bytes each) raises
 ``MemoryLimitError`` before anything is computed. Roots are packed into passes of at most
-``pass_cells`` total cells (one pass for ordinary batches); each extra pass re-reads the data.
+``pass_cells`` total cells (one pass for ordinary batches); each extra pass re-reads the data. With a
+client, passes are also sized to the smallest worker's memory limit (``fit_passes``: lower fan-in
+first, then more passes; a marginal no worker can count raises ``MemoryLimitError`` up front).
 
 Results are numpy int64 arrays, axes in the order each clique was given. Weighted counts are
 accumulated in float64 per partition (exact below 2**53 per partition) and rounded to int64.
@@ -38,6 +40,9 @@ Clique = tuple[str, ...]
 DEFAULT_MAX_CELLS = 2**28          # 2 GiB of int64 per marginal
 DEFAULT_PASS_CELLS = 2**25         # 256 MiB of int64 partial counts per partition task
 DEFAULT_DERIVE_MAX_CELLS = 2**26   # derive subsets from supersets up to 512 MiB
+#: share of the smallest worker's memory limit a data pass may plan to use (dask spills at 60%, pauses at
+#: 80% and restarts the worker at 95% by default)
+WORKER_MEMORY_FRACTION = 0.6
 
 
 # ------------------------------------------------------------------------------------ planning
@@ -93,6 +98,47 @@ def _pack_passes(domain: Domain, roots: Sequence[Clique], pass_cells: int) -> li
             passes.append([r])
             loads.append(size)
     return passes
+
+
+def pass_bytes_per_worker(cells: int, split_every: int, threads: int) -> int:
+    """Planned peak bytes on one worker while a pass of ``cells`` int64 counts is reduced: a combine task
+    holds ``split_every`` partials and its sum, and each of the worker's other threads one partial."""
+    return 8 * cells * (split_every + 1 + max(threads, 1))
+
+
+def fit_passes(domain: Domain, roots: Sequence[Clique], client: Any, *, split_every: int,
+               pass_cells: int = DEFAULT_PASS_CELLS) -> list[tuple[list[Clique], int]]:
+    """Passes over the data as ``[(roots, fan-in)]`` that fit the workers of ``client``.
+
+    A dask worker pushed over its memory limit is restarted, and the job ends in a communication error
+    after a few retries; so with a client the passes are sized to the smallest worker memory limit:
+    the fan-in of the reduction is lowered first (cheap), then roots are spread over more passes
+    (each one re-reads the data). A marginal that cannot be counted on one worker even at fan-in 2
+    raises MemoryLimitError naming it, before anything is computed."""
+    from privcube.graphs.cluster import worker_resources
+
+    limit, threads = worker_resources(client) if client is not None else (None, 1)
+    if limit is None:
+        return [(p, split_every) for p in _pack_passes(domain, roots, pass_cells)]
+    budget = WORKER_MEMORY_FRACTION * limit
+    for r in sorted(roots, key=lambda c: -domain.size(c)):
+        cells = domain.size(r)
+        need = pass_bytes_per_worker(cells, 2, threads)
+        if need > budget:
+            raise MemoryLimitError(
+                f"marginal on {tuple(r)} has {cells:,} cells ({cells * 8 / 2**30:.2f} GiB as int64); counting it "
+                f"on the cluster needs about {need / 2**30:.2f} GiB per worker ({threads} thread(s), fan-in 2), "
+                f"above {WORKER_MEMORY_FRACTION:.0%} of the smallest worker memory limit ({limit / 2**30:.2f} GiB): "
+                "give the workers more memory (cluster.memory_limit) or fewer threads, or use coarser attributes")
+    cap = int(budget // pass_bytes_per_worker(1, 2, threads))
+    out = []
+    for p in _pack_passes(domain, roots, min(pass_cells, cap)):
+        cells = sum(domain.size(r) for r in p)
+        fan_in = split_every
+        while fan_in > 2 and pass_bytes_per_worker(cells, fan_in, threads) > budget:
+            fan_in -= 1
+        out.append((p, fan_in))
+    return out
 
 
 def derive_marginal(mu: np.ndarray, clique: Sequence[str], sub: Sequence[str]) -> np.ndarray:
@@ -279,8 +325,9 @@ def compute_marginals(frame: Any, domain: Domain, cliques: Sequence[Sequence[str
 
     roots, derived = plan_batch(domain, canon, derive_max_cells)
     computed: dict[Clique, np.ndarray] = {}
-    for p in _pack_passes(domain, roots, pass_cells):
-        flats = _run_pass(frame, domain, p, weight, client, split_every, label)
+    for p, fan_in in fit_passes(domain, roots, client if _is_dask_frame(frame) else None,
+                                split_every=split_every, pass_cells=pass_cells):
+        flats = _run_pass(frame, domain, p, weight, client, fan_in, label)
         for r, flat in zip(p, flats):
             computed[r] = np.asarray(flat, dtype=np.int64).reshape(domain.shape_of(r))
     for c, r in derived.items():
@@ -385,24 +432,26 @@ def remote_marginals(frame: Any, domain: Domain, cliques: Sequence[Sequence[str]
     canon = [_canon(domain, c) for c in requested]
     check_columns(frame, domain, list(dict.fromkeys(a for c in canon for a in c)), weight)
     roots, derived = plan_batch(domain, canon, derive_max_cells)
-    shapes = [domain.shape_of(r) for r in roots]
     sizes = domain.to_dict()
-    needed = list(dict.fromkeys(a for r in roots for a in r)) + ([weight] if weight is not None else [])
-    if not needed:
-        needed = [str(frame.columns[0])]
     import pandas as pd
 
-    counted = frame[needed].map_partitions(partition_counts, roots, shapes, sizes, weight,
-                                           meta=pd.Series([], dtype=object), enforce_metadata=False,
-                                           align_dataframes=False)
-    pass_future = client.compute(_tree_reduce(counted.to_delayed(optimize_graph=True), split_every))
-    computed = {r: client.submit(_take, pass_future, i, shapes[i], pure=False) for i, r in enumerate(roots)}
+    computed: dict[Clique, Any] = {}
+    for p, fan_in in fit_passes(domain, roots, client, split_every=split_every):
+        shapes = [domain.shape_of(r) for r in p]
+        needed = list(dict.fromkeys(a for r in p for a in r)) + ([weight] if weight is not None else [])
+        if not needed:
+            needed = [str(frame.columns[0])]
+        counted = frame[needed].map_partitions(partition_counts, p, shapes, sizes, weight,
+                                               meta=pd.Series([], dtype=object), enforce_metadata=False,
+                                               align_dataframes=False)
+        pass_future = client.compute(_tree_reduce(counted.to_delayed(optimize_graph=True), fan_in))
+        computed.update({r: client.submit(_take, pass_future, i, shapes[i], pure=False) for i, r in enumerate(p)})
+        pass_future.release()
     for c, r in derived.items():
         computed[c] = client.submit(derive_marginal, computed[r], r, c, pure=False)
     out = {}
     for req, c in zip(requested, canon):
         out[req] = client.submit(derive_marginal, computed[c], c, req, pure=False) if req != c else computed[c]
-    pass_future.release()
     return out
 
 

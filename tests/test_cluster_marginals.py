@@ -241,3 +241,65 @@ def test_batch_mechanisms_measure_on_the_workers(client, name):
     for got, want in zip(*[r.answers for r in results]):
         assert np.allclose(got.estimate, want.estimate)
     assert remote._cache == {}
+
+
+class _FakeClient:
+    """Only what fit_passes reads: the scheduler's worker table."""
+
+    def __init__(self, limits, nthreads):
+        self._workers = {f"tcp://w{i}": {"memory_limit": m, "nthreads": nthreads} for i, m in enumerate(limits)}
+
+    def scheduler_info(self, n_workers=-1):
+        return {"workers": self._workers}
+
+
+def test_fit_passes_sizes_passes_to_the_smallest_worker():
+    """Fan-in is lowered first, then roots are spread over passes, from the smallest worker limit."""
+    from privcube.errors import MemoryLimitError
+    from privcube.graphs.marginals import fit_passes
+
+    domain = Domain.from_mapping({"a": 10_000, "b": 1_000, "c": 1_000, "d": 2, "e": 20_000})
+    fake = _FakeClient([4 * 10**9, 10**9], nthreads=2)   # smallest limit 1e9 bytes: plan with 0.6e9
+    # one root of 1e7 cells = 80 MB: a combine of fan-in s plus 2 threads needs 80 MB * (s + 3) <= 600 MB
+    ((roots, fan_in),) = fit_passes(domain, [("a", "b")], fake, split_every=8)
+    assert roots == [("a", "b")] and fan_in == 4
+    # two such roots (160 MB) exceed the per-pass cap of 600 MB / (8 * 5) = 15e6 cells: two passes
+    plan = fit_passes(domain, [("a", "b"), ("a", "c")], fake, split_every=8)
+    assert sorted(r for p, _ in plan for r in p) == [("a", "b"), ("a", "c")]
+    assert len(plan) == 2 and [f for _, f in plan] == [4, 4]
+    # small roots keep the requested fan-in and share one pass
+    assert fit_passes(domain, [("b",), ("c", "d")], fake, split_every=8) == [([("c", "d"), ("b",)], 8)]
+    # 2e7 cells (160 MB) need 160 MB * 5 = 800 MB even at fan-in 2: refused up front, naming the marginal
+    with pytest.raises(MemoryLimitError, match=r"marginal on \('a', 'b', 'd'\).*cluster.memory_limit"):
+        fit_passes(domain, [("a", "b", "d")], fake, split_every=8)
+    # without a client (or without limits) only pass_cells applies
+    assert fit_passes(domain, [("a", "e")], None, split_every=8) == [([("a", "e")], 8)]
+    assert fit_passes(domain, [("a", "e")], _FakeClient([0], 1), split_every=8) == [([("a", "e")], 8)]
+
+
+def test_passes_fit_real_workers_and_counts_stay_exact(client):
+    """On 1 GiB workers (plan with 0.6 GiB, 1 thread): large roots are split over two passes with a
+    lower fan-in and the counts still equal pandas; a marginal no worker can hold is refused before
+    any task runs, through compute_marginals and through the oracle's on-worker measure path."""
+    from privcube.errors import MemoryLimitError
+    from privcube.graphs.marginals import fit_passes
+
+    domain = Domain.from_mapping({"a": 2048, "b": 4096, "c": 2048, "d": 64})
+    rng = np.random.default_rng(3)
+    pdf = pd.DataFrame({a: rng.integers(0, s, 6_000) for a, s in zip(domain.attributes, domain.shape)})
+    ddf = dd.from_pandas(pdf, npartitions=5)
+    cliques = [("a", "b"), ("a", "c"), ("b", "c")]   # 2**23, 2**22, 2**23 cells
+    # cap = 0.6 GiB / (8 * 4) = 20.1e6 cells < 20.97e6 in total: (a,b)+(b,c) in one pass at fan-in 2
+    # (0.6 GiB / 134 MB = 4.8 >= 2 + 2), (a,c) alone at the requested fan-in
+    plan = fit_passes(domain, cliques, client, split_every=8)
+    assert [(sorted(p), f) for p, f in plan] == [([("a", "b"), ("b", "c")], 2), ([("a", "c")], 8)]
+    res = compute_marginals(ddf, domain, cliques, client=client)
+    for c in cliques:
+        np.testing.assert_array_equal(res[c], groupby_dense(pdf, c, domain.shape_of(c)), err_msg=str(c))
+    # (b, c, d): 2**29 cells = 4 GiB, 16 GiB planned at fan-in 2
+    with pytest.raises(MemoryLimitError, match=r"marginal on \('b', 'c', 'd'\)"):
+        compute_marginals(ddf, domain, [("b", "c", "d")], client=client, max_cells=2**30)
+    oracle = DataOracle(ddf, domain, client=client, max_cells=2**30)
+    with pytest.raises(MemoryLimitError, match=r"marginal on \('b', 'c', 'd'\)"):
+        oracle.measure([("b", "c", "d")], lambda c, mu: float(mu.sum()))
+    assert client.run(lambda: 1)  # the workers are alive

@@ -495,18 +495,9 @@ def _rest(total: float, ledger: Any) -> float:
 
 def _worker_memory_limit(client: Any) -> int | None:
     """The smallest memory limit of the client's workers in bytes (None: no client, no workers, no limits)."""
-    if client is None or not callable(getattr(client, "scheduler_info", None)):
-        return None
-    try:
-        try:
-            info = client.scheduler_info(n_workers=-1)
-        except TypeError:  # older distributed: no n_workers argument
-            info = client.scheduler_info()
-        limits = [int(w.get("memory_limit") or 0) for w in dict(info.get("workers") or {}).values()]
-    except Exception:  # noqa: BLE001 - an unreachable scheduler fails later with its own error
-        return None
-    limits = [m for m in limits if m > 0]
-    return min(limits) if limits else None
+    from privcube.graphs.cluster import worker_resources
+
+    return worker_resources(client)[0]
 
 
 def _scheduler_on_loopback(client: Any) -> bool:

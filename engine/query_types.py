@@ -242,17 +242,38 @@ def row_descriptions(qt: QueryType, names: tuple[str, ...], sizes: tuple[int, ..
         return [f"{a} = {v(i)}" for i in range(n)]
     if qt.name == "total":
         return [f"{a}: all"]
-    if qt.name == "prefix":
-        return [f"{a} <= {v(c)}" for c in range(n)]
+    # half-open bins "[lo, hi)" (a schema's numeric/date bins, then "missing" as the last code when it is
+    # coded): codes s..e are "lo_s <= a < hi_e", plus "or missing" when e is the missing code
+    bins = [_bin(values[0][i]) for i in range(n)] if values[0] is not None else [None] * n
+    last = n - 1 if n > 1 and values[0] is not None and str(values[0][-1]) == "missing" and bins[-2] else None
+
+    def upto(s: int, e: int) -> tuple[str, str, str] | None:
+        """(lo_s, hi of the last bin in s..e, " or missing" or "") when codes s..e are bins (+ missing)."""
+        tail = " or missing" if e == last and s < e else ""
+        top = e - 1 if tail else e
+        return (bins[s][0], bins[top][1], tail) if bins[s] and bins[top] else None
+
+    if qt.name == "prefix":  # codes 0..c
+        return [f"{a} < {u[1]}{u[2]}" if (u := upto(0, c)) else f"{a} <= {v(c)}" for c in range(n)]
     if qt.name in ("allrange", "range"):
         w = int(qt.param("width", 0))
         rows = [(s, e) for s in range(n) for e in range(s, n)] if qt.name == "allrange" else \
             [(s, s + w - 1) for s in range(n - w + 1)]
-        return [f"{a} in [{v(s)}, {v(e)}]" for s, e in rows]
+        return [f"{a} in [{u[0]}, {u[1]}){u[2]}" if (u := upto(s, e)) else f"{a} in [{v(s)}, {v(e)}]"
+                for s, e in rows]
     if qt.name == "circular":
         return [f"{a} in [{v(s)}, {v((s + length - 1) % n)}] (circular)" for s in range(n) for length in range(1, n + 1)]
     rows = int(qt.param("rows_per_cell", 3)) * n if qt.name == "random" else len(qt.param("matrix"))
     return [f"{a}: {qt.name} row {r}" for r in range(rows)]
+
+
+def _bin(label: Any) -> tuple[str, str] | None:
+    """(lo, hi) of a bin label ``"[lo, hi)"`` (a schema's numeric or date bin), None for other labels."""
+    text = str(label)
+    if text.startswith("[") and text.endswith(")") and text.count(", ") == 1:
+        lo, hi = text[1:-1].split(", ")
+        return lo, hi
+    return None
 
 
 def _intervals(rows: list[tuple[int, int]], n: int) -> np.ndarray:

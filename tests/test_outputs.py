@@ -200,3 +200,21 @@ def test_zarr_holds_every_groups_estimate_and_variance(tmp_path):
     # the prefix answers are post-processing of the same measurements: cumulative sums of b's cells
     np.testing.assert_allclose(store.read("group-0001-b.estimate"), np.cumsum(store.read("group-0000-b.estimate")))
     assert len(store.read("group-0002-a-b.estimate")) == 3 + 4 - 1  # a + b <= c, c = 0..5
+
+
+def test_descriptions_over_bins_read_as_intervals():
+    """Prefix and range queries over a binned numeric attribute are described by the interval they count
+    (bins are half-open), not by bin labels ("age <= [18, 35)", "hours in [[0, 20), [20, 40)]"); a coded
+    missing value (the last code) is named."""
+    dom = Domain.from_mapping({"age": 4})
+    labels = {"age": ["[0, 18)", "[18, 35)", "[35, 120)", "missing"]}
+    prefix = group(dom, ["age"], "prefix")
+    assert prefix.row_descriptions(dom, labels) == ["age < 18", "age < 35", "age < 120", "age < 120 or missing"]
+    rng = group(dom, ["age"], {"type": "range", "width": 2})
+    assert rng.row_descriptions(dom, labels) == ["age in [0, 35)", "age in [18, 120)", "age in [35, 120) or missing"]
+    allr = group(dom, ["age"], "allrange")
+    desc, m = allr.row_descriptions(dom, labels), allr.matrix(dom)
+    assert desc[m.tolist().index([0, 1, 1, 0])] == "age in [18, 120)"
+    assert desc[m.tolist().index([0, 0, 0, 1])] == "age in [missing, missing]"  # the missing code alone
+    cats = {"age": ["a", "b", "c", "d"]}  # categories: unchanged
+    assert prefix.row_descriptions(dom, cats)[1] == "age <= b" and allr.row_descriptions(dom, cats)[1] == "age in [a, b]"

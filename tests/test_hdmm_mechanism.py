@@ -310,3 +310,37 @@ def test_data_oracle_takes_the_chunked_release_path():
     ref = get_mechanism("hdmm")(params).run(_LazyOracle(DOM, REC), WL, budget, PrivacyLedger(budget), NoiseSource(5))
     np.testing.assert_allclose(got.tensors["hdmm.measurements"], ref.tensors["hdmm.measurements"], rtol=1e-12)
     assert data.n_passes == 0  # no dense exact marginal was computed in this process
+
+
+@pytest.mark.parametrize("name", ["hdmm", "eigen-design"])
+@pytest.mark.parametrize("calibration", ["zcdp", "analytic"])
+def test_gaussian_noise_refuses_a_pure_epsilon_budget(name, calibration):
+    """privacy: {epsilon} alone asks for pure ε-DP; Gaussian noise cannot give it (it would spend ρ = ε²/2
+    and report δ = 0): plan and run refuse before any charge, naming the budget and the way out."""
+    mech = get_mechanism(name)({"noise": "gaussian", "calibration": calibration})
+    budget = PrivacyBudget.pure_epsilon(1.0)
+    with pytest.raises(ConfigError, match=r"gaussian.*pure epsilon-DP.*delta"):
+        mech.plan(WL, budget)
+    ledger = PrivacyLedger(budget)
+    with pytest.raises(ConfigError, match=r"gaussian.*pure epsilon-DP"):
+        mech.run(ORACLE, WL, budget, ledger, NoiseSource(3))
+    assert ledger.charges == []
+    # the same budget with Laplace noise runs and spends exactly ε
+    lap = get_mechanism(name)({"noise": "laplace"})
+    lap.run(ORACLE, WL, budget, ledger, NoiseSource(3))
+    (charge,) = ledger.charges
+    assert charge["epsilon"] == 1.0 and charge["delta"] == 0.0
+
+
+def test_cli_plan_refuses_gaussian_with_pure_epsilon(tmp_path):
+    """Through the CLI: one line naming the problem, exit code 2, nothing written."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("domain: {a: 4, b: 3}\nmechanism: {name: hdmm, noise: gaussian}\nworkload: [{kway: 2}]\n"
+                   "privacy: {epsilon: 1}\n")
+    r = subprocess.run([sys.executable, "-m", "privcube", "plan", str(cfg)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "pure epsilon-DP" in r.stderr and "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]

@@ -99,9 +99,12 @@ class HDMM(Mechanism):
         if kind == "laplace":
             eps = budget.epsilon if budget.pure else math.sqrt(2.0 * budget.rho)
             return kind, 2.0 / eps**2, 1.0 / eps
+        if budget.pure:  # ε-DP implies ε²/2-zCDP, not the converse: Gaussian noise is never pure ε-DP
+            how = " with calibration 'analytic'" if self.params["calibration"] == "analytic" else ""
+            raise ConfigError(f"{self.name}: noise 'gaussian'{how} cannot give the pure epsilon-DP that privacy: "
+                              f"{{epsilon: {budget.epsilon:g}}} alone asks for; use noise: laplace, or add delta "
+                              f"(e.g. {{epsilon: {budget.epsilon:g}, delta: 1.0e-6}}) or give rho")
         if self.params["calibration"] == "analytic":
-            if budget.pure:
-                raise ConfigError("hdmm: calibration 'analytic' needs an (epsilon, delta) budget")
             from privcube.privacy.primitives import analytic_gaussian_sigma
             s = analytic_gaussian_sigma(budget.epsilon, budget.delta, 1.0)
         else:

@@ -73,6 +73,12 @@ class ProgressBar:
         return (f"{self.label} [{'#' * filled}{'.' * (_WIDTH - filled)}] "
                 f"{self.done}/{self.total} {elapsed:6.1f}s")
 
+    def tick(self) -> None:
+        """Redraw with the current elapsed time even if nothing finished (heartbeat of a long step)."""
+        with self._lock:
+            self._drawn = None
+            self._draw()
+
     def _draw(self) -> None:
         """Write the line if not quiet."""
         if _QUIET or self._closed or self._drawn == self.done:
@@ -94,12 +100,25 @@ class ProgressBar:
 
 
 @contextmanager
-def progress(label: str, total: int, *, stream: TextIO | None = None) -> Iterator[Callable[[int], None]]:
-    """Context manager yielding ``update(n=1)``; the bar is finished (newline) on exit."""
+def progress(label: str, total: int, *, stream: TextIO | None = None,
+             heartbeat: float | None = None) -> Iterator[Callable[[int], None]]:
+    """Context manager yielding ``update(n=1)``; the bar is finished (newline) on exit. With ``heartbeat``
+    (seconds) the elapsed time is redrawn that often even while no step finishes (one long solve)."""
     bar = ProgressBar(label, total, stream=stream)
+    stop = threading.Event()
+    ticker = None
+    if heartbeat is not None and not _QUIET:
+        def beat() -> None:
+            while not stop.wait(heartbeat):
+                bar.tick()
+        ticker = threading.Thread(target=beat, name=f"progress-{label}", daemon=True)
+        ticker.start()
     try:
         yield bar.update
     finally:
+        stop.set()
+        if ticker is not None:
+            ticker.join()
         bar.close()
 
 

@@ -23,4 +23,4 @@ def solve_parts(parts: Sequence[Part], *, method: str = "auto", tol: float = 1e-
     Parts above ``dense_limit`` cells are solved in factored form (see ``solvers.solve_part``)."""
     items = [(p, method, tol, sdp_limit, newton_limit, dense_limit) for p in parts]
     return map_tasks(_solve_task, items, client=client, cost=lambda it: float(it[0].size) ** 3,
-                     label="querysmasher-solve")
+                     label="querysmasher-solve", title="querysmasher: solving parts")

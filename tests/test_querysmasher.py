@@ -384,3 +384,26 @@ def test_table5_wff_column(d: int, printed: float) -> None:
     wl = parse_workload([{"kway": 1, "queries": "allrange"}, {"kway": 2, "queries": "affine"},
                          {"kway": 3, "queries": "prefix"}], _grid(10, d))
     assert QuerySmasher({"solver": "fourier"}).plan(wl, COST1).rmse == pytest.approx(printed, rel=0.005)
+
+
+def test_auto_certifies_full_rank_parts_beyond_the_dense_newton_limit() -> None:
+    """A full-rank 2-D part of 609 cells (prefix x identity plus abs-diff on 30 x 22): dense Newton is over
+    its cost limit, and auto used to fall back to uncertified L-BFGS; it must reach the duality-gap target,
+    and agree with the dedicated active-set solver."""
+    dom = Domain.from_mapping({"a": 30, "b": 22})
+    wl = parse_workload([{"attributes": ["a", "b"], "queries": {"a": "prefix", "default": "identity"}},
+                         {"attributes": ["a", "b"], "queries": "abs-diff"}], dom)
+    budget = PrivacyBudget.from_rho(0.5)
+    auto = QuerySmasher({"tol": 1e-4}).plan(wl, budget)
+    lowrank = QuerySmasher({"tol": 1e-4, "solver": "lowrank"}).plan(wl, budget)
+    assert auto.details["max_duality_gap"] <= 1e-4
+    # both certified at gap <= 1e-4 on the error L, so their RMSEs (sqrt L) agree within 5e-5
+    # (the old L-BFGS fallback was 9.3e-5 above)
+    assert auto.rmse == pytest.approx(lowrank.rmse, rel=5e-5)
+    # thin part above THIN_DENSE_LIMIT (23 x 23 abs-diff, rank << cells): certified too
+    dom2 = Domain.from_mapping({"a": 24, "b": 24})
+    wl2 = parse_workload([{"attributes": ["a", "b"], "queries": "abs-diff"}], dom2)
+    thin = QuerySmasher({"tol": 1e-4}).plan(wl2, budget)
+    newton = QuerySmasher({"tol": 1e-4, "solver": "newton"}).plan(wl2, budget)
+    assert thin.details["max_duality_gap"] <= 1e-4
+    assert thin.rmse == pytest.approx(newton.rmse, rel=5e-5)

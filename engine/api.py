@@ -174,6 +174,10 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
         except OSError as e:
             if e.errno in _DISK_ERRNOS:  # a checkpoint could not be written; the last committed one is kept
                 raise RunDirectoryError(_write_error(rundir.path, e, "checkpoint")) from None
+            rundir.discard_if_empty()
+            raise
+        except Exception:  # any other failure: an empty folder is removed, a committed checkpoint kept
+            rundir.discard_if_empty()
             raise
         ledger_dict = ledger.to_dict()
         ledger_dict["noise"] = noise.to_dict()

@@ -116,6 +116,12 @@ class RunDirectory:
         if self._created and self.path.exists():
             shutil.rmtree(self.path, ignore_errors=True)
 
+    def discard_if_empty(self) -> None:
+        """Remove the folder if this run created it and no file was written into it (a failed run that
+        committed nothing: no checkpoint to resume from, nothing to keep)."""
+        if self._created and self.path.is_dir() and not any(p.is_file() for p in self.path.rglob("*")):
+            shutil.rmtree(self.path, ignore_errors=True)
+
     def restrict_permissions(self) -> None:
         """chmod every folder in the run directory to 0o700 and every file to 0o600 (symlinks untouched)."""
         if not self.path.is_dir():

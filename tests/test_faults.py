@@ -280,3 +280,29 @@ def test_disk_full_while_checkpointing_keeps_the_last_checkpoint(tmp_path, job, 
     assert not list((out / "store.zarr" / "checkpoint").glob(".CURRENT.*"))  # temp pointer cleaned up
     api.run(cfg, out, seed=SEED, resume=True, quiet=True)
     assert_same_outputs(ref, out)
+
+
+# ---------------------------------------------------------------------------------- other failures
+def test_failure_before_any_commit_leaves_no_folder_and_after_one_keeps_it(tmp_path, job, monkeypatch):
+    """A mechanism failing with an ordinary error before anything was committed leaves no empty --out
+    behind; failing after a committed checkpoint keeps the folder so --resume can continue."""
+    from privcube.mechanisms.aim_grem.mechanism import AIMGReM
+
+    cfg, ref = job
+    out = tmp_path / "run"
+    with monkeypatch.context() as m:
+        m.setattr(AIMGReM, "run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("solver exploded")))
+        with pytest.raises(RuntimeError, match="solver exploded"):
+            api.run(cfg, out, seed=SEED, quiet=True)
+    assert not out.exists()
+    # fails (ordinary error) right after committing round 2: the checkpoint is kept and resumes
+    with monkeypatch.context() as m:
+        def stop(round: int) -> None:
+            if round == 2:
+                raise RuntimeError("lost the network")
+        m.setattr(checkpoint_mod, "_test_stop_after", stop)
+        with pytest.raises(RuntimeError, match="lost the network"):
+            api.run(cfg, out, seed=SEED, quiet=True)
+    assert out.exists() and any(p.is_file() for p in out.rglob("*"))
+    api.run(cfg, out, seed=SEED, resume=True, quiet=True)
+    assert_same_outputs(ref, out)

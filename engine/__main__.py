@@ -1,6 +1,4 @@
 """``python -m privcube`` is the ``privcube`` command."""
-import sys
+from privcube.cli import entry
 
-from privcube.cli import main
-
-sys.exit(main())
+entry()

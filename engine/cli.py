@@ -111,6 +111,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def entry() -> None:
+    """The ``privcube`` console command: ``main()``, then exit with its code.
+
+    After a failed command (non-zero code) the process ends with ``os._exit`` once stdio and logging are
+    flushed: tasks of the failed job may still run in native thread pools (e.g. Arrow readers), and a
+    normal interpreter shutdown with such threads alive can abort ("terminate called without an active
+    exception", exit -6) after the error was printed, losing the documented exit code. Nothing is
+    pending by then: run directories are cleaned and clusters closed inside ``main``.
+    """
+    import logging
+    import os
+
+    code = main()
+    if code == 0:
+        sys.exit(0)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            pass
+    os._exit(code)
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     from privcube import api
 

@@ -379,9 +379,9 @@ def _write_tensors(path: Path, cfg: JobConfig, result: MechanismResult, keep_exi
         stem = answer_file_stem(i, g)
         meta = {"group": i, "group_attributes": list(g.attributes), "queries": g.query_types(), "weight": g.weight,
                 "answers_file": f"answers/{stem}.parquet"}
-        for quantity, values in (("estimate", ans.estimate), ("variance", ans.variance)):
+        est = np.asarray(ans.estimate, dtype=float).ravel()
+        for quantity, values in (("estimate", est), ("variance", ans.variance)):
             if values is not None and f"{stem}.{quantity}" not in done:
-                est = np.asarray(ans.estimate, dtype=float).ravel()
                 store.write(f"{stem}.{quantity}", np.broadcast_to(np.asarray(values, dtype=float).ravel(), est.shape),
                             {**meta, "quantity": quantity})
     for name, arr in result.tensors.items():

@@ -143,12 +143,13 @@ class local_task_progress(Callback):
         self._bar.close()
 
 
-def track_futures(futures: Iterable[Any], label: str, *, stream: TextIO | None = None) -> list[Any]:
+def track_futures(futures: Iterable[Any], label: str, *, stream: TextIO | None = None,
+                  heartbeat: float | None = None) -> list[Any]:
     """Wait for distributed futures, advancing the bar as each completes; returns them in input order."""
     from distributed import as_completed
 
     futures = list(futures)
-    with progress(label, len(futures), stream=stream) as update:
+    with progress(label, len(futures), stream=stream, heartbeat=heartbeat) as update:
         for _ in as_completed(futures):
             update(1)
     return futures

@@ -7,6 +7,8 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
+HEARTBEAT_S = 1.0  # a titled bar redraws its elapsed time this often while no item finishes
+
 
 def map_tasks(fn: Callable[[T], R], items: Sequence[T], *, client: Any = None,
               cost: Callable[[T], float] | None = None, label: str = "task", title: str | None = None) -> list[R]:
@@ -16,30 +18,24 @@ def map_tasks(fn: Callable[[T], R], items: Sequence[T], *, client: Any = None,
     results come back in input order. Without one they run in this process, in order. ``title``
     shows a progress bar (one step per item, elapsed time redrawn every second) on stderr.
     """
-    import contextlib
-
-    from privcube.graphs.progress import progress
+    from privcube.graphs.progress import progress, track_futures
 
     items = list(items)
-    bar = progress(title, len(items), heartbeat=1.0) if title else contextlib.nullcontext(None)
     if client is None or len(items) <= 1:
-        with bar as update:
-            out_local = []
+        if not title:
+            return [fn(x) for x in items]
+        out_local = []
+        with progress(title, len(items), heartbeat=HEARTBEAT_S) as update:
             for x in items:
                 out_local.append(fn(x))
-                if update is not None:
-                    update(1)
+                update(1)
         return out_local
     order = list(range(len(items)))
     if cost is not None:
         order.sort(key=lambda i: -cost(items[i]))
     futures = client.map(fn, [items[i] for i in order], key=[f"{label}-{i}" for i in order], pure=False)
     if title:
-        from distributed import as_completed
-
-        with bar as update:
-            for _ in as_completed(futures):
-                update(1)
+        track_futures(futures, title, heartbeat=HEARTBEAT_S)
     results = client.gather(futures)
     out: list[Any] = [None] * len(items)
     for i, r in zip(order, results):

@@ -28,6 +28,7 @@ from privcube.domain import Domain
 from privcube.errors import BudgetError, ConfigError
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
 from privcube.oracle import MarginalOracle, measure
+from privcube.privacy.budget import refuse_pure_for_gaussian
 from privcube.privacy.discrete import is_discrete
 from privcube.workload import Workload
 
@@ -284,10 +285,7 @@ def reconstruct(domain: Domain, residuals: Mapping[Clique, np.ndarray], gamma: S
 
 
 def _rho(budget: Any) -> float:
-    if getattr(budget, "pure", False):  # ε-DP implies ε²/2-zCDP, not the converse: Gaussian noise is never pure
-        raise ConfigError(f"privacy: {{epsilon: {budget.epsilon:g}}} alone asks for pure epsilon-DP, which the "
-                          f"Gaussian noise of mechanism 'residual-planner' cannot give; add delta (e.g. "
-                          f"{{epsilon: {budget.epsilon:g}, delta: 1.0e-9}}) or give rho")
+    refuse_pure_for_gaussian(budget, "residual-planner")
     rho = getattr(budget, "rho", budget)
     if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho <= 0:
         raise BudgetError(f"residual-planner: budget rho must be a positive number, got {rho!r}")

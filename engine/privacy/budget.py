@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from privcube.errors import BudgetError
+from privcube.errors import BudgetError, ConfigError
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,18 @@ class PrivacyBudget:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rho": self.rho, "epsilon": self.epsilon, "delta": self.delta, "pure": self.pure}
+
+
+def refuse_pure_for_gaussian(budget: Any, mechanism: str, alternative: str = "") -> None:
+    """ConfigError when ``budget`` asks for pure ε-DP (``privacy: {epsilon}`` alone) from ``mechanism``,
+    whose noise is Gaussian: ε-DP implies ε²/2-zCDP, not the converse, so spending ρ = ε²/2 would
+    release a weaker guarantee than the one asked for (and report δ = 0). ``alternative`` names another
+    way out (e.g. "use noise: laplace, or ")."""
+    if getattr(budget, "pure", False):
+        eps = budget.epsilon
+        raise ConfigError(f"{mechanism}: privacy: {{epsilon: {eps:g}}} alone asks for pure epsilon-DP, which its "
+                          f"Gaussian noise cannot give; {alternative}add privacy.delta (e.g. {{epsilon: {eps:g}, "
+                          "delta: 1.0e-9}) or give privacy.rho")
 
 
 def _check_epsilon(epsilon: Any) -> None:

@@ -33,6 +33,7 @@ from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals, Margina
 from privcube.mechanisms.aim_grem.state import AIMState, normalise
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, RunContext
 from privcube.oracle import MarginalOracle, marginal_futures
+from privcube.privacy.budget import refuse_pure_for_gaussian
 from privcube.privacy.discrete import is_discrete
 from privcube.residuals import decomp
 from privcube.workload import Workload
@@ -261,11 +262,8 @@ class AIMGReM(Mechanism):
             context: RunContext | None = None) -> MechanismResult:
         """Run AIM+GReM against ``oracle``; resumes from ``context.checkpoint`` when ``context.resume``."""
         ctx = context or RunContext()
-        if getattr(budget, "pure", False) or getattr(getattr(ledger, "budget", None), "pure", False):
-            # Gaussian measurements are ρ-zCDP, never pure ε-DP: spending ε²/2 of ρ would release a
-            # weaker guarantee than the ε-DP asked for (and report "ε = 0 spent")
-            raise ConfigError("aim-grem: privacy: {epsilon} alone asks for pure epsilon-DP, which its Gaussian "
-                              "measurements cannot give; add privacy.delta (e.g. 1.0e-9) or give privacy.rho")
+        for b in (budget, getattr(ledger, "budget", None)):
+            refuse_pure_for_gaussian(b, "aim-grem")
         if is_discrete(noise):
             self.use_noise_sampler("discrete")
         prob = self.problem(oracle.domain, workload, ctx.client)

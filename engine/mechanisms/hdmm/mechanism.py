@@ -23,7 +23,7 @@ from privcube.mechanisms.hdmm.lower_bound import svd_bound
 from privcube.mechanisms.hdmm.strategy import Strategy
 from privcube.mechanisms.hdmm.subproblems import Mapper, solve_candidates
 from privcube.oracle import MarginalOracle, measure
-from privcube.privacy.budget import PrivacyBudget
+from privcube.privacy.budget import PrivacyBudget, refuse_pure_for_gaussian
 from privcube.privacy.discrete import is_discrete
 from privcube.workload import Workload
 
@@ -99,11 +99,8 @@ class HDMM(Mechanism):
         if kind == "laplace":
             eps = budget.epsilon if budget.pure else math.sqrt(2.0 * budget.rho)
             return kind, 2.0 / eps**2, 1.0 / eps
-        if budget.pure:  # ε-DP implies ε²/2-zCDP, not the converse: Gaussian noise is never pure ε-DP
-            how = " with calibration 'analytic'" if self.params["calibration"] == "analytic" else ""
-            raise ConfigError(f"{self.name}: noise 'gaussian'{how} cannot give the pure epsilon-DP that privacy: "
-                              f"{{epsilon: {budget.epsilon:g}}} alone asks for; use noise: laplace, or add delta "
-                              f"(e.g. {{epsilon: {budget.epsilon:g}, delta: 1.0e-6}}) or give rho")
+        how = " with calibration 'analytic'" if self.params["calibration"] == "analytic" else ""
+        refuse_pure_for_gaussian(budget, f"{self.name} (noise 'gaussian'{how})", "use noise: laplace, or ")
         if self.params["calibration"] == "analytic":
             from privcube.privacy.primitives import analytic_gaussian_sigma
             s = analytic_gaussian_sigma(budget.epsilon, budget.delta, 1.0)

@@ -36,6 +36,7 @@ from privcube.mechanisms.querysmasher.decomposition import decompose
 from privcube.mechanisms.querysmasher.solvers import METHODS, NEWTON_LIMIT
 from privcube.oracle import MarginalOracle
 from privcube.oracle import measure as oracle_measure
+from privcube.privacy.budget import refuse_pure_for_gaussian
 from privcube.privacy.discrete import is_discrete
 from privcube.workload import Workload
 
@@ -188,10 +189,7 @@ def _rescaled(sol: Any, factor: float) -> Any:
 
 
 def _rho(budget: Any) -> float:
-    if getattr(budget, "pure", False):  # ε-DP implies ε²/2-zCDP, not the converse: Gaussian noise is never pure
-        raise ConfigError(f"privacy: {{epsilon: {budget.epsilon:g}}} alone asks for pure epsilon-DP, which the "
-                          f"Gaussian noise of mechanism 'querysmasher' cannot give; add delta (e.g. "
-                          f"{{epsilon: {budget.epsilon:g}, delta: 1.0e-9}}) or give rho")
+    refuse_pure_for_gaussian(budget, "querysmasher")
     rho = getattr(budget, "rho", budget)
     if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho <= 0:
         raise BudgetError(f"querysmasher: budget rho must be a positive number, got {rho!r}")

@@ -238,6 +238,21 @@ def run_relational_job(raw: Mapping[str, Any], base: str | Path, out: str | Path
                        workers: int | None = None, client: Any = None, quiet: bool = False) -> Any:
     """Run a relational job config and write the run directory ``out``; returns ``api.RunSummary``.
 
+    The run owns ``out`` for its whole duration (``storage.outputs.run_lock``, taken before any data is
+    read): a second run on the same folder is refused. See :func:`_run_relational_owned`."""
+    from privcube.storage.outputs import run_lock
+
+    with run_lock(out):
+        return _run_relational_owned(raw, base, out, seed=seed, resume=resume, scheduler_address=scheduler_address,
+                                     scheduler_file=scheduler_file, workers=workers, client=client, quiet=quiet)
+
+
+def _run_relational_owned(raw: Mapping[str, Any], base: str | Path, out: str | Path, *, seed: int | None = None,
+                          resume: bool = False, scheduler_address: str | None = None,
+                          scheduler_file: str | None = None, workers: int | None = None, client: Any = None,
+                          quiet: bool = False) -> Any:
+    """The body of :func:`run_relational_job`, run while ``out`` is locked.
+
     Checkpoints (``out/checkpoint``) are committed after each synthetic table and after each
     link iteration. ``resume`` continues a killed run from its last checkpoint: the checkpoint must
     belong to the same config and seed (CheckpointError otherwise, before any data is read), finished

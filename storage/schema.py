@@ -404,17 +404,23 @@ def load_schema(source: str | Path | Mapping[str, Any] | Domain | Schema) -> Sch
     if p.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
-        from privcube.yaml_io import load_yaml
+        from privcube.yaml_io import DuplicateKeyError, load_yaml, yaml_error_line
 
         try:
             raw = load_yaml(text)
+        except DuplicateKeyError as e:
+            raise DomainError(f"schema file {str(p)!r}: {e}") from None
         except yaml.YAMLError as e:
-            raise DomainError(f"schema file {str(p)!r} is not valid YAML: {e}") from None
+            raise DomainError(f"schema file {str(p)!r} is not valid YAML: {yaml_error_line(e)}") from None
     else:
+        from privcube.yaml_io import load_json
+
         try:
-            raw = json.loads(text)
+            raw = load_json(text)
         except json.JSONDecodeError as e:
             raise DomainError(f"schema file {str(p)!r} is not valid JSON: {e}") from None
+        except ValueError as e:  # a repeated key
+            raise DomainError(f"schema file {str(p)!r}: {e}") from None
     if not isinstance(raw, Mapping):
         raise DomainError(f"schema file {str(p)!r} must hold a mapping, got {type(raw).__name__}")
     return Schema.from_dict(raw)

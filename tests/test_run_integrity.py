@@ -1,0 +1,274 @@
+"""Integrity of a run (issue 15): a run owns its folder, configs say what they mean, every data file is read
+or refused, bad input is one line, and a run folder's config.yaml can be run again."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from privcube import api
+from privcube.errors import ConfigError, DomainError, RunDirectoryError
+from privcube.storage.outputs import lock_path, run_lock
+
+
+def cli(*args: str, cwd: Path | None = None, timeout: int = 300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "privcube", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout, **kw)
+
+
+def one_line_error(r: subprocess.CompletedProcess) -> str:
+    """The run failed with exit 2 and exactly one stderr line, no traceback; returns that line."""
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2, (r.returncode, r.stderr[-3000:])
+    assert len(lines) == 1, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and lines[0].startswith("privcube: error: "), r.stderr
+    return lines[0]
+
+
+@pytest.fixture()
+def job(tmp_path: Path) -> dict:
+    """An integer-coded table in three Parquet files, its domain, and a config writer."""
+    rng = np.random.default_rng(3)
+    n = 3000
+    frame = pd.DataFrame({"a": rng.integers(0, 3, n), "b": rng.integers(0, 4, n), "c": rng.integers(0, 2, n)})
+    (tmp_path / "parts").mkdir()
+    for i, idx in enumerate(np.array_split(np.arange(n), 3)):
+        frame.iloc[idx].to_parquet(tmp_path / "parts" / f"p{i}.parquet", index=False)
+    (tmp_path / "dom.json").write_text(json.dumps({"a": 3, "b": 4, "c": 2}))
+
+    def config(name: str = "job.yaml", epsilon: float = 1.0, data: str = "parts", **over) -> Path:
+        cfg = {"data": {"path": data, "domain": "dom.json"}, "mechanism": {"name": "residual-planner"},
+               "workload": [{"kway": 1}, {"kway": 2}], "privacy": {"epsilon": epsilon, "delta": 1e-6},
+               "cluster": {"type": "threads"}, **over}
+        p = tmp_path / name
+        p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return p
+
+    return {"dir": tmp_path, "frame": frame, "config": config}
+
+
+def answers(folder: Path) -> dict[str, pd.DataFrame]:
+    return {p.name: pd.read_parquet(p) for p in sorted((folder / "answers").glob("*.parquet"))}
+
+
+def assert_same_answers(a: Path, b: Path) -> None:
+    fa, fb = answers(a), answers(b)
+    assert fa and list(fa) == list(fb)
+    for name in fa:
+        pd.testing.assert_frame_equal(fa[name], fb[name])
+
+
+# ---- 1. a run owns its folder ------------------------------------------------------------------
+
+HOLDER = textwrap.dedent("""
+    import sys
+    from privcube.storage.outputs import run_lock
+    with run_lock(sys.argv[1]):
+        print("held", flush=True)
+        sys.stdin.read()
+""")
+
+
+def hold_lock_in_other_process(out: Path) -> subprocess.Popen:
+    """Another process that holds ``out``'s run lock until its stdin is closed."""
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def release(p: subprocess.Popen) -> None:
+    p.stdin.close()
+    assert p.wait(timeout=30) == 0
+
+
+def test_two_concurrent_runs_on_one_folder_one_is_refused(job):
+    """A first `privcube run` (seed 1, eps 1) is paused while it owns --out; a second (seed 2, eps 4) on the
+    same folder is refused in one line naming it; the folder then holds exactly the first run."""
+    d = job["dir"]
+    first_cfg, second_cfg = job["config"]("one.yaml", epsilon=1.0), job["config"]("four.yaml", epsilon=4.0)
+    out = d / "out"
+    first = subprocess.Popen([sys.executable, "-m", "privcube", "run", str(first_cfg), "--out", str(out),
+                              "--seed", "1", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lock = lock_path(out)
+    deadline = time.monotonic() + 120
+    while not (lock.exists() and lock.read_text().strip() == str(first.pid)):  # pid written once locked
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.005)
+    os.kill(first.pid, signal.SIGSTOP)  # the first run now owns the folder and stands still
+    try:
+        second = cli("run", str(second_cfg), "--out", str(out), "--seed", "2", "--quiet")
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    line = one_line_error(second)
+    assert repr(str(out)) in line and "in use by another privcube run" in line
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    ref = d / "ref"
+    assert cli("run", str(first_cfg), "--out", str(ref), "--seed", "1", "--quiet").returncode == 0
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert ledger["budget"]["epsilon"] == pytest.approx(1.0) and ledger["noise"]["seed"] == 1
+    assert ledger == json.loads((ref / "ledger.json").read_text())
+    assert_same_answers(out, ref)
+    assert not lock.exists()  # released and removed
+
+
+def test_folder_locked_by_another_process_refuses_run_overwrite_and_resume(job):
+    d = job["dir"]
+    cfg, out = job["config"](), d / "runs" / "out"
+    holder = hold_lock_in_other_process(out)
+    try:
+        for extra in ([], ["--overwrite"], ["--resume"]):
+            line = one_line_error(cli("run", str(cfg), "--out", str(out), "--seed", "1", "--quiet", *extra))
+            assert repr(str(out)) in line and f"process {holder.pid}" in line
+        assert not out.exists()  # refused before anything was written
+    finally:
+        release(holder)
+    assert not lock_path(out).exists() and not (d / "runs").exists()  # the holder cleaned up what it made
+    assert cli("run", str(cfg), "--out", str(out), "--seed", "1", "--quiet").returncode == 0
+    holder = hold_lock_in_other_process(out)
+    try:  # --overwrite of a finished run: refused while another run owns it, the finished run untouched
+        before = (out / "ledger.json").read_bytes()
+        one_line_error(cli("run", str(cfg), "--out", str(out), "--seed", "2", "--overwrite", "--quiet"))
+        assert (out / "ledger.json").read_bytes() == before and (out / ".complete").exists()
+    finally:
+        release(holder)
+    assert cli("run", str(cfg), "--out", str(out), "--seed", "2", "--overwrite", "--quiet").returncode == 0
+    assert json.loads((out / "ledger.json").read_text())["noise"]["seed"] == 2
+
+
+def test_relational_job_takes_the_same_lock(tmp_path):
+    from test_relational_job import _o2m_files
+
+    from privcube.relational_job import run_relational_job
+
+    raw = _o2m_files(tmp_path)
+    out = tmp_path / "rel"
+    holder = hold_lock_in_other_process(out)
+    try:
+        with pytest.raises(RunDirectoryError, match="in use by another privcube run"):
+            run_relational_job(raw, tmp_path, out, seed=1, quiet=True)
+        with pytest.raises(RunDirectoryError, match="in use by another privcube run"):
+            api.run(raw, out, seed=1, quiet=True)
+    finally:
+        release(holder)
+    assert not out.exists()
+
+
+def test_run_lock_is_reentrant_per_thread_and_exclusive_across_threads(tmp_path):
+    out = tmp_path / "x"
+    refused = []
+    with run_lock(out):
+        with run_lock(out):  # the same thread (api.run -> run_relational_job) takes it again
+            assert lock_path(out).exists()
+
+        def other() -> None:
+            try:
+                with run_lock(out):
+                    pass
+            except RunDirectoryError as e:
+                refused.append(str(e))
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        assert lock_path(out).exists()
+    assert len(refused) == 1 and repr(str(out)) in refused[0]
+    assert not lock_path(out).exists()
+    with pytest.raises(RunDirectoryError, match="folder path"):
+        with run_lock(12345):  # type: ignore[arg-type]
+            pass
+
+
+def test_bad_input_leaves_no_lock_and_no_folder(job):
+    d = job["dir"]
+    cfg = job["config"](workload=[{"kway": 1, "attributes": ["nope"]}])
+    r = cli("run", str(cfg), "--out", str(d / "new" / "deep" / "out"), "--quiet")
+    assert r.returncode == 2
+    assert not (d / "new").exists()
+
+
+# ---- 2. duplicate keys ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, key, line", [  # line: of the repeated key, within `text`
+    ("privacy: {epsilon: 1.0, delta: 1.0e-6}\nprivacy:\n  epsilon: 4.0\n", "privacy", 2),
+    ("privacy:\n  epsilon: 1.0\n  delta: 1.0e-6\n  epsilon: 4.0\n", "epsilon", 4),
+    ("privacy: {epsilon: 1.0, epsilon: 4.0, delta: 1.0e-6}\n", "epsilon", 1),
+    ("workload:\n  - {kway: 1, weight: 1, weight: 5}\nprivacy: {epsilon: 1.0, delta: 1.0e-6}\n", "weight", 2),
+])
+def test_duplicate_keys_refused(job, text, key, line):
+    d = job["dir"]
+    body = "data: {path: parts, domain: dom.json}\nmechanism: {name: residual-planner}\n"
+    if not text.startswith("workload"):
+        body += "workload: [{kway: 1}]\n"
+    p = d / "dup.yaml"
+    p.write_text(body + text)
+    expect_line = body.count("\n") + line
+    for command in (["plan", str(p)], ["run", str(p), "--out", str(d / "o"), "--quiet"]):
+        msg = one_line_error(cli(*command))
+        assert f"duplicate key {key!r} at line {expect_line}" in msg and "dup.yaml" in msg
+    assert not (d / "o").exists()
+
+
+def test_duplicate_keys_in_schema_and_domain_files_refused(job, tmp_path):
+    from privcube.config import load_config
+    from privcube.storage.schema import load_schema
+
+    (tmp_path / "s.yaml").write_text("attributes:\n  - {name: a, type: integer, size: 3, size: 9}\n")
+    with pytest.raises(DomainError, match="duplicate key 'size' at line 2"):
+        load_schema(tmp_path / "s.yaml")
+    (tmp_path / "d.json").write_text('{"a": 3, "b": 4, "a": 9}')
+    with pytest.raises(DomainError, match="duplicate key 'a'"):
+        load_schema(tmp_path / "d.json")
+    with pytest.raises(DomainError, match="duplicate key 'a'"):
+        load_config({"domain": str(tmp_path / "d.json"), "mechanism": "residual-planner",
+                     "workload": [{"kway": 1}], "privacy": {"rho": 1}}, need_data=False)
+
+
+def test_yaml_merge_keys_still_override(job):
+    """`<<: *anchor` then an explicit key is YAML's documented override, not a duplicate."""
+    d = job["dir"]
+    p = d / "merge.yaml"
+    p.write_text("data: {path: parts, domain: dom.json}\nmechanism: {name: residual-planner}\n"
+                 "workload: [{kway: 1}]\nx-base: &b {epsilon: 1.0, delta: 1.0e-6}\n"
+                 "privacy: {<<: *b, epsilon: 2.0}\n")
+    from privcube.config import read_config_file
+
+    raw, _ = read_config_file(p)
+    assert raw["privacy"] == {"epsilon": 2.0, "delta": 1e-6}
+
+
+# ---- 7d. a run folder's config.yaml runs again as it is --------------------------------------------
+
+def test_saved_config_yaml_round_trips_through_plan_and_run(job, tmp_path):
+    d = job["dir"]
+    cfg = job["config"]()
+    first = d / "first"
+    assert cli("run", str(cfg), "--out", str(first), "--seed", "5", "--quiet").returncode == 0
+    saved = first / "config.yaml"
+    assert "resolved" in yaml.safe_load(saved.read_text())
+    plan_a, plan_b = cli("plan", str(cfg), "--json"), cli("plan", str(saved), "--json")
+    assert plan_a.returncode == 0 and plan_b.returncode == 0, plan_b.stderr
+    assert json.loads(plan_a.stdout) == json.loads(plan_b.stdout)
+    elsewhere = tmp_path / "elsewhere"  # run from another folder: no path depends on the caller
+    elsewhere.mkdir()
+    again = d / "again"
+    r = cli("run", str(saved), "--out", str(again), "--seed", "5", "--quiet", cwd=elsewhere)
+    assert r.returncode == 0, r.stderr
+    assert_same_answers(first, again)
+    assert json.loads((first / "ledger.json").read_text()) == json.loads((again / "ledger.json").read_text())
+    # the resolved record is verified: a domain file changed since the run is named, not silently used
+    (d / "dom.json").write_text(json.dumps({"a": 3, "b": 4, "c": 3}))
+    msg = one_line_error(cli("plan", str(saved)))
+    assert "resolved.domain" in msg

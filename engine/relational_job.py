@@ -46,14 +46,14 @@ def _read_raw(path: str, columns: list[str], what: str) -> tuple[pd.DataFrame, b
     """The given raw columns of a Parquet/CSV input as pandas (CSV: all text), and whether it was CSV."""
     import dask.dataframe as dd
 
-    from privcube.storage.ingest import input_columns
+    from privcube.storage.ingest import input_columns, read_csv
 
-    fmt, target, available = input_columns(path, what=what)
+    fmt, target, available = input_columns(path, what=what, columns=columns)
     absent = [c for c in columns if c not in available]
     if absent:
         raise DataError(f"{what}: column {absent[0]!r} is missing from {path!r}; it has columns {available[:30]}")
     if fmt == "csv":
-        raw = dd.read_csv(target, usecols=columns, dtype={c: "string" for c in columns})
+        raw = read_csv(target, usecols=columns, dtype={c: "string" for c in columns})
     else:
         raw = dd.read_parquet(target, columns=columns)
     return raw.compute().reset_index(drop=True), fmt == "csv"

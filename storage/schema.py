@@ -384,6 +384,9 @@ class Schema:
         return p
 
 
+_DATA_SUFFIXES = (".parquet", ".pq", ".parq", ".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst", ".tsv")
+
+
 def load_schema(source: str | Path | Mapping[str, Any] | Domain | Schema) -> Schema:
     """Load a schema from a path (JSON/YAML), a mapping, a Domain or a Schema (returned as is)."""
     if isinstance(source, Schema):
@@ -395,12 +398,21 @@ def load_schema(source: str | Path | Mapping[str, Any] | Domain | Schema) -> Sch
     if not isinstance(source, (str, Path)):
         raise DomainError(f"cannot load a schema from {type(source).__name__} {source!r}")
     p = Path(source)
+    not_schema = (f"schema file {str(p)!r} is not a schema file: give a domain JSON {{column: size}} or a schema "
+                  "YAML/JSON {attributes: [...]} (privcube schema infer proposes one from data)")
+    if p.name.lower().endswith(_DATA_SUFFIXES) and p.is_file():
+        raise DomainError(not_schema.replace("is not a schema file", "is a data file, not a schema"))
     try:
         text = p.read_text()
     except FileNotFoundError:
         raise DomainError(f"schema file {str(p)!r} does not exist") from None
     except IsADirectoryError:
         raise DomainError(f"schema path {str(p)!r} is a directory, not a file") from None
+    except UnicodeDecodeError:  # a Parquet or other binary file
+        raise DomainError(not_schema.replace("is not a schema file", "is not text (a binary or Parquet file?)")) \
+            from None
+    except OSError as e:
+        raise DomainError(f"cannot read schema file {str(p)!r}: {e.strerror or e}") from None
     if p.suffix.lower() in (".yaml", ".yml"):
         import yaml
 

@@ -272,3 +272,117 @@ def test_saved_config_yaml_round_trips_through_plan_and_run(job, tmp_path):
     (d / "dom.json").write_text(json.dumps({"a": 3, "b": 4, "c": 3}))
     msg = one_line_error(cli("plan", str(saved)))
     assert "resolved.domain" in msg
+
+
+# ---- 3. every data file of a folder is read, or the input is refused ------------------------------
+
+def test_folder_mixing_parquet_and_csv_is_refused(job):
+    d = job["dir"]
+    job["frame"].iloc[:10].to_csv(d / "parts" / "extra.csv", index=False)
+    cfg = job["config"]()
+    for command in (["run", str(cfg), "--out", str(d / "o"), "--quiet"],
+                    ["marginals", str(d / "parts"), "--schema", str(d / "dom.json"), "--attrs", "a",
+                     "--out", str(d / "m.parquet")],
+                    ["schema", "infer", str(d / "parts")]):
+        msg = one_line_error(cli(*command))
+        assert "mixes Parquet and CSV" in msg and "p0.parquet" in msg and "extra.csv" in msg
+    assert not (d / "o").exists() and not (d / "m.parquet").exists()
+
+
+def test_csv_variants_in_one_folder_are_all_read_without_warnings(job):
+    """a.csv + b.csv.gz + c.csv (columns in another order): every row counted, and Dask's gzip
+    warning does not reach the user's terminal."""
+    d = job["dir"]
+    frame = job["frame"]
+    folder = d / "csvs"
+    folder.mkdir()
+    parts = np.array_split(np.arange(len(frame)), 3)
+    frame.iloc[parts[0]].to_csv(folder / "a.csv", index=False)
+    frame.iloc[parts[1]].to_csv(folder / "b.csv.gz", index=False)
+    frame.iloc[parts[2]][["c", "b", "a"]].to_csv(folder / "c.csv", index=False)
+    r = cli("marginals", str(folder), "--schema", str(d / "dom.json"), "--attrs", "a,b", "--out",
+            str(d / "m.parquet"))
+    assert r.returncode == 0, r.stderr
+    got = pd.read_parquet(d / "m.parquet").set_index(["a", "b"])["count"]
+    expect = frame.groupby(["a", "b"]).size()
+    assert int(got.sum()) == len(frame) == 3000
+    pd.testing.assert_series_equal(got[expect.index].rename(None), expect.rename(None), check_names=False,
+                                   check_dtype=False)
+    r = cli("run", str(job["config"](data="csvs")), "--out", str(d / "o"), "--seed", "1")  # progress bars on
+    assert r.returncode == 0, r.stderr
+    assert "warn" not in r.stderr.lower(), r.stderr
+    assert json.loads((d / "o" / "report.json").read_text())["sizes"]["partitions"] >= 3
+
+
+# ---- 4. one line, not a traceback ---------------------------------------------------------------
+
+def _renamed_parquet(d: Path, frame: pd.DataFrame) -> Path:
+    folder = d / "renamed"
+    folder.mkdir()
+    frame.iloc[:1500].to_parquet(folder / "p0.parquet", index=False)
+    frame.iloc[1500:].rename(columns={"b": "B"}).to_parquet(folder / "p1.parquet", index=False)
+    return folder
+
+
+def _renamed_csv(d: Path, frame: pd.DataFrame) -> Path:
+    folder = d / "renamed_csv"
+    folder.mkdir()
+    frame.iloc[:1500].to_csv(folder / "p0.csv", index=False)
+    frame.iloc[1500:].rename(columns={"b": "B"}).to_csv(folder / "p1.csv", index=False)
+    return folder
+
+
+def test_renamed_column_in_a_later_file_is_one_line_naming_file_and_column(job):
+    d = job["dir"]
+    for folder in (_renamed_parquet(d, job["frame"]), _renamed_csv(d, job["frame"])):
+        cfg = job["config"](data=folder.name)
+        msg = one_line_error(cli("run", str(cfg), "--out", str(d / "o"), "--quiet"))
+        assert "'b'" in msg and "p1." in msg and str(folder) in msg
+        msg = one_line_error(cli("marginals", str(folder), "--schema", str(d / "dom.json"), "--attrs", "a,b",
+                                 "--out", str(d / "m.parquet")))
+        assert "'b'" in msg and "p1." in msg
+        assert not (d / "o").exists() and not (d / "m.parquet").exists()
+
+
+def test_renamed_column_found_while_counting_is_a_data_error(job):
+    """Safety net when a frame bypasses ingest's up-front check: the reader's KeyError becomes a DataError."""
+    import dask.dataframe as dd
+
+    from privcube.domain import Domain
+    from privcube.errors import DataError
+    from privcube.graphs.marginals import compute_marginals
+
+    folder = _renamed_parquet(job["dir"], job["frame"])
+    with pytest.raises(DataError, match=r"lacks column\(s\) \['b'\]"):
+        compute_marginals(dd.read_parquet(folder), Domain(("a", "b"), (3, 4)), [("a", "b")])
+
+
+@pytest.mark.parametrize("case", ["empty-csv-run", "corrupt-parquet-run", "corrupt-in-folder", "show-parquet",
+                                  "show-csv", "infer-empty-csv", "infer-corrupt-parquet"])
+def test_bad_files_are_one_line(job, case):
+    d = job["dir"]
+    (d / "empty.csv").write_bytes(b"")
+    (d / "corrupt.parquet").write_bytes(b"PAR1 this is not a parquet file at all")
+    job["frame"].to_parquet(d / "good.parquet", index=False)
+    (d / "parts" / "p9.parquet").write_bytes(b"garbage")
+    expect = {
+        "empty-csv-run": (["run", str(job["config"]("e.yaml", data="empty.csv")), "--out", str(d / "o"), "--quiet"],
+                          ["empty.csv", "is empty"]),
+        "corrupt-parquet-run": (["run", str(job["config"]("c.yaml", data="corrupt.parquet")), "--out", str(d / "o"), "--quiet"],
+                                ["corrupt.parquet", "not a readable Parquet file"]),
+        "corrupt-in-folder": (["run", str(job["config"]("f.yaml")), "--out", str(d / "o"), "--quiet"],
+                              ["p9.parquet", "not a readable Parquet file"]),
+        "show-parquet": (["schema", "show", str(d / "good.parquet")], ["good.parquet", "not a schema"]),
+        "show-csv": (["schema", "show", str(d / "empty.csv")], ["empty.csv", "not a schema"]),
+        "infer-empty-csv": (["schema", "infer", str(d / "empty.csv")], ["empty.csv", "is empty"]),
+        "infer-corrupt-parquet": (["schema", "infer", str(d / "corrupt.parquet")],
+                                  ["corrupt.parquet", "not a readable Parquet file"]),
+    }
+    command, words = expect[case]
+    msg = one_line_error(cli(*command))
+    for w in words:
+        assert w in msg, msg
+    assert "Original Message" not in msg and not (d / "o").exists()
+    (d / "copy.parquet").write_bytes((d / "good.parquet").read_bytes())  # binary without a telling suffix
+    (d / "copy.schema").write_bytes((d / "good.parquet").read_bytes())
+    assert "not text" in one_line_error(cli("schema", "show", str(d / "copy.schema")))

@@ -386,3 +386,36 @@ def test_bad_files_are_one_line(job, case):
     (d / "copy.parquet").write_bytes((d / "good.parquet").read_bytes())  # binary without a telling suffix
     (d / "copy.schema").write_bytes((d / "good.parquet").read_bytes())
     assert "not text" in one_line_error(cli("schema", "show", str(d / "copy.schema")))
+
+
+# ---- 6. no private value in relational messages ---------------------------------------------------
+
+def test_relational_errors_hold_no_record_id_and_no_degree(tmp_path):
+    import re
+
+    from test_relational_job import _o2m_files
+
+    raw = _o2m_files(tmp_path)
+    children = pd.read_parquet(tmp_path / "children.parquet")
+    degrees = children["parent_id"].value_counts()
+    assert degrees.max() > 4  # the d_max below is exceeded
+    raw["mechanism"]["d_max"] = 4
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(raw))
+    msg = one_line_error(cli("run", str(tmp_path / "job.yaml"), "--out", str(tmp_path / "o"), "--quiet"))
+    assert "d_max=4" in msg and ("'children'" in msg or "'parents'" in msg)
+    assert re.findall(r"\d+", msg) == ["4"], msg  # neither the exact degree nor a numeric id
+    assert not re.search(r"p\d{3}", msg), msg  # no parent id
+    # a repeated key, an unknown foreign key: the column is named, the id value is not
+    parents = pd.read_parquet(tmp_path / "parents.parquet")
+    parents.loc[7, "id"] = parents.loc[3, "id"]
+    parents.to_parquet(tmp_path / "parents_dup.parquet")
+    children.loc[11, "parent_id"] = "p-secret"
+    children.to_parquet(tmp_path / "children_bad.parquet")
+    for table, path, words in (("parents", "parents_dup.parquet", "repeats a value"),
+                               ("children", "children_bad.parquet", "is not a key")):
+        bad = json.loads(json.dumps(_o2m_files(tmp_path)))
+        bad["data"]["tables"][table]["path"] = path
+        (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+        msg = one_line_error(cli("run", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "o"), "--quiet"))
+        assert words in msg and not re.search(r"p\d{3}|p-secret", msg), msg
+    assert not (tmp_path / "o").exists()

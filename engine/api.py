@@ -192,8 +192,8 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
                 raise RunDirectoryError(_write_error(rundir.path, e, "checkpoint")) from None
             rundir.discard_if_empty()
             raise
-        except Exception:  # any other failure: an empty folder is removed, a committed checkpoint kept
-            rundir.discard_if_empty()
+        except BaseException:  # any other failure, Ctrl-C and SIGTERM too: an empty folder is removed, a
+            rundir.discard_if_empty()  # committed checkpoint kept
             raise
         ledger_dict = ledger.to_dict()
         ledger_dict["noise"] = noise.to_dict()

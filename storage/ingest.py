@@ -85,6 +85,13 @@ def _to_number(attr: Attribute, series: pd.Series, parse_text: bool, expected: s
 
 def _missing(attr: Attribute, series: pd.Series, na: np.ndarray) -> None:
     """Raise unless the attribute encodes missing values."""
+    if na.any() and attr.missing == "error" and attr.from_domain:
+        raise DataError(
+            f"column {attr.name!r}: missing value ({_show(_first(series, na))}), but an integer-coded domain "
+            "{column: size} cannot hold missing values; describe the data with a rich schema instead "
+            f"(data.schema) whose entry for this column has missing: code, e.g. {{name: {attr.name}, type: integer, "
+            f"size: {attr.size}, missing: code}} (code {attr.size} then means missing)"
+        )
     if na.any() and attr.missing == "error":
         raise DataError(
             f"column {attr.name!r}: missing value ({_show(_first(series, na))}) but the schema has "

@@ -77,6 +77,8 @@ class Attribute:
     missing: str = "error"
     clip: bool = False
     labels_: tuple[str, ...] | None = field(default=None, repr=False)
+    #: declared by a ``{column: size}`` domain (no schema settings such as ``missing`` were written)
+    from_domain: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         name = self.name
@@ -304,7 +306,7 @@ class Schema:
     @classmethod
     def from_domain(cls, domain: Domain) -> Schema:
         """Integer-kind schema for already-coded data with codes ``0..size-1``."""
-        return cls(tuple(Attribute(a, "integer", s) for a, s in zip(domain.attributes, domain.shape)))
+        return cls(tuple(Attribute(a, "integer", s, from_domain=True) for a, s in zip(domain.attributes, domain.shape)))
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> Schema:

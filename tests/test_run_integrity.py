@@ -419,3 +419,102 @@ def test_relational_errors_hold_no_record_id_and_no_degree(tmp_path):
         msg = one_line_error(cli("run", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "o"), "--quiet"))
         assert words in msg and not re.search(r"p\d{3}|p-secret", msg), msg
     assert not (tmp_path / "o").exists()
+
+
+# ---- 7a. NaN under a {column: size} domain ----------------------------------------------------------
+
+def test_nan_under_an_integer_domain_suggests_a_rich_schema(job):
+    d = job["dir"]
+    frame = job["frame"].astype(float)
+    frame.loc[17, "b"] = np.nan
+    frame.to_parquet(d / "nan.parquet", index=False)
+    frame.to_csv(d / "nan.csv", index=False)
+    for data in ("nan.parquet", "nan.csv"):
+        msg = one_line_error(cli("run", str(job["config"](f"{data}.yaml", data=data)), "--out", str(d / "o"),
+                                 "--quiet"))
+        assert "column 'b'" in msg and "{column: size} cannot hold missing values" in msg
+        assert "missing: code" in msg and "size: 4" in msg
+        assert "the schema has missing: error" not in msg  # the user has no schema and no such setting
+    assert not (d / "o").exists()
+
+
+# ---- 7b. SIGINT: a line of its own, and what to do next ---------------------------------------------
+
+@pytest.fixture()
+def big(tmp_path: Path) -> Path:
+    """30 Parquet files of 100k rows: a read long enough to interrupt mid-progress-bar."""
+    rng = np.random.default_rng(0)
+    (tmp_path / "big").mkdir()
+    for i in range(30):
+        pd.DataFrame({k: rng.integers(0, s, 100_000).astype(np.int8) for k, s in (("a", 3), ("b", 4), ("c", 2))}
+                     ).to_parquet(tmp_path / "big" / f"p{i:02d}.parquet", index=False)
+    return tmp_path
+
+
+def _interrupt(args: list[str], ready, cwd: Path) -> tuple[int, str]:
+    """Run the CLI; once ``ready(stderr so far)`` holds, freeze it (SIGSTOP), queue SIGINT, let it go on."""
+    p = subprocess.Popen([sys.executable, "-m", "privcube", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, cwd=cwd)
+    buf = bytearray()
+
+    def read() -> None:
+        while chunk := os.read(p.stderr.fileno(), 4096):
+            buf.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not ready(bytes(buf)):
+            assert p.poll() is None and time.monotonic() < deadline, bytes(buf).decode()[-2000:]
+            time.sleep(0.002)
+        os.kill(p.pid, signal.SIGSTOP)
+        os.kill(p.pid, signal.SIGINT)
+        os.kill(p.pid, signal.SIGCONT)
+        p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    reader.join(timeout=30)
+    return p.returncode, bytes(buf).decode()
+
+
+def _message_line(err: str, start: str) -> str:
+    lines = [ln for ln in err.split("\n") if start in ln]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(start), f"glued to the previous output: {lines[0]!r}"
+    return lines[0]
+
+
+def test_sigint_during_the_data_pass_starts_a_fresh_line_and_says_nothing_was_written(big):
+    cfg = big / "job.yaml"
+    cfg.write_text(yaml.safe_dump({"data": {"path": "big", "domain": {"a": 3, "b": 4, "c": 2}},
+                                   "mechanism": {"name": "residual-planner"}, "workload": [{"kway": 2}],
+                                   "privacy": {"epsilon": 1.0, "delta": 1e-6}, "cluster": {"type": "threads"}}))
+    out = big / "out"
+    code, err = _interrupt(["run", str(cfg), "--out", str(out), "--seed", "1"],
+                           lambda b: b"exact marginals [" in b, big)
+    assert code == 130, err
+    line = _message_line(err, "privcube: interrupted")
+    assert "SIGINT" in line and "nothing was written" in line and "Traceback" not in err
+    assert not out.exists() and not lock_path(out).exists()
+
+
+def test_sigint_after_a_checkpoint_gives_the_resume_hint_and_resume_completes(big):
+    cfg = big / "aim.yaml"
+    cfg.write_text(yaml.safe_dump({"data": {"path": "big", "domain": {"a": 3, "b": 4, "c": 2}},
+                                   "mechanism": {"name": "aim-grem"}, "workload": [{"kway": 2}],
+                                   "privacy": {"epsilon": 1.0, "delta": 1e-6}, "cluster": {"type": "threads"}}))
+    out = big / "out"
+    current = out / "store.zarr" / "checkpoint" / "CURRENT"
+    code, err = _interrupt(["run", str(cfg), "--out", str(out), "--seed", "3"],
+                           lambda b: current.exists() and b"aim-grem:" in b, big)
+    assert code == 130, err
+    line = _message_line(err, "privcube: interrupted")
+    assert "--resume" in line and "Traceback" not in err
+    assert not (out / ".complete").exists()
+    r = cli("run", str(cfg), "--out", str(out), "--seed", "3", "--resume", "--quiet", cwd=big)
+    assert r.returncode == 0, r.stderr
+    ref = big / "ref"
+    assert cli("run", str(cfg), "--out", str(ref), "--seed", "3", "--quiet", cwd=big).returncode == 0
+    assert_same_answers(out, ref)

@@ -15,6 +15,10 @@ The config's ``output.answers`` / ``output.zarr`` (local paths or fsspec URLs) r
 before the run is marked complete (``publish_outputs``); a destination that already holds something
 is refused before any data is read, unless the run replaces (``--overwrite``) or resumes its own.
 
+A run owns DIR while it runs: ``run_lock`` holds an exclusive ``flock`` on ``.DIR.lock`` beside it
+(beside, so that it exists before DIR does and survives ``--overwrite`` moving DIR aside), taken before
+any data is read; a second run on DIR is refused, naming it.
+
 Everything in DIR is owner-only (folders 0o700, files 0o600): ``owner_only()`` sets the umask to
 0o077 while a run writes (zarr and Parquet writers create files with the process umask), and
 ``RunDirectory.restrict_permissions`` tightens anything left over before the run is marked complete.

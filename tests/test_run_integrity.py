@@ -518,3 +518,26 @@ def test_sigint_after_a_checkpoint_gives_the_resume_hint_and_resume_completes(bi
     ref = big / "ref"
     assert cli("run", str(cfg), "--out", str(ref), "--seed", "3", "--quiet", cwd=big).returncode == 0
     assert_same_answers(out, ref)
+
+
+def test_relational_saved_config_yaml_runs_again_as_it_is(tmp_path):
+    from test_relational_job import _o2m_files
+
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(_o2m_files(tmp_path)))
+    first, again = tmp_path / "first", tmp_path / "again"
+    assert cli("run", str(tmp_path / "job.yaml"), "--out", str(first), "--seed", "2", "--quiet").returncode == 0
+    saved = first / "config.yaml"
+    assert "resolved" in yaml.safe_load(saved.read_text())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = cli("run", str(saved), "--out", str(again), "--seed", "2", "--quiet", cwd=elsewhere)
+    assert r.returncode == 0, r.stderr
+    for name in ("parents.parquet", "children.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(first / "synthetic" / name),
+                                      pd.read_parquet(again / "synthetic" / name))
+    (tmp_path / "children.yaml").write_text(yaml.safe_dump({"attributes": [
+        {"name": "kind", "type": "categorical", "categories": ["view", "click"]},
+        {"name": "device", "type": "integer", "size": 4},
+        {"name": "hour", "type": "numeric", "bins": [0, 6, 12, 18, 24], "missing": "code"}]}))
+    msg = one_line_error(cli("run", str(saved), "--out", str(tmp_path / "third"), "--quiet"))
+    assert "resolved.schemas" in msg

@@ -360,7 +360,7 @@ def _detect_format(path: Any, storage_options: Mapping[str, Any] | None) -> tupl
             return "csv", _csv_target([f"{base}/{_base(n)}" for n in csvs])
         return "parquet", paths[0]
     if len(paths) == 1 and any(ch in paths[0] for ch in "*?["):
-        matches = sorted(str(m) for m in fs.glob(resolved[0]))
+        matches = sorted(str(m) for m in resolved)  # fsspec expanded the glob
         _refuse_mixed(paths[0], matches)
         if matches and all(_kind(m) == "csv" for m in matches):
             return "csv", _csv_target([_full(fs, m) for m in matches])

@@ -191,6 +191,16 @@ def test_run_lock_is_reentrant_per_thread_and_exclusive_across_threads(tmp_path)
             pass
 
 
+def test_stale_lock_file_of_a_killed_run_does_not_block(job):
+    """SIGKILL leaves the lock file behind but the kernel dropped the lock: the next run proceeds."""
+    d = job["dir"]
+    out = d / "out"
+    lock_path(out).write_text("999999\n")
+    r = cli("run", str(job["config"]()), "--out", str(out), "--seed", "1", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert (out / ".complete").exists() and not lock_path(out).exists()
+
+
 def test_bad_input_leaves_no_lock_and_no_folder(job):
     d = job["dir"]
     cfg = job["config"](workload=[{"kway": 1, "attributes": ["nope"]}])
@@ -308,6 +318,11 @@ def test_csv_variants_in_one_folder_are_all_read_without_warnings(job):
     assert int(got.sum()) == len(frame) == 3000
     pd.testing.assert_series_equal(got[expect.index].rename(None), expect.rename(None), check_names=False,
                                    check_dtype=False)
+    from privcube.storage.ingest import open_table
+
+    for given in (str(folder / "*"), [str(folder / "b.csv.gz"), str(folder / "c.csv")]):  # a glob, a list
+        counted = open_table(given, d / "dom.json").to_pandas()
+        assert len(counted) == (3000 if isinstance(given, str) else 2000)
     r = cli("run", str(job["config"](data="csvs")), "--out", str(d / "o"), "--seed", "1")  # progress bars on
     assert r.returncode == 0, r.stderr
     assert "warn" not in r.stderr.lower(), r.stderr

@@ -427,7 +427,8 @@ def _one_line(e: BaseException) -> str:
 
 
 def _parquet_files(target: Any, storage_options: Mapping[str, Any] | None) -> tuple[Any, list[str]]:
-    """The filesystem and every file a Parquet input reads (folders walked, hidden ``_``/``.`` files skipped)."""
+    """The filesystem and every file a Parquet input reads (folders walked for ``.parquet``/``.pq``/``.parq``
+    files, as Dask does; other files there, e.g. a README, are not data)."""
     import fsspec
 
     targets = [str(t) for t in target] if isinstance(target, (list, tuple)) else [str(target)]
@@ -436,12 +437,8 @@ def _parquet_files(target: Any, storage_options: Mapping[str, Any] | None) -> tu
     for t in targets:
         _, _, found = fsspec.get_fs_token_paths(t, storage_options=dict(storage_options or {}))
         for p in found:
-            if fs.isdir(p):
-                root = p.rstrip("/")
-                for f in sorted(fs.find(root)):
-                    rel = str(f)[len(root):].strip("/")
-                    if not any(part.startswith(("_", ".")) for part in rel.split("/")):
-                        out.append(str(f))
+            if fs.isdir(p):  # what Dask reads of a folder: every file below it with a Parquet suffix
+                out += sorted(str(f) for f in fs.find(p.rstrip("/")) if str(f).endswith(_PARQUET_SUFFIXES))
             else:
                 out.append(str(p))
     return fs, out

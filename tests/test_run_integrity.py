@@ -297,6 +297,12 @@ def test_folder_mixing_parquet_and_csv_is_refused(job):
         msg = one_line_error(cli(*command))
         assert "mixes Parquet and CSV" in msg and "p0.parquet" in msg and "extra.csv" in msg
     assert not (d / "o").exists() and not (d / "m.parquet").exists()
+    (d / "parts" / "extra.csv").unlink()
+    (d / "parts" / "README.md").write_text("not data: a Parquet folder's other files are not read, as in Dask\n")
+    r = cli("marginals", str(d / "parts"), "--schema", str(d / "dom.json"), "--attrs", "a", "--out",
+            str(d / "m.parquet"))
+    assert r.returncode == 0, r.stderr
+    assert int(pd.read_parquet(d / "m.parquet")["count"].sum()) == len(job["frame"])
 
 
 def test_csv_variants_in_one_folder_are_all_read_without_warnings(job):

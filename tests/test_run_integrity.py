@@ -27,6 +27,22 @@ def cli(*args: str, cwd: Path | None = None, timeout: int = 300, **kw) -> subpro
                           timeout=timeout, **kw)
 
 
+@pytest.fixture()
+def pc(capsys, monkeypatch):
+    """The CLI's main function in this process (faster than a subprocess): (args, cwd) -> CompletedProcess."""
+    from privcube.cli import main
+
+    def call(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out, err)
+
+    return call
+
+
 def one_line_error(r: subprocess.CompletedProcess) -> str:
     """The run failed with exit 2 and exactly one stderr line, no traceback; returns that line."""
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
@@ -93,7 +109,7 @@ def release(p: subprocess.Popen) -> None:
     assert p.wait(timeout=30) == 0
 
 
-def test_two_concurrent_runs_on_one_folder_one_is_refused(job):
+def test_two_concurrent_runs_on_one_folder_one_is_refused(job, pc):
     """A first `privcube run` (seed 1, eps 1) is paused while it owns --out; a second (seed 2, eps 4) on the
     same folder is refused in one line naming it; the folder then holds exactly the first run."""
     d = job["dir"]
@@ -116,7 +132,7 @@ def test_two_concurrent_runs_on_one_folder_one_is_refused(job):
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
     ref = d / "ref"
-    assert cli("run", str(first_cfg), "--out", str(ref), "--seed", "1", "--quiet").returncode == 0
+    assert pc("run", str(first_cfg), "--out", str(ref), "--seed", "1", "--quiet").returncode == 0
     ledger = json.loads((out / "ledger.json").read_text())
     assert ledger["budget"]["epsilon"] == pytest.approx(1.0) and ledger["noise"]["seed"] == 1
     assert ledger == json.loads((ref / "ledger.json").read_text())
@@ -124,27 +140,27 @@ def test_two_concurrent_runs_on_one_folder_one_is_refused(job):
     assert not lock.exists()  # released and removed
 
 
-def test_folder_locked_by_another_process_refuses_run_overwrite_and_resume(job):
+def test_folder_locked_by_another_process_refuses_run_overwrite_and_resume(job, pc):
     d = job["dir"]
     cfg, out = job["config"](), d / "runs" / "out"
     holder = hold_lock_in_other_process(out)
     try:
         for extra in ([], ["--overwrite"], ["--resume"]):
-            line = one_line_error(cli("run", str(cfg), "--out", str(out), "--seed", "1", "--quiet", *extra))
+            line = one_line_error(pc("run", str(cfg), "--out", str(out), "--seed", "1", "--quiet", *extra))
             assert repr(str(out)) in line and f"process {holder.pid}" in line
         assert not out.exists()  # refused before anything was written
     finally:
         release(holder)
     assert not lock_path(out).exists() and not (d / "runs").exists()  # the holder cleaned up what it made
-    assert cli("run", str(cfg), "--out", str(out), "--seed", "1", "--quiet").returncode == 0
+    assert pc("run", str(cfg), "--out", str(out), "--seed", "1", "--quiet").returncode == 0
     holder = hold_lock_in_other_process(out)
     try:  # --overwrite of a finished run: refused while another run owns it, the finished run untouched
         before = (out / "ledger.json").read_bytes()
-        one_line_error(cli("run", str(cfg), "--out", str(out), "--seed", "2", "--overwrite", "--quiet"))
+        one_line_error(pc("run", str(cfg), "--out", str(out), "--seed", "2", "--overwrite", "--quiet"))
         assert (out / "ledger.json").read_bytes() == before and (out / ".complete").exists()
     finally:
         release(holder)
-    assert cli("run", str(cfg), "--out", str(out), "--seed", "2", "--overwrite", "--quiet").returncode == 0
+    assert pc("run", str(cfg), "--out", str(out), "--seed", "2", "--overwrite", "--quiet").returncode == 0
     assert json.loads((out / "ledger.json").read_text())["noise"]["seed"] == 2
 
 
@@ -191,20 +207,20 @@ def test_run_lock_is_reentrant_per_thread_and_exclusive_across_threads(tmp_path)
             pass
 
 
-def test_stale_lock_file_of_a_killed_run_does_not_block(job):
+def test_stale_lock_file_of_a_killed_run_does_not_block(job, pc):
     """SIGKILL leaves the lock file behind but the kernel dropped the lock: the next run proceeds."""
     d = job["dir"]
     out = d / "out"
     lock_path(out).write_text("999999\n")
-    r = cli("run", str(job["config"]()), "--out", str(out), "--seed", "1", "--quiet")
+    r = pc("run", str(job["config"]()), "--out", str(out), "--seed", "1", "--quiet")
     assert r.returncode == 0, r.stderr
     assert (out / ".complete").exists() and not lock_path(out).exists()
 
 
-def test_bad_input_leaves_no_lock_and_no_folder(job):
+def test_bad_input_leaves_no_lock_and_no_folder(job, pc):
     d = job["dir"]
     cfg = job["config"](workload=[{"kway": 1, "attributes": ["nope"]}])
-    r = cli("run", str(cfg), "--out", str(d / "new" / "deep" / "out"), "--quiet")
+    r = pc("run", str(cfg), "--out", str(d / "new" / "deep" / "out"), "--quiet")
     assert r.returncode == 2
     assert not (d / "new").exists()
 
@@ -217,7 +233,7 @@ def test_bad_input_leaves_no_lock_and_no_folder(job):
     ("privacy: {epsilon: 1.0, epsilon: 4.0, delta: 1.0e-6}\n", "epsilon", 1),
     ("workload:\n  - {kway: 1, weight: 1, weight: 5}\nprivacy: {epsilon: 1.0, delta: 1.0e-6}\n", "weight", 2),
 ])
-def test_duplicate_keys_refused(job, text, key, line):
+def test_duplicate_keys_refused(job, text, key, line, pc):
     d = job["dir"]
     body = "data: {path: parts, domain: dom.json}\nmechanism: {name: residual-planner}\n"
     if not text.startswith("workload"):
@@ -226,7 +242,7 @@ def test_duplicate_keys_refused(job, text, key, line):
     p.write_text(body + text)
     expect_line = body.count("\n") + line
     for command in (["plan", str(p)], ["run", str(p), "--out", str(d / "o"), "--quiet"]):
-        msg = one_line_error(cli(*command))
+        msg = one_line_error(pc(*command))
         assert f"duplicate key {key!r} at line {expect_line}" in msg and "dup.yaml" in msg
     assert not (d / "o").exists()
 
@@ -261,32 +277,32 @@ def test_yaml_merge_keys_still_override(job):
 
 # ---- 7d. a run folder's config.yaml runs again as it is --------------------------------------------
 
-def test_saved_config_yaml_round_trips_through_plan_and_run(job, tmp_path):
+def test_saved_config_yaml_round_trips_through_plan_and_run(job, tmp_path, pc):
     d = job["dir"]
     cfg = job["config"]()
     first = d / "first"
-    assert cli("run", str(cfg), "--out", str(first), "--seed", "5", "--quiet").returncode == 0
+    assert pc("run", str(cfg), "--out", str(first), "--seed", "5", "--quiet").returncode == 0
     saved = first / "config.yaml"
     assert "resolved" in yaml.safe_load(saved.read_text())
-    plan_a, plan_b = cli("plan", str(cfg), "--json"), cli("plan", str(saved), "--json")
+    plan_a, plan_b = pc("plan", str(cfg), "--json"), pc("plan", str(saved), "--json")
     assert plan_a.returncode == 0 and plan_b.returncode == 0, plan_b.stderr
     assert json.loads(plan_a.stdout) == json.loads(plan_b.stdout)
     elsewhere = tmp_path / "elsewhere"  # run from another folder: no path depends on the caller
     elsewhere.mkdir()
     again = d / "again"
-    r = cli("run", str(saved), "--out", str(again), "--seed", "5", "--quiet", cwd=elsewhere)
+    r = pc("run", str(saved), "--out", str(again), "--seed", "5", "--quiet", cwd=elsewhere)
     assert r.returncode == 0, r.stderr
     assert_same_answers(first, again)
     assert json.loads((first / "ledger.json").read_text()) == json.loads((again / "ledger.json").read_text())
     # the resolved record is verified: a domain file changed since the run is named, not silently used
     (d / "dom.json").write_text(json.dumps({"a": 3, "b": 4, "c": 3}))
-    msg = one_line_error(cli("plan", str(saved)))
+    msg = one_line_error(pc("plan", str(saved)))
     assert "resolved.domain" in msg
 
 
 # ---- 3. every data file of a folder is read, or the input is refused ------------------------------
 
-def test_folder_mixing_parquet_and_csv_is_refused(job):
+def test_folder_mixing_parquet_and_csv_is_refused(job, pc):
     d = job["dir"]
     job["frame"].iloc[:10].to_csv(d / "parts" / "extra.csv", index=False)
     cfg = job["config"]()
@@ -294,18 +310,18 @@ def test_folder_mixing_parquet_and_csv_is_refused(job):
                     ["marginals", str(d / "parts"), "--schema", str(d / "dom.json"), "--attrs", "a",
                      "--out", str(d / "m.parquet")],
                     ["schema", "infer", str(d / "parts")]):
-        msg = one_line_error(cli(*command))
+        msg = one_line_error(pc(*command))
         assert "mixes Parquet and CSV" in msg and "p0.parquet" in msg and "extra.csv" in msg
     assert not (d / "o").exists() and not (d / "m.parquet").exists()
     (d / "parts" / "extra.csv").unlink()
     (d / "parts" / "README.md").write_text("not data: a Parquet folder's other files are not read, as in Dask\n")
-    r = cli("marginals", str(d / "parts"), "--schema", str(d / "dom.json"), "--attrs", "a", "--out",
+    r = pc("marginals", str(d / "parts"), "--schema", str(d / "dom.json"), "--attrs", "a", "--out",
             str(d / "m.parquet"))
     assert r.returncode == 0, r.stderr
     assert int(pd.read_parquet(d / "m.parquet")["count"].sum()) == len(job["frame"])
 
 
-def test_csv_variants_in_one_folder_are_all_read_without_warnings(job):
+def test_csv_variants_in_one_folder_are_all_read_without_warnings(job, pc):
     """a.csv + b.csv.gz + c.csv (columns in another order): every row counted, and Dask's gzip
     warning does not reach the user's terminal."""
     d = job["dir"]
@@ -316,7 +332,7 @@ def test_csv_variants_in_one_folder_are_all_read_without_warnings(job):
     frame.iloc[parts[0]].to_csv(folder / "a.csv", index=False)
     frame.iloc[parts[1]].to_csv(folder / "b.csv.gz", index=False)
     frame.iloc[parts[2]][["c", "b", "a"]].to_csv(folder / "c.csv", index=False)
-    r = cli("marginals", str(folder), "--schema", str(d / "dom.json"), "--attrs", "a,b", "--out",
+    r = pc("marginals", str(folder), "--schema", str(d / "dom.json"), "--attrs", "a,b", "--out",
             str(d / "m.parquet"))
     assert r.returncode == 0, r.stderr
     got = pd.read_parquet(d / "m.parquet").set_index(["a", "b"])["count"]
@@ -353,13 +369,13 @@ def _renamed_csv(d: Path, frame: pd.DataFrame) -> Path:
     return folder
 
 
-def test_renamed_column_in_a_later_file_is_one_line_naming_file_and_column(job):
+def test_renamed_column_in_a_later_file_is_one_line_naming_file_and_column(job, pc):
     d = job["dir"]
     for folder in (_renamed_parquet(d, job["frame"]), _renamed_csv(d, job["frame"])):
         cfg = job["config"](data=folder.name)
-        msg = one_line_error(cli("run", str(cfg), "--out", str(d / "o"), "--quiet"))
+        msg = one_line_error(pc("run", str(cfg), "--out", str(d / "o"), "--quiet"))
         assert "'b'" in msg and "p1." in msg and str(folder) in msg
-        msg = one_line_error(cli("marginals", str(folder), "--schema", str(d / "dom.json"), "--attrs", "a,b",
+        msg = one_line_error(pc("marginals", str(folder), "--schema", str(d / "dom.json"), "--attrs", "a,b",
                                  "--out", str(d / "m.parquet")))
         assert "'b'" in msg and "p1." in msg
         assert not (d / "o").exists() and not (d / "m.parquet").exists()
@@ -380,7 +396,7 @@ def test_renamed_column_found_while_counting_is_a_data_error(job):
 
 @pytest.mark.parametrize("case", ["empty-csv-run", "corrupt-parquet-run", "corrupt-in-folder", "show-parquet",
                                   "show-csv", "infer-empty-csv", "infer-corrupt-parquet"])
-def test_bad_files_are_one_line(job, case):
+def test_bad_files_are_one_line(job, case, pc):
     d = job["dir"]
     (d / "empty.csv").write_bytes(b"")
     (d / "corrupt.parquet").write_bytes(b"PAR1 this is not a parquet file at all")
@@ -400,18 +416,18 @@ def test_bad_files_are_one_line(job, case):
                                   ["corrupt.parquet", "not a readable Parquet file"]),
     }
     command, words = expect[case]
-    msg = one_line_error(cli(*command))
+    msg = one_line_error(pc(*command))
     for w in words:
         assert w in msg, msg
     assert "Original Message" not in msg and not (d / "o").exists()
     (d / "copy.parquet").write_bytes((d / "good.parquet").read_bytes())  # binary without a telling suffix
     (d / "copy.schema").write_bytes((d / "good.parquet").read_bytes())
-    assert "not text" in one_line_error(cli("schema", "show", str(d / "copy.schema")))
+    assert "not text" in one_line_error(pc("schema", "show", str(d / "copy.schema")))
 
 
 # ---- 6. no private value in relational messages ---------------------------------------------------
 
-def test_relational_errors_hold_no_record_id_and_no_degree(tmp_path):
+def test_relational_errors_hold_no_record_id_and_no_degree(tmp_path, pc):
     import re
 
     from test_relational_job import _o2m_files
@@ -422,7 +438,7 @@ def test_relational_errors_hold_no_record_id_and_no_degree(tmp_path):
     assert degrees.max() > 4  # the d_max below is exceeded
     raw["mechanism"]["d_max"] = 4
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(raw))
-    msg = one_line_error(cli("run", str(tmp_path / "job.yaml"), "--out", str(tmp_path / "o"), "--quiet"))
+    msg = one_line_error(pc("run", str(tmp_path / "job.yaml"), "--out", str(tmp_path / "o"), "--quiet"))
     assert "d_max=4" in msg and ("'children'" in msg or "'parents'" in msg)
     assert re.findall(r"\d+", msg) == ["4"], msg  # neither the exact degree nor a numeric id
     assert not re.search(r"p\d{3}", msg), msg  # no parent id
@@ -437,21 +453,21 @@ def test_relational_errors_hold_no_record_id_and_no_degree(tmp_path):
         bad = json.loads(json.dumps(_o2m_files(tmp_path)))
         bad["data"]["tables"][table]["path"] = path
         (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-        msg = one_line_error(cli("run", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "o"), "--quiet"))
+        msg = one_line_error(pc("run", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "o"), "--quiet"))
         assert words in msg and not re.search(r"p\d{3}|p-secret", msg), msg
     assert not (tmp_path / "o").exists()
 
 
 # ---- 7a. NaN under a {column: size} domain ----------------------------------------------------------
 
-def test_nan_under_an_integer_domain_suggests_a_rich_schema(job):
+def test_nan_under_an_integer_domain_suggests_a_rich_schema(job, pc):
     d = job["dir"]
     frame = job["frame"].astype(float)
     frame.loc[17, "b"] = np.nan
     frame.to_parquet(d / "nan.parquet", index=False)
     frame.to_csv(d / "nan.csv", index=False)
     for data in ("nan.parquet", "nan.csv"):
-        msg = one_line_error(cli("run", str(job["config"](f"{data}.yaml", data=data)), "--out", str(d / "o"),
+        msg = one_line_error(pc("run", str(job["config"](f"{data}.yaml", data=data)), "--out", str(d / "o"),
                                  "--quiet"))
         assert "column 'b'" in msg and "{column: size} cannot hold missing values" in msg
         assert "missing: code" in msg and "size: 4" in msg
@@ -521,7 +537,7 @@ def test_sigint_during_the_data_pass_starts_a_fresh_line_and_says_nothing_was_wr
     assert not out.exists() and not lock_path(out).exists()
 
 
-def test_sigint_after_a_checkpoint_gives_the_resume_hint_and_resume_completes(big):
+def test_sigint_after_a_checkpoint_gives_the_resume_hint_and_resume_completes(big, pc):
     cfg = big / "aim.yaml"
     cfg.write_text(yaml.safe_dump({"data": {"path": "big", "domain": {"a": 3, "b": 4, "c": 2}},
                                    "mechanism": {"name": "aim-grem"}, "workload": [{"kway": 2}],
@@ -534,24 +550,24 @@ def test_sigint_after_a_checkpoint_gives_the_resume_hint_and_resume_completes(bi
     line = _message_line(err, "privcube: interrupted")
     assert "--resume" in line and "Traceback" not in err
     assert not (out / ".complete").exists()
-    r = cli("run", str(cfg), "--out", str(out), "--seed", "3", "--resume", "--quiet", cwd=big)
+    r = pc("run", str(cfg), "--out", str(out), "--seed", "3", "--resume", "--quiet", cwd=big)
     assert r.returncode == 0, r.stderr
     ref = big / "ref"
-    assert cli("run", str(cfg), "--out", str(ref), "--seed", "3", "--quiet", cwd=big).returncode == 0
+    assert pc("run", str(cfg), "--out", str(ref), "--seed", "3", "--quiet", cwd=big).returncode == 0
     assert_same_answers(out, ref)
 
 
-def test_relational_saved_config_yaml_runs_again_as_it_is(tmp_path):
+def test_relational_saved_config_yaml_runs_again_as_it_is(tmp_path, pc):
     from test_relational_job import _o2m_files
 
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(_o2m_files(tmp_path)))
     first, again = tmp_path / "first", tmp_path / "again"
-    assert cli("run", str(tmp_path / "job.yaml"), "--out", str(first), "--seed", "2", "--quiet").returncode == 0
+    assert pc("run", str(tmp_path / "job.yaml"), "--out", str(first), "--seed", "2", "--quiet").returncode == 0
     saved = first / "config.yaml"
     assert "resolved" in yaml.safe_load(saved.read_text())
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    r = cli("run", str(saved), "--out", str(again), "--seed", "2", "--quiet", cwd=elsewhere)
+    r = pc("run", str(saved), "--out", str(again), "--seed", "2", "--quiet", cwd=elsewhere)
     assert r.returncode == 0, r.stderr
     for name in ("parents.parquet", "children.parquet"):
         pd.testing.assert_frame_equal(pd.read_parquet(first / "synthetic" / name),
@@ -560,5 +576,5 @@ def test_relational_saved_config_yaml_runs_again_as_it_is(tmp_path):
         {"name": "kind", "type": "categorical", "categories": ["view", "click"]},
         {"name": "device", "type": "integer", "size": 4},
         {"name": "hour", "type": "numeric", "bins": [0, 6, 12, 18, 24], "missing": "code"}]}))
-    msg = one_line_error(cli("run", str(saved), "--out", str(tmp_path / "third"), "--quiet"))
+    msg = one_line_error(pc("run", str(saved), "--out", str(tmp_path / "third"), "--quiet"))
     assert "resolved.schemas" in msg

@@ -512,15 +512,16 @@ def input_columns(path: Any, storage_options: Mapping[str, Any] | None = None,
         per_file = _file_columns(fmt, target, storage_options)
     except DataError as e:
         raise DataError(f"{prefix}{e}") from None
-    if fmt == "csv":
-        available = next(iter(per_file.values()))
-    else:
+    available = list(next(iter(per_file.values())))
+    if fmt == "parquet":  # the dataset's columns (hive partition columns included) as Dask reads them
         so = {"storage_options": dict(storage_options)} if storage_options else {}
         try:
             probe = dd.read_parquet(target, **so)
         except (FileNotFoundError, OSError, ValueError) as e:
             raise DataError(f"{prefix}cannot read Parquet input {_source_str(path)!r}: {_one_line(e)}") from None
         available = [str(c) for c in probe.columns]
+    for cols in per_file.values():  # a column only some files have: the check below names a file without it
+        available += [c for c in cols if c not in available]
     needed = [c for c in (columns if columns is not None else available) if c in available]
     try:
         _check_same_columns(per_file, needed, _source_str(path))

@@ -379,6 +379,15 @@ def test_renamed_column_in_a_later_file_is_one_line_naming_file_and_column(job, 
                                  "--out", str(d / "m.parquet")))
         assert "'b'" in msg and "p1." in msg
         assert not (d / "o").exists() and not (d / "m.parquet").exists()
+    for ext in ("parquet", "csv"):  # the FIRST file renamed: still named, not "missing from the data"
+        folder = d / f"first_{ext}"
+        folder.mkdir()
+        frame = job["frame"]
+        for i, part in enumerate((frame.iloc[:1500].rename(columns={"b": "B"}), frame.iloc[1500:])):
+            getattr(part, f"to_{ext}")(folder / f"p{i}.{ext}", index=False)
+        msg = one_line_error(pc("marginals", str(folder), "--schema", str(d / "dom.json"), "--attrs", "a,b",
+                                "--out", str(d / "m.parquet")))
+        assert "column 'b' is missing from file" in msg and f"p0.{ext}" in msg
 
 
 def test_renamed_column_found_while_counting_is_a_data_error(job):

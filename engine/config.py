@@ -136,8 +136,9 @@ def check_recorded(recorded: Any, now: Mapping[str, Any]) -> None:
                           f"{type(recorded).__name__}")
     for key, value in now.items():
         if key in recorded and not _same(recorded[key], value):
-            raise ConfigError(f"{RESOLVED_KEY}.{key} records a different {key} than the config gives now (did a "
-                              f"file it names change?); remove the '{RESOLVED_KEY}' section to use the current one")
+            raise ConfigError(f"{RESOLVED_KEY}.{key} records a different {key} than the config now gives (edited, "
+                              f"or a file it names changed?); remove the '{RESOLVED_KEY}' section to run with the "
+                              "config as it is now")
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from privcube import api
-from privcube.errors import ConfigError, DomainError, RunDirectoryError
+from privcube.errors import DomainError, RunDirectoryError
 from privcube.storage.outputs import lock_path, run_lock
 
 
@@ -245,6 +245,13 @@ def test_duplicate_keys_refused(job, text, key, line, pc):
         msg = one_line_error(pc(*command))
         assert f"duplicate key {key!r} at line {expect_line}" in msg and "dup.yaml" in msg
     assert not (d / "o").exists()
+
+
+def test_invalid_yaml_is_one_line_with_its_position(job, pc):
+    d = job["dir"]
+    (d / "broken.yaml").write_text("data: {path: parts, domain: dom.json}\nworkload: [{kway: 1}\n")
+    msg = one_line_error(pc("plan", str(d / "broken.yaml")))
+    assert "broken.yaml" in msg and "not valid YAML" in msg and "(line 3, column 1)" in msg
 
 
 def test_duplicate_keys_in_schema_and_domain_files_refused(job, tmp_path):

@@ -272,7 +272,8 @@ def _acquire(path: Path, out: str | Path) -> int:
 
     for _ in range(100):
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0),
+                         0o600)  # never through a symlink planted in a shared folder
         except OSError as e:
             raise RunDirectoryError(f"cannot lock output directory {str(out)!r}: cannot create {str(path)!r} "
                                     f"({e.strerror or e})") from None

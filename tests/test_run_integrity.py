@@ -205,6 +205,12 @@ def test_run_lock_is_reentrant_per_thread_and_exclusive_across_threads(tmp_path)
     with pytest.raises(RunDirectoryError, match="folder path"):
         with run_lock(12345):  # type: ignore[arg-type]
             pass
+    (tmp_path / "victim").write_text("precious\n")  # a symlink planted where the lock file goes
+    lock_path(out).symlink_to(tmp_path / "victim")
+    with pytest.raises(RunDirectoryError, match="cannot lock output directory"):
+        with run_lock(out):
+            pass
+    assert (tmp_path / "victim").read_text() == "precious\n"
 
 
 def test_stale_lock_file_of_a_killed_run_does_not_block(job, pc):

@@ -61,6 +61,22 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig) -> PlanSummary:
     return mech.plan(cfg.workload, cfg.budget)
 
 
+def _owns_run_folder(fn: Any) -> Any:
+    """Hold the run folder's OS lock (``storage.outputs.run_lock``) for the whole call, taken before any
+    data is read: a second run on the same ``out`` (another process) is refused in one line."""
+    import functools
+
+    @functools.wraps(fn)
+    def owning(config: Any, out: Any, *args: Any, **kwargs: Any) -> Any:
+        from privcube.storage.outputs import run_lock
+
+        with run_lock(out):
+            return fn(config, out, *args, **kwargs)
+
+    return owning
+
+
+@_owns_run_folder
 def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, seed: int | None = None,
         resume: bool = False, scheduler_address: str | None = None, scheduler_file: str | None = None,
         workers: int | None = None, client: Any = None, quiet: bool = False,
@@ -176,8 +192,8 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
                 raise RunDirectoryError(_write_error(rundir.path, e, "checkpoint")) from None
             rundir.discard_if_empty()
             raise
-        except Exception:  # any other failure: an empty folder is removed, a committed checkpoint kept
-            rundir.discard_if_empty()
+        except BaseException:  # any other failure, Ctrl-C and SIGTERM too: an empty folder is removed, a
+            rundir.discard_if_empty()  # committed checkpoint kept
             raise
         ledger_dict = ledger.to_dict()
         ledger_dict["noise"] = noise.to_dict()

@@ -8,6 +8,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from privcube import __version__
 from privcube.errors import PrivcubeError
@@ -76,6 +77,45 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+class _LineTracker:
+    """stderr that remembers whether its last write ended a line, so a message printed after an
+    interruption starts on a fresh line instead of being glued to an in-place progress bar."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.at_line_start = True
+
+    def write(self, text: str) -> int:
+        if text:
+            self.at_line_start = text.endswith("\n")
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _say(line: str) -> None:
+    """Print one line on stderr, on a line of its own (after an unfinished progress bar too)."""
+    err = sys.stderr
+    start = "\n" if isinstance(err, _LineTracker) and not err.at_line_start else ""
+    print(f"{start}{line}", file=err)
+
+
+RESUME_HINT = "continue an interrupted run with --resume (same config, --out and --seed)"
+
+
+def _interrupted_run_hint(out: Path) -> str:
+    """What an interrupted ``privcube run`` left in ``--out``: a run to ``--resume``, or nothing."""
+    try:
+        if (out / ".complete").exists():
+            return f"; the finished run in {str(out)!r} is unchanged"
+        if out.is_dir() and any(out.iterdir()):
+            return f"; {RESUME_HINT}"
+    except OSError:
+        return f"; {RESUME_HINT}"
+    return f"; nothing was written to {str(out)!r}: run it again (without --resume)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (2 for a PrivcubeError, 130 interrupted, 143 terminated).
 
@@ -90,13 +130,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    original_stderr = sys.stderr
+    sys.stderr = _LineTracker(original_stderr)
+    hint = (lambda: _interrupted_run_hint(Path(args.out))) if args.command == "run" else (lambda: "")
     try:
         return _dispatch(args)
     except PrivcubeError as e:
-        print(f"privcube: error: {e}", file=sys.stderr)
+        _say(f"privcube: error: {e}")
         return 2
     except KeyboardInterrupt:
-        print("privcube: interrupted", file=sys.stderr)
+        _say(f"privcube: interrupted (SIGINT){hint()}")
         return 130
     except BrokenPipeError:  # the reader went away (privcube plan --json | head): stop quietly, like cat
         import os
@@ -104,9 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 141
     except Terminated:
-        print("privcube: terminated (SIGTERM); continue an interrupted run with --resume", file=sys.stderr)
+        _say(f"privcube: terminated (SIGTERM){hint()}")
         return 143
     finally:
+        if isinstance(sys.stderr, _LineTracker):
+            sys.stderr = original_stderr
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 

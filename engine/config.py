@@ -27,7 +27,7 @@ from privcube.domain import Domain
 from privcube.errors import ConfigError, PrivcubeError
 from privcube.privacy.budget import PrivacyBudget
 from privcube.workload import Workload, parse_workload
-from privcube.yaml_io import load_yaml
+from privcube.yaml_io import DuplicateKeyError, load_yaml, yaml_error_line
 
 TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize"}
 SYNTHESIZE_KEYS = {"rows", "estimator", "chunk_size"}
@@ -55,10 +55,21 @@ class JobConfig:
     synthesize: dict[str, Any] | None = None  # {rows: int | "auto", estimator, chunk_size}: records from the answers
 
     def resolved(self) -> dict[str, Any]:
-        """The resolved config as written to ``config.yaml`` in the run directory."""
+        """The resolved config as written to ``config.yaml`` in the run directory: every path absolute, so
+        the file can be passed back to ``privcube plan`` / ``run`` as it is, plus a ``resolved`` record
+        (domain, privacy, schema) that loading it again verifies (see :func:`check_recorded`)."""
         out = copy.deepcopy(self.raw)
         if self.data_path is not None:
             out.setdefault("data", {})["path"] = self.data_path
+        for holder in (out.get("data"), out):  # data.schema / data.domain / top-level domain given as paths
+            if isinstance(holder, dict):
+                for key in ("schema", "domain"):
+                    if isinstance(holder.get(key), str):
+                        holder[key] = _resolve_path(holder[key], self.base_dir)
+        if self.output:
+            out["output"] = dict(self.output)
+        if "cluster" in out:
+            out["cluster"] = copy.deepcopy(self.cluster)
         out["mechanism"] = {"name": self.mechanism, **self.mechanism_params}
         out["resolved"] = {
             "domain": self.domain.to_dict(),
@@ -81,8 +92,10 @@ def read_config_file(path: str | Path) -> tuple[dict[str, Any], Path]:
         raise ConfigError(f"cannot read config file {str(p)!r}: {e}") from None
     try:
         raw = load_yaml(text)
+    except DuplicateKeyError as e:
+        raise ConfigError(f"config file {str(p)!r}: {e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {yaml_error_line(e)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a mapping at the top level")
     return raw, p.resolve().parent
@@ -90,15 +103,61 @@ def read_config_file(path: str | Path) -> tuple[dict[str, Any], Path]:
 
 def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path | None = None,
                 need_data: bool = True) -> JobConfig:
-    """Load and validate a job config from a file or a mapping."""
+    """Load and validate a job config from a file or a mapping. A run folder's ``config.yaml`` is accepted as
+    it is: its ``resolved`` record is checked against the config resolved now, not read as input."""
     if isinstance(source, Mapping):
         raw, base = copy.deepcopy(dict(source)), Path(base_dir or ".").resolve()
     else:
         raw, base = read_config_file(source)
+    recorded = raw.pop(RESOLVED_KEY, None)  # a run folder's config.yaml: checked once the config is resolved
     unknown = set(raw) - TOP_KEYS
     if unknown:
         raise ConfigError(f"unknown top-level key(s) {sorted(unknown)}; known: {sorted(TOP_KEYS)}")
+    cfg = _load_checked(raw, base, need_data)
+    check_recorded(recorded, {"domain": cfg.domain.to_dict(), "privacy": cfg.budget.to_dict(),
+                              "workload_groups": len(cfg.workload),
+                              **({"schema": cfg.schema.to_dict()} if hasattr(cfg.schema, "to_dict") else {})})
+    return cfg
 
+
+RESOLVED_KEY = "resolved"
+
+
+def check_recorded(recorded: Any, now: Mapping[str, Any]) -> None:
+    """Verify the ``resolved`` record of a run folder's ``config.yaml`` against the config resolved now.
+
+    The record is what the run that wrote the file used (domain, privacy, schema, ...); a section that
+    differs (e.g. the domain file changed since) is refused, naming it, rather than silently running
+    with something else. Sections not recorded, or not known, are not checked."""
+    if recorded is None:
+        return
+    if not isinstance(recorded, Mapping):
+        raise ConfigError(f"{RESOLVED_KEY}: expected the mapping a run folder's config.yaml records, got "
+                          f"{type(recorded).__name__}")
+    for key, value in now.items():
+        if key in recorded and not _same(recorded[key], value):
+            raise ConfigError(f"{RESOLVED_KEY}.{key} records a different {key} than the config now gives (edited, "
+                              f"or a file it names changed?); remove the '{RESOLVED_KEY}' section to run with the "
+                              "config as it is now")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as plain YAML values, floats to 1e-12 relative (a YAML round trip keeps them exact anyway)."""
+    import math
+
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return list(map(str, a)) == list(map(str, b)) and all(_same(a[k], b[k]) for k in a)  # order: axes
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=0.0) or (a != a and b != b)
+    return a == b
+
+
+def _load_checked(raw: dict[str, Any], base: Path, need_data: bool) -> JobConfig:
+    """The body of :func:`load_config` once the top-level keys are known."""
     mech = raw.get("mechanism")
     if isinstance(mech, str):
         mech = {"name": mech}

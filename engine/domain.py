@@ -51,13 +51,17 @@ class Domain:
     @classmethod
     def load(cls, path: str | Path) -> Domain:
         """Read the common ``{column: size}`` domain JSON (Private-PGM / AIM datasets)."""
+        from privcube.yaml_io import load_json
+
         p = Path(path)
         try:
-            raw = json.loads(p.read_text())
+            raw = load_json(p.read_text())
         except FileNotFoundError:
             raise DomainError(f"domain file {str(p)!r} does not exist") from None
         except json.JSONDecodeError as e:
             raise DomainError(f"domain file {str(p)!r} is not valid JSON: {e}") from None
+        except ValueError as e:  # a repeated column
+            raise DomainError(f"domain file {str(p)!r}: {e}") from None
         return cls.from_mapping(raw)
 
     # queries --------------------------------------------------------------------------------

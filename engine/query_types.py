@@ -4,7 +4,8 @@ A query group is the Kronecker product of its factors' matrices, in the group's 
 Conventions follow the QuerySmasher paper (Sec. 7, Table "query types"):
 
 * ``identity`` (marginal cells, n rows), ``total`` (1 row), ``prefix`` (row c = [A <= c], n rows),
-  ``allrange`` (every interval [s, e], n(n+1)/2 rows), ``range`` (intervals of fixed ``width``),
+  ``allrange`` (every interval [s, e], n(n+1)/2 rows), ``range`` (intervals of fixed ``width``; without
+  a width, ``range`` means ``allrange`` as in the HDMM and QuerySmasher papers),
   ``circular`` (start s, length l, cells s..s+l-1 mod n: n^2 rows), ``explicit`` (a user matrix).
 * joint over two attributes: ``affine`` (row c = [A_i + A_j <= c]), ``abs-diff``
   (row c = [|A_i - A_j| <= c]), ``random`` (3K Bernoulli(0.3) rows over the K cells, seeded).
@@ -121,7 +122,7 @@ def parse_query_type(spec: Any, where: str) -> QueryType:
         raise WorkloadError(f"{where}: query type 'random': generator 'mt19937' takes a seed below 2**32, "
                             f"got {dict(frozen)['seed']}")
     if name == "range" and "width" not in dict(frozen):
-        raise WorkloadError(f"{where}: query type 'range' needs a 'width' parameter")
+        return QueryType("allrange")  # `range` alone means every interval, as in HDMM and QuerySmasher
     if name == "explicit" and "matrix" not in dict(frozen):
         raise WorkloadError(f"{where}: query type 'explicit' needs a 'matrix' parameter")
     return QueryType(name, tuple(frozen))

@@ -98,7 +98,11 @@ class RelationalJob:
         out = copy.deepcopy(self.raw)
         data = out.setdefault("data", {})
         for name, t in self.tables.items():
-            data.setdefault("tables", {}).setdefault(name, {})["path"] = t.path
+            spec = data.setdefault("tables", {}).setdefault(name, {})
+            spec["path"] = t.path
+            for key in ("schema", "domain"):  # paths absolute: the file can be passed back as it is
+                if isinstance(spec.get(key), str):
+                    spec[key] = _resolve_path(spec[key], self.base_dir, f"data.tables.{name}.{key}")
         if self.links.path is not None:
             data["links"]["path"] = self.links.path
         out["mechanism"] = {"name": "relational", **self.params}
@@ -169,11 +173,25 @@ def _budget(b: Any, what: str) -> PrivacyBudget:
 
 
 def load_relational_config(raw: Mapping[str, Any], base: str | Path = ".") -> RelationalJob:
-    """Validate a relational job config (reads schemas, never data); errors name the key at fault."""
-    from privcube.mechanisms.relational.mechanism import _check_params
+    """Validate a relational job config (reads schemas, never data); errors name the key at fault. A run
+    folder's ``config.yaml`` is accepted as it is (its ``resolved`` record is verified)."""
 
     raw = copy.deepcopy(dict(raw))
     base = Path(base).resolve()
+    recorded = raw.pop("resolved", None)  # a run folder's config.yaml: verified below, not read as input
+    job = _load_relational(raw, base)
+    from privcube.config import check_recorded
+
+    check_recorded(recorded, {"schemas": {n: t.schema.to_dict() for n, t in job.tables.items()}})
+    check_recorded(recorded.get("privacy") if isinstance(recorded, Mapping) else recorded,
+                   {"total": job.total.to_dict()})
+    return job
+
+
+def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
+    """The body of :func:`load_relational_config` (``raw`` without its ``resolved`` record)."""
+    from privcube.mechanisms.relational.mechanism import _check_params
+
     unknown = set(raw) - TOP_KEYS
     if unknown:
         raise ConfigError(f"unknown top-level key(s) {sorted(unknown)} for mechanism 'relational'; "

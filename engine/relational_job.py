@@ -46,14 +46,14 @@ def _read_raw(path: str, columns: list[str], what: str) -> tuple[pd.DataFrame, b
     """The given raw columns of a Parquet/CSV input as pandas (CSV: all text), and whether it was CSV."""
     import dask.dataframe as dd
 
-    from privcube.storage.ingest import input_columns
+    from privcube.storage.ingest import input_columns, read_csv
 
-    fmt, target, available = input_columns(path, what=what)
+    fmt, target, available = input_columns(path, what=what, columns=columns)
     absent = [c for c in columns if c not in available]
     if absent:
         raise DataError(f"{what}: column {absent[0]!r} is missing from {path!r}; it has columns {available[:30]}")
     if fmt == "csv":
-        raw = dd.read_csv(target, usecols=columns, dtype={c: "string" for c in columns})
+        raw = read_csv(target, usecols=columns, dtype={c: "string" for c in columns})
     else:
         raw = dd.read_parquet(target, columns=columns)
     return raw.compute().reset_index(drop=True), fmt == "csv"
@@ -237,6 +237,21 @@ def run_relational_job(raw: Mapping[str, Any], base: str | Path, out: str | Path
                        resume: bool = False, scheduler_address: str | None = None, scheduler_file: str | None = None,
                        workers: int | None = None, client: Any = None, quiet: bool = False) -> Any:
     """Run a relational job config and write the run directory ``out``; returns ``api.RunSummary``.
+
+    The run owns ``out`` for its whole duration (``storage.outputs.run_lock``, taken before any data is
+    read): a second run on the same folder is refused. See :func:`_run_relational_owned`."""
+    from privcube.storage.outputs import run_lock
+
+    with run_lock(out):
+        return _run_relational_owned(raw, base, out, seed=seed, resume=resume, scheduler_address=scheduler_address,
+                                     scheduler_file=scheduler_file, workers=workers, client=client, quiet=quiet)
+
+
+def _run_relational_owned(raw: Mapping[str, Any], base: str | Path, out: str | Path, *, seed: int | None = None,
+                          resume: bool = False, scheduler_address: str | None = None,
+                          scheduler_file: str | None = None, workers: int | None = None, client: Any = None,
+                          quiet: bool = False) -> Any:
+    """The body of :func:`run_relational_job`, run while ``out`` is locked.
 
     Checkpoints (``out/checkpoint``) are committed after each synthetic table and after each
     link iteration. ``resume`` continues a killed run from its last checkpoint: the checkpoint must

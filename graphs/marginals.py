@@ -297,16 +297,22 @@ def _run_pass(frame: Any, domain: Domain, roots: list[Clique], weight: str | Non
                                            align_dataframes=False)
     partials = counted.to_delayed(optimize_graph=True)
     final = _tree_reduce(partials, split_every)
-    if client is not None:
-        fut = client.compute(final)
-        try:
-            distributed_progress([fut], label)
-            return fut.result()
-        finally:
-            fut.release()
-    with local_task_progress(label):
-        (result,) = compute(final)
-    return result
+    try:
+        if client is not None:
+            fut = client.compute(final)
+            try:
+                distributed_progress([fut], label)
+                return fut.result()
+            finally:
+                fut.release()
+        with local_task_progress(label):
+            (result,) = compute(final)
+        return result
+    except KeyError as e:  # a file read after the up-front check lacks a column (ingest checks every file first)
+        if "not in index" not in str(e):
+            raise
+        raise DataError(f"a data file lacks column(s) {str(e).split(' not in index')[0].strip(chr(34))} that the "
+                        "input's first file has; every file must have the same columns") from None
 
 
 def compute_marginals(frame: Any, domain: Domain, cliques: Sequence[Sequence[str]], *,

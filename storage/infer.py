@@ -119,7 +119,7 @@ def infer_schema(
     import dask
     import dask.dataframe as dd
 
-    from privcube.storage.ingest import _detect_format
+    from privcube.storage.ingest import input_columns, read_csv
 
     if max_categories < 1 or n_bins < 1:
         raise DomainError(f"max_categories={max_categories} and n_bins={n_bins} must be >= 1")
@@ -129,18 +129,15 @@ def infer_schema(
             raise DataError(f"column {absent[0]!r} is missing from the data; it has {list(source.columns)[:30]}")
         ddf = dd.from_pandas(source if columns is None else source[list(columns)], npartitions=1)
     else:
-        fmt, target = _detect_format(source, storage_options)
+        fmt, target, available = input_columns(source, storage_options, columns=columns)
         so = {"storage_options": dict(storage_options)} if storage_options else {}
         if columns is not None:
-            from privcube.storage.ingest import _csv_header
-
-            available = _csv_header(target, storage_options) if fmt == "csv" else \
-                [str(c) for c in dd.read_parquet(target, **so).columns]
             absent = [c for c in columns if c not in available]
             if absent:
                 raise DataError(f"column {absent[0]!r} is missing from {str(source)!r}; it has {available[:30]}")
         if fmt == "csv":
-            ddf = dd.read_csv(target, dtype=str, usecols=list(columns) if columns else None, **so)
+            ddf = read_csv(target, dtype=str, usecols=list(columns) if columns else None,
+                           storage_options=storage_options)
         else:
             ddf = dd.read_parquet(target, columns=list(columns) if columns else None, **so)
     parts = ddf.to_delayed()

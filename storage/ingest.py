@@ -85,6 +85,13 @@ def _to_number(attr: Attribute, series: pd.Series, parse_text: bool, expected: s
 
 def _missing(attr: Attribute, series: pd.Series, na: np.ndarray) -> None:
     """Raise unless the attribute encodes missing values."""
+    if na.any() and attr.missing == "error" and attr.from_domain:
+        raise DataError(
+            f"column {attr.name!r}: missing value ({_show(_first(series, na))}), but an integer-coded domain "
+            "{column: size} cannot hold missing values; describe the data with a rich schema instead "
+            f"(data.schema) whose entry for this column has missing: code, e.g. {{name: {attr.name}, type: integer, "
+            f"size: {attr.size}, missing: code}} (code {attr.size} then means missing)"
+        )
     if na.any() and attr.missing == "error":
         raise DataError(
             f"column {attr.name!r}: missing value ({_show(_first(series, na))}) but the schema has "
@@ -290,59 +297,237 @@ def _source_str(path: Any) -> str:
     return str(path)
 
 
+_PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
+_COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd"}
+_MAX_NAMED = 3  # files named in a one-line error
+
+
+def _kind(name: str) -> str | None:
+    """``csv`` / ``parquet`` by a file name's suffix (Parquet's ``_metadata`` files too), else None."""
+    low = name.lower().rstrip("/")
+    if low.endswith(_CSV_SUFFIXES):
+        return "csv"
+    if low.endswith(_PARQUET_SUFFIXES) or low.rsplit("/", 1)[-1] in ("_metadata", "_common_metadata"):
+        return "parquet"
+    return None
+
+
+def _base(name: str) -> str:
+    return str(name).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _refuse_mixed(where: str, names: Sequence[str]) -> None:
+    """DataError if ``names`` hold both Parquet and CSV files: one format per input, naming the files."""
+    pq_files = sorted(_base(n) for n in names if _kind(n) == "parquet" and not _base(n).startswith("_"))
+    csv_files = sorted(_base(n) for n in names if _kind(n) == "csv")
+    if pq_files and csv_files:
+        shown = ", ".join(pq_files[:_MAX_NAMED] + csv_files[:_MAX_NAMED])
+        raise DataError(f"input {where!r} mixes Parquet and CSV files ({shown}); privcube reads one format per "
+                        "input: convert them to one format or give the files of one format")
+
+
+def _csv_target(paths: Sequence[str]) -> Any:
+    """What to read for these CSV files: one path, or the list when there are several."""
+    return list(paths) if len(paths) > 1 else paths[0]
+
+
 def _detect_format(path: Any, storage_options: Mapping[str, Any] | None) -> tuple[str, Any]:
-    """Decide CSV vs Parquet from the suffix or directory contents; return (format, path to read)."""
+    """Decide CSV vs Parquet from the suffix or directory contents; return (format, path to read).
+
+    Every data file is read: a folder (or glob, or list) of CSV files with different compressions
+    (``a.csv`` + ``b.csv.gz``) is read as one table; Parquet mixed with CSV is refused, naming files.
+    """
     import fsspec
 
+    so = dict(storage_options or {})
     paths = [str(p) for p in path] if isinstance(path, (list, tuple)) else [str(path)]
+    _refuse_mixed(_source_str(path), paths)
     first = paths[0].lower()
-    if first.endswith(_CSV_SUFFIXES + (".parquet", ".pq", ".parq")):
+    if first.endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES):
         for p in paths:  # a missing file or an empty glob: one clear line, not a reader's traceback
-            fs, _, found = fsspec.get_fs_token_paths(p, storage_options=dict(storage_options or {}))
+            fs, _, found = fsspec.get_fs_token_paths(p, storage_options=so)
             if not found or not fs.exists(found[0]):
                 raise DataError(f"input {p!r} " + ("matches no file" if any(ch in p for ch in "*?[") else
                                                    "does not exist"))
-        return ("csv" if first.endswith(_CSV_SUFFIXES) else "parquet"), paths if len(paths) > 1 else paths[0]
-    fs, _, resolved = fsspec.get_fs_token_paths(paths[0], storage_options=dict(storage_options or {}))
+        return ("csv" if _kind(first) == "csv" else "parquet"), paths if len(paths) > 1 else paths[0]
+    fs, _, resolved = fsspec.get_fs_token_paths(paths[0], storage_options=so)
     if len(paths) == 1 and not any(ch in paths[0] for ch in "*?[") and fs.isdir(resolved[0]):
-        names = [str(p).lower() for p in fs.ls(resolved[0], detail=False)]
-        has_parquet = any(n.endswith((".parquet", ".pq", ".parq")) or n.endswith("_metadata") for n in names)
-        csvs = [n for n in names if n.endswith(_CSV_SUFFIXES)]
-        if not has_parquet and csvs:
-            suffix = next(s for s in _CSV_SUFFIXES if csvs[0].endswith(s))
-            return "csv", paths[0].rstrip("/") + "/*" + suffix
+        names = [str(p) for p in fs.ls(resolved[0], detail=False)]
+        _refuse_mixed(paths[0], names)
+        csvs = sorted(n for n in names if _kind(n) == "csv")
+        if csvs:
+            base = paths[0].rstrip("/")
+            return "csv", _csv_target([f"{base}/{_base(n)}" for n in csvs])
         return "parquet", paths[0]
+    if len(paths) == 1 and any(ch in paths[0] for ch in "*?["):
+        matches = sorted(str(m) for m in resolved)  # fsspec expanded the glob
+        _refuse_mixed(paths[0], matches)
+        if matches and all(_kind(m) == "csv" for m in matches):
+            return "csv", _csv_target([_full(fs, m) for m in matches])
     if not fs.exists(resolved[0]) and not fs.glob(resolved[0]):
         raise DataError(f"input {paths[0]!r} does not exist")
     return "parquet", paths if len(paths) > 1 else paths[0]
 
 
-def _csv_header(path: Any, storage_options: Mapping[str, Any] | None) -> list[str]:
-    """Column names from the first CSV file's header (no data read)."""
+def _csv_options(name: str) -> dict[str, Any]:
+    """Reader options of one CSV file from its suffix: separator (``.tsv``) and compression."""
+    low = name.lower()
+    comp = next((c for suf, c in _COMPRESSION.items() if low.endswith(suf)), None)
+    return {"sep": "\t" if low.endswith(".tsv") else ",", "compression": comp}
+
+
+def _csv_files(target: Any, storage_options: Mapping[str, Any] | None) -> list[str]:
+    """Every CSV file a target names (globs expanded), in reading order."""
     import fsspec
 
-    files = fsspec.open_files(path, mode="rb", compression="infer", **dict(storage_options or {}))
+    files = fsspec.open_files(target if isinstance(target, list) else [target], mode="rb",
+                              **dict(storage_options or {}))
     if not files:
-        raise DataError(f"input {_source_str(path)!r} matches no CSV file")
-    with files[0] as f:
-        return [str(c) for c in pd.read_csv(f, nrows=0).columns]
+        raise DataError(f"input {_source_str(target)!r} matches no CSV file")
+    return [_full(f.fs, f.path) for f in files]
+
+
+def _full(fs: Any, path: str) -> str:
+    """A path readers and messages understand: plain for local files, with its protocol otherwise."""
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return path if "file" in protocols or "local" in protocols else fs.unstrip_protocol(path)
+
+
+def _one_csv_header(name: str, storage_options: Mapping[str, Any] | None) -> list[str]:
+    """Column names of one CSV file (its header line; an empty or unreadable file is a DataError)."""
+    import fsspec
+
+    opts = _csv_options(name)
+    try:
+        with fsspec.open(name, mode="rb", compression=opts["compression"], **dict(storage_options or {})) as f:
+            return [str(c) for c in pd.read_csv(f, nrows=0, sep=opts["sep"]).columns]
+    except pd.errors.EmptyDataError:
+        raise DataError(f"input file {name!r} is empty: a CSV file needs a header line naming its columns") from None
+    except (OSError, EOFError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as e:
+        raise DataError(f"input file {name!r} is not a readable CSV file: {_one_line(e)}") from None
+
+
+def _one_parquet_schema(fs: Any, name: str) -> list[str]:
+    """Column names of one Parquet file from its footer (an unreadable file is a DataError naming it)."""
+    import pyarrow.parquet as pq
+
+    try:
+        with fs.open(name, mode="rb") as f:
+            return [str(c) for c in pq.read_schema(f).names]
+    except (OSError, ValueError, EOFError) as e:  # pyarrow.ArrowInvalid is a ValueError
+        raise DataError(f"input file {name!r} is not a readable Parquet file: {_one_line(e)}") from None
+
+
+def _one_line(e: BaseException) -> str:
+    """A reader's error text in one line, without Dask's wrapper and a repeated file name."""
+    text = str(e) or type(e).__name__
+    text = text.split("Original Message:", 1)[-1]
+    text = " ".join(text.split())
+    return text[:300]
+
+
+def _parquet_files(target: Any, storage_options: Mapping[str, Any] | None) -> tuple[Any, list[str]]:
+    """The filesystem and every file a Parquet input reads (folders walked for ``.parquet``/``.pq``/``.parq``
+    files, as Dask does; other files there, e.g. a README, are not data)."""
+    import fsspec
+
+    targets = [str(t) for t in target] if isinstance(target, (list, tuple)) else [str(target)]
+    fs, _, _ = fsspec.get_fs_token_paths(targets[0], storage_options=dict(storage_options or {}))
+    out: list[str] = []
+    for t in targets:
+        _, _, found = fsspec.get_fs_token_paths(t, storage_options=dict(storage_options or {}))
+        for p in found:
+            if fs.isdir(p):  # what Dask reads of a folder: every file below it with a Parquet suffix
+                out += sorted(str(f) for f in fs.find(p.rstrip("/")) if str(f).endswith(_PARQUET_SUFFIXES))
+            else:
+                out.append(str(p))
+    return fs, out
+
+
+def _file_columns(fmt: str, target: Any, storage_options: Mapping[str, Any] | None) -> dict[str, list[str]]:
+    """{file: column names} of every file of the input, read from headers / footers only (in parallel)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if fmt == "csv":
+        files = _csv_files(target, storage_options)
+        read = lambda f: _one_csv_header(f, storage_options)  # noqa: E731
+    else:
+        fs, files = _parquet_files(target, storage_options)
+        read = lambda f: _one_parquet_schema(fs, f)  # noqa: E731
+    if not files:
+        raise DataError(f"input {_source_str(target)!r} holds no data file")
+    with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
+        columns = list(pool.map(read, files))
+    return dict(zip(files, columns))
+
+
+def _check_same_columns(per_file: Mapping[str, list[str]], names: Sequence[str], source: str) -> None:
+    """DataError naming the first file that lacks a needed column the other files have (a renamed column)."""
+    for n in names:
+        lacking = [f for f, cols in per_file.items() if n not in cols]
+        if lacking and len(lacking) < len(per_file):
+            raise DataError(f"column {n!r} is missing from file {lacking[0]!r} of input {source!r} (its other files "
+                            "have it); every file must have the same columns")
+
+
+def _csv_header(path: Any, storage_options: Mapping[str, Any] | None) -> list[str]:
+    """Column names from the first CSV file's header (no data read)."""
+    return _one_csv_header(_csv_files(path, storage_options)[0], storage_options)
+
+
+def read_csv(target: Any, *, usecols: Sequence[str] | None = None, dtype: Any = None, blocksize: Any = None,
+             storage_options: Mapping[str, Any] | None = None) -> Any:
+    """A dask DataFrame of CSV files (one path, glob or a list), each read with its own separator and
+    compression; compressed files are read whole (``blocksize=None``, no Dask warning to the user)."""
+    import dask.dataframe as dd
+
+    files = _csv_files(target, storage_options)
+    groups: dict[tuple[str, Any], list[str]] = {}
+    for f in files:
+        o = _csv_options(f)
+        groups.setdefault((o["sep"], o["compression"]), []).append(f)
+    so = {"storage_options": dict(storage_options)} if storage_options else {}
+    frames = []
+    for (sep, comp), group in groups.items():
+        kw: dict[str, Any] = {"sep": sep, "compression": comp, **so}
+        if comp is not None:
+            kw["blocksize"] = None
+        elif blocksize is not None:
+            kw["blocksize"] = blocksize
+        frames.append(dd.read_csv(group, usecols=list(usecols) if usecols is not None else None, dtype=dtype, **kw))
+    return frames[0] if len(frames) == 1 else dd.concat(frames, ignore_index=True)
 
 
 def input_columns(path: Any, storage_options: Mapping[str, Any] | None = None,
-                  what: str = "") -> tuple[str, Any, list[str]]:
-    """(format, resolved target, column names) of a Parquet/CSV input, from metadata or header only."""
+                  what: str = "", columns: Sequence[str] | None = None) -> tuple[str, Any, list[str]]:
+    """(format, resolved target, column names) of a Parquet/CSV input, from metadata or headers only.
+
+    Every file's header / footer is read: an empty or unreadable file, or a file lacking one of
+    ``columns`` (default: every column) that the others have, is a DataError naming the file."""
     import dask.dataframe as dd
 
+    prefix = f"{what}: " if what else ""
     fmt, target = _detect_format(path, storage_options)
-    if fmt == "csv":
-        return fmt, target, _csv_header(target, storage_options)
-    so = {"storage_options": dict(storage_options)} if storage_options else {}
     try:
-        probe = dd.read_parquet(target, **so)
-    except (FileNotFoundError, OSError, ValueError) as e:
-        prefix = f"{what}: " if what else ""
-        raise DataError(f"{prefix}cannot read Parquet input {_source_str(path)!r}: {e}") from None
-    return fmt, target, [str(c) for c in probe.columns]
+        per_file = _file_columns(fmt, target, storage_options)
+    except DataError as e:
+        raise DataError(f"{prefix}{e}") from None
+    available = list(next(iter(per_file.values())))
+    if fmt == "parquet":  # the dataset's columns (hive partition columns included) as Dask reads them
+        so = {"storage_options": dict(storage_options)} if storage_options else {}
+        try:
+            probe = dd.read_parquet(target, **so)
+        except (FileNotFoundError, OSError, ValueError) as e:
+            raise DataError(f"{prefix}cannot read Parquet input {_source_str(path)!r}: {_one_line(e)}") from None
+        available = [str(c) for c in probe.columns]
+    for cols in per_file.values():  # a column only some files have: the check below names a file without it
+        available += [c for c in cols if c not in available]
+    needed = [c for c in (columns if columns is not None else available) if c in available]
+    try:
+        _check_same_columns(per_file, needed, _source_str(path))
+    except DataError as e:
+        raise DataError(f"{prefix}{e}") from None
+    return fmt, target, available
 
 
 def open_table(
@@ -365,7 +550,7 @@ def open_table(
     if columns is not None:
         schema = schema.project(list(columns))
     names = list(schema.names)
-    fmt, target, available = input_columns(path, storage_options)
+    fmt, target, available = input_columns(path, storage_options, columns=names)
     source = _source_str(path)
     so = {"storage_options": dict(storage_options)} if storage_options else {}
     absent = [n for n in names if n not in available]
@@ -374,12 +559,10 @@ def open_table(
             f"column {absent[0]!r} is missing from {source!r}; the data has columns {available[:30]}"
         )
     if fmt == "csv":
-        kw: dict[str, Any] = dict(so)
-        if blocksize is not None:
-            kw["blocksize"] = blocksize
-        raw = dd.read_csv(target, usecols=names, dtype={n: "string" for n in names}, **kw)
+        raw = read_csv(target, usecols=names, dtype={n: "string" for n in names}, blocksize=blocksize,
+                       storage_options=storage_options)
     else:
-        kw = dict(so)
+        kw: dict[str, Any] = dict(so)
         if blocksize is not None:
             kw["blocksize"] = blocksize
         raw = dd.read_parquet(target, columns=names, **kw)
@@ -403,4 +586,5 @@ def validate(table: EncodedTable, client: Any = None) -> int:
     return int(total.compute())
 
 
-__all__ = ["EncodedTable", "encode_column", "encode_frame", "empty_codes", "open_table", "validate"]
+__all__ = ["EncodedTable", "encode_column", "encode_frame", "empty_codes", "input_columns", "open_table", "read_csv",
+           "validate"]

@@ -15,6 +15,10 @@ The config's ``output.answers`` / ``output.zarr`` (local paths or fsspec URLs) r
 before the run is marked complete (``publish_outputs``); a destination that already holds something
 is refused before any data is read, unless the run replaces (``--overwrite``) or resumes its own.
 
+A run owns DIR while it runs: ``run_lock`` holds an exclusive ``flock`` on ``.DIR.lock`` beside it
+(beside, so that it exists before DIR does and survives ``--overwrite`` moving DIR aside), taken before
+any data is read; a second run on DIR is refused, naming it.
+
 Everything in DIR is owner-only (folders 0o700, files 0o600): ``owner_only()`` sets the umask to
 0o077 while a run writes (zarr and Parquet writers create files with the process umask), and
 ``RunDirectory.restrict_permissions`` tightens anything left over before the run is marked complete.
@@ -25,6 +29,7 @@ import contextlib
 import json
 import os
 import shutil
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -190,6 +195,143 @@ class RunDirectory:
         for name, frame in tables.items():
             atomic_write_parquet(folder / f"{_safe(name)}.parquet", frame)
         return folder
+
+
+# ------------------------------------------------------------------------------- ownership
+LOCK_SUFFIX = ".lock"
+_HELD: dict[str, list[Any]] = {}  # lock path -> [owning thread id, depth, fd]: re-entrant within one thread
+_HELD_GUARD = threading.Lock()
+
+
+def lock_path(out: str | Path) -> Path:
+    """The lock file of run folder ``out``: ``.<name>.lock`` beside it (symlinks resolved), so it survives
+    ``--overwrite`` moving the folder aside and exists before the folder does."""
+    real = Path(os.path.realpath(os.fspath(out)))
+    return real.with_name(f".{real.name}{LOCK_SUFFIX}")
+
+
+@contextlib.contextmanager
+def run_lock(out: str | Path) -> Iterator[Path]:
+    """Own run folder ``out`` for the duration: an exclusive OS lock (``flock``) on its lock file.
+
+    A second run on the same folder (another process, or another thread of this one) is refused with a
+    ``RunDirectoryError`` naming the folder; the same thread may take the lock again (re-entrant). The
+    kernel drops the lock when the process dies (SIGKILL included), so a stale lock file never blocks a
+    ``--resume``; a released lock file is removed (while still locked, so no waiter locks a dead inode).
+    """
+    if isinstance(out, bytes) or not isinstance(out, (str, os.PathLike)) or not os.fspath(out):
+        raise RunDirectoryError(f"the output directory must be a non-empty folder path, got {type(out).__name__} "
+                                f"{out!r}"[:200])
+    path = lock_path(out)
+    key = str(path)
+    me = threading.get_ident()
+    with _HELD_GUARD:
+        held = _HELD.get(key)
+        if held is not None and held[0] == me:
+            held[1] += 1
+            reentrant = True
+        elif held is not None:
+            raise _in_use(out, os.getpid())
+        else:
+            reentrant = False
+    if reentrant:
+        try:
+            yield path
+        finally:
+            with _HELD_GUARD:
+                _HELD[key][1] -= 1
+        return
+    created = _make_parents(path.parent, out)
+    try:
+        fd = _acquire(path, out)
+    except BaseException:
+        _remove_empty(created)
+        raise
+    with _HELD_GUARD:
+        _HELD[key] = [me, 1, fd]
+    try:
+        yield path
+    finally:
+        with _HELD_GUARD:
+            del _HELD[key]
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
+        _remove_empty(created)
+
+
+def _in_use(out: str | Path, pid: int | None) -> RunDirectoryError:
+    who = f" (process {pid})" if pid else ""
+    return RunDirectoryError(f"output directory {str(out)!r} is in use by another privcube run{who}; wait for it "
+                             "to finish or choose another --out")
+
+
+def _acquire(path: Path, out: str | Path) -> int:
+    """Open and flock the lock file; retry if a releasing run unlinked it between our open and lock."""
+    import fcntl
+
+    for _ in range(100):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0),
+                         0o600)  # never through a symlink planted in a shared folder
+        except OSError as e:
+            raise RunDirectoryError(f"cannot lock output directory {str(out)!r}: cannot create {str(path)!r} "
+                                    f"({e.strerror or e})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _read_pid(fd)
+            os.close(fd)
+            raise _in_use(out, pid) from None
+        except OSError as e:
+            os.close(fd)
+            raise RunDirectoryError(f"cannot lock output directory {str(out)!r} ({e.strerror or e}): its file "
+                                    "system does not support file locks") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            return fd
+        os.close(fd)  # the lock file was replaced while we waited: lock the current one
+    raise RunDirectoryError(f"cannot lock output directory {str(out)!r}: its lock file keeps changing")
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode().strip()
+        return int(text) if text.isdigit() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _make_parents(parent: Path, out: str | Path) -> list[Path]:
+    """Create the missing folders above the run folder (owner-only); return them, deepest first."""
+    missing = []
+    p = parent
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            _remove_empty(missing)
+            raise RunDirectoryError(f"cannot create output directory {str(out)!r}: {e.strerror or e}") from None
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove folders this run created above its run folder if nothing was put in them (deepest first)."""
+    for d in folders:
+        try:
+            d.rmdir()
+        except OSError:
+            return
 
 
 # ------------------------------------------------------------------------------- published copies

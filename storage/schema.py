@@ -77,6 +77,8 @@ class Attribute:
     missing: str = "error"
     clip: bool = False
     labels_: tuple[str, ...] | None = field(default=None, repr=False)
+    #: declared by a ``{column: size}`` domain (no schema settings such as ``missing`` were written)
+    from_domain: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         name = self.name
@@ -304,7 +306,7 @@ class Schema:
     @classmethod
     def from_domain(cls, domain: Domain) -> Schema:
         """Integer-kind schema for already-coded data with codes ``0..size-1``."""
-        return cls(tuple(Attribute(a, "integer", s) for a, s in zip(domain.attributes, domain.shape)))
+        return cls(tuple(Attribute(a, "integer", s, from_domain=True) for a, s in zip(domain.attributes, domain.shape)))
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> Schema:
@@ -384,6 +386,9 @@ class Schema:
         return p
 
 
+_DATA_SUFFIXES = (".parquet", ".pq", ".parq", ".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst", ".tsv")
+
+
 def load_schema(source: str | Path | Mapping[str, Any] | Domain | Schema) -> Schema:
     """Load a schema from a path (JSON/YAML), a mapping, a Domain or a Schema (returned as is)."""
     if isinstance(source, Schema):
@@ -395,26 +400,41 @@ def load_schema(source: str | Path | Mapping[str, Any] | Domain | Schema) -> Sch
     if not isinstance(source, (str, Path)):
         raise DomainError(f"cannot load a schema from {type(source).__name__} {source!r}")
     p = Path(source)
+    not_schema = (f"schema file {str(p)!r} is not a schema file: give a domain JSON {{column: size}} or a schema "
+                  "YAML/JSON {attributes: [...]} (privcube schema infer proposes one from data)")
+    if p.name.lower().endswith(_DATA_SUFFIXES) and p.is_file():
+        raise DomainError(not_schema.replace("is not a schema file", "is a data file, not a schema"))
     try:
         text = p.read_text()
     except FileNotFoundError:
         raise DomainError(f"schema file {str(p)!r} does not exist") from None
     except IsADirectoryError:
         raise DomainError(f"schema path {str(p)!r} is a directory, not a file") from None
+    except UnicodeDecodeError:  # a Parquet or other binary file
+        raise DomainError(not_schema.replace("is not a schema file", "is not text (a binary or Parquet file?)")) \
+            from None
+    except OSError as e:
+        raise DomainError(f"cannot read schema file {str(p)!r}: {e.strerror or e}") from None
     if p.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
-        from privcube.yaml_io import load_yaml
+        from privcube.yaml_io import DuplicateKeyError, load_yaml, yaml_error_line
 
         try:
             raw = load_yaml(text)
+        except DuplicateKeyError as e:
+            raise DomainError(f"schema file {str(p)!r}: {e}") from None
         except yaml.YAMLError as e:
-            raise DomainError(f"schema file {str(p)!r} is not valid YAML: {e}") from None
+            raise DomainError(f"schema file {str(p)!r} is not valid YAML: {yaml_error_line(e)}") from None
     else:
+        from privcube.yaml_io import load_json
+
         try:
-            raw = json.loads(text)
+            raw = load_json(text)
         except json.JSONDecodeError as e:
             raise DomainError(f"schema file {str(p)!r} is not valid JSON: {e}") from None
+        except ValueError as e:  # a repeated key
+            raise DomainError(f"schema file {str(p)!r}: {e}") from None
     if not isinstance(raw, Mapping):
         raise DomainError(f"schema file {str(p)!r} must hold a mapping, got {type(raw).__name__}")
     return Schema.from_dict(raw)

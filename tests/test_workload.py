@@ -29,10 +29,19 @@ def test_allrange() -> None:
 def test_range_fixed_width() -> None:
     m = attribute_matrix(parse_query_type({"type": "range", "width": 2}, "t"), 4)
     np.testing.assert_array_equal(m, [[1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]])
-    with pytest.raises(WorkloadError, match="width"):
-        parse_query_type({"type": "range"}, "t")
     with pytest.raises(WorkloadError, match="width 5"):
         attribute_matrix(parse_query_type({"type": "range", "width": 5}, "t"), 4)
+
+
+def test_range_without_width_means_allrange() -> None:
+    """`queries: range` (no width) is every interval, as HDMM and QuerySmasher users mean it."""
+    for spec in ("range", {"type": "range"}, "Range"):
+        qt = parse_query_type(spec, "t")
+        assert qt == QueryType("allrange")
+        assert attribute_matrix(qt, 5).shape == (15, 5)  # n(n+1)/2 intervals
+    wl = parse_workload([{"attributes": ["age"], "queries": "range"}], Domain(["age"], [4]))
+    assert wl.groups[0].query_types() == {"age": "allrange"}
+    assert parse_query_type({"type": "range", "width": 2}, "t") == QueryType("range", (("width", 2),))
 
 
 def test_circular() -> None:

@@ -44,14 +44,11 @@ def enforce_degree(i: np.ndarray, j: np.ndarray, d_max: int, *, truncate: bool, 
     max1 = int(deg1.max()) if deg1.size else 0
     max2 = int(deg2.max()) if deg2.size else 0
     if not truncate:
-        for side, deg, key in ((0, deg1, keys[0]), (1, deg2, keys[1])):
-            if deg.size and deg.max() > d_max:
-                r = int(np.argmax(deg))
-                rid = key[r] if key is not None else r
-                rid = rid.item() if isinstance(rid, np.generic) else rid
+        for side, deg in ((0, deg1), (1, deg2)):
+            if deg.size and deg.max() > d_max:  # no record id, no degree: both are private
                 raise DataError(
-                    f"table {names[side]!r}: record {rid!r} has degree {int(deg[r])} > d_max={d_max}; raise "
-                    f"'d_max' or set mechanism parameter 'truncate: true' to drop links beyond d_max (file order)")
+                    f"table {names[side]!r}: a record has more links than d_max={d_max}; raise 'd_max' or set "
+                    "mechanism parameter 'truncate: true' to drop links beyond d_max (file order)")
         keep = np.ones(i.size, dtype=bool)
     else:
         keep = _first_k(j, d_max)

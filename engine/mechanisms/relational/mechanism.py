@@ -146,9 +146,9 @@ def _key_positions(frame: Any, table: str, key: str) -> tuple[np.ndarray, dict[A
         if pd.isna(vals).any():
             raise DataError(f"table {table!r}: key column {key!r} has missing values")
         pos = {v: k for k, v in enumerate(vals.tolist())}
-        if len(pos) != len(vals):
-            dup = pd.Series(vals)[pd.Series(vals).duplicated()].iloc[0]
-            raise DataError(f"table {table!r}: key column {key!r} repeats value {dup!r}")
+        if len(pos) != len(vals):  # the repeated id itself is private: name the column only
+            r = int(np.flatnonzero(pd.Series(vals).duplicated().to_numpy())[0])
+            raise DataError(f"table {table!r}: key column {key!r} repeats a value (row {r}); keys must be unique")
         return vals, pos
     n = len(frame)
     return np.arange(n), {k: k for k in range(n)}
@@ -159,7 +159,7 @@ def _lookup(values: np.ndarray, pos: dict[Any, int], where: str, target: str) ->
     for r, v in enumerate(values.tolist()):
         k = pos.get(v)
         if k is None:
-            raise DataError(f"links: {where} value {v!r} (row {r}) is not a key of {target}")
+            raise DataError(f"links: the {where} value in row {r} is not a key of {target}")
         out[r] = k
     return out
 
@@ -256,7 +256,7 @@ def _codes(data: Any, domain: Domain, name: str) -> np.ndarray:
         col = arr[:, k]
         bad = (col < 0) | (col >= domain.shape[k])
         if bad.any():
-            raise DataError(f"table {name!r}: column {a!r} has value {col[bad][0]!r} outside [0, {domain.shape[k]})")
+            raise DataError(f"table {name!r}: column {a!r} has a value outside [0, {domain.shape[k]})")
     return arr.astype(np.int64)
 
 
@@ -537,9 +537,7 @@ def run_relational(tables: Mapping[str, tuple[Any, Domain]], links: Any, params:
     ri, rj = np.asarray(lk.i, dtype=np.int64), np.asarray(lk.j, dtype=np.int64)
     keys = tuple(_key_positions(tables[n][0], n, k)[0] for n, k in zip(names, (lk.left_key, lk.right_key)))
     if no_diag and np.any(ri == rj):
-        r = int(ri[np.argmax(ri == rj)])
-        rid = keys[0][r].item() if isinstance(keys[0][r], np.generic) else keys[0][r]
-        raise DataError(f"links: record {rid!r} of table {names[0]!r} links to itself; self-loops are excluded "
+        raise DataError(f"links: a record of table {names[0]!r} links to itself; self-loops are excluded "
                         "by default: remove them or set mechanism parameter 'self_loops: true'")
     side = (f"{names[0]} (source)", f"{names[1]} (target)") if self_ref else names
     keep, deg_report = enforce_degree(ri, rj, d_max, truncate=bool(p["truncate"]), names=side, keys=keys)  # type: ignore[arg-type]

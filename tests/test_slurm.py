@@ -239,7 +239,7 @@ def test_sbatch_runner_under_sbatch_wait_equals_local_run(slurm, job, tmp_path):
     log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert r.returncode == 0, f"{r.stderr}\n{log}"
     assert "2 workers ready" in log and "(slurm, TLS)" in log
-    assert "srun: error" not in log and "Killed" not in log, log
+    assert "srun: error" not in log and "Killed" not in log and "Traceback" not in log, log
     assert_same_run(out, local)
     assert _no_private_leftovers(tmp_path / "spill") == []
     assert not list((tmp_path / "shared").glob("scheduler-*.json"))

@@ -384,8 +384,11 @@ def wait_for_first_worker(cluster: Any, client: Any, *, poll: float = 1.0) -> No
     deadline = time.monotonic() + timeout
     next_check = time.monotonic() + 5 * poll
     while True:
-        if client.scheduler_info(n_workers=-1).get("workers"):
+        try:
+            client.wait_for_workers(1, timeout=poll)  # returns as soon as one joined
             return
+        except TimeoutError:
+            pass
         now = time.monotonic()
         if now >= deadline:
             raise ConfigError(f"cluster ({kind}): no worker joined within {timeout:g} s of submitting the "
@@ -394,7 +397,6 @@ def wait_for_first_worker(cluster: Any, client: Any, *, poll: float = 1.0) -> No
         if kind == "slurm" and now >= next_check:
             next_check = now + 5 * poll
             _fail_if_jobs_ended(cluster, kind)
-        time.sleep(poll)
 
 
 def _job_list(cluster: Any) -> str:

@@ -7,7 +7,8 @@ and memory, partition ``debug``, free ports, its own munge key and socket, no cg
 accounting), starts the three daemons in the foreground (``-D``/``-F``) as child processes, points
 ``SLURM_CONF`` at the file for the rest of the session (sbatch, squeue, dask-jobqueue read it), waits
 until ``sinfo`` reports the node ``idle``, and at the end cancels every job and stops the daemons by
-their PIDs. No systemd, nothing outside the folder is touched.
+their PIDs. No systemd, nothing outside the folder is touched. ``MinJobAge=4`` keeps ``sbatch --wait``
+polling every 2 s (it backs off to 32 s when finished jobs are kept longer).
 """
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
 KillWait=10
-MinJobAge=300
+MinJobAge=4
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
 PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 """)

@@ -243,4 +243,6 @@ def test_sbatch_runner_under_sbatch_wait_equals_local_run(slurm, job, tmp_path):
     assert_same_run(out, local)
     assert _no_private_leftovers(tmp_path / "spill") == []
     assert not list((tmp_path / "shared").glob("scheduler-*.json"))
-    print(f"sbatch --wait run: {elapsed:.1f} s")
+    info = slurm.run("scontrol", "show", "job", "-o", r.stdout.strip()).stdout
+    run_time = re.search(r"RunTime=(\S+)", info)
+    print(f"sbatch --wait run: {elapsed:.1f} s (job RunTime {run_time.group(1) if run_time else '?'})")

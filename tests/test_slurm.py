@@ -246,3 +246,36 @@ def test_sbatch_runner_under_sbatch_wait_equals_local_run(slurm, job, tmp_path):
     info = slurm.run("scontrol", "show", "job", "-o", r.stdout.strip()).stdout
     run_time = re.search(r"RunTime=(\S+)", info)
     print(f"sbatch --wait run: {elapsed:.1f} s (job RunTime {run_time.group(1) if run_time else '?'})")
+
+
+def test_sbatch_runner_cancelled_leaves_no_spill_folder(slurm, job, tmp_path):
+    """scancel of a running privcube-slurm.sbatch job, with the workers up: Slurm signals every task, and
+    each worker's task removes its own private spill folder on its node (no srun step after the cancel)."""
+    folder, _ = job
+    config = _config(folder, {"security": {"tls": _tls_files(tmp_path / "tls")}}, "cancel.yaml")
+    # PRIVCUBE_PYTHON is this python, except that `privcube run` waits, so the job is cancelled mid-run
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/bash\n[[ "$1 $2 $3" == "-m privcube run" ]] && sleep 300\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    env = {**os.environ, "PRIVCUBE_PYTHON": str(python), "PRIVCUBE_SHARED_DIR": str(tmp_path / "shared"),
+           "PRIVCUBE_LOCAL_DIR": str(tmp_path / "spill"), "SLURM_CONF": str(slurm.conf)}
+    log = tmp_path / "job.out"
+    r = subprocess.run(["sbatch", "--parsable", f"--partition={slurm.partition}", "--nodes=1", "--ntasks=2",
+                        "--cpus-per-task=1", "--mem-per-cpu=500M", "--time=00:10:00", f"--output={log}",
+                        str(SBATCH), str(config), str(tmp_path / "run")],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip()
+    deadline = time.monotonic() + 120
+    while "workers ready" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, log.read_text() if log.exists() else "no job output"
+        time.sleep(0.5)
+    spill = tmp_path / "spill"
+    folders = list(spill.glob("privcube-*"))
+    assert len(folders) == 2 and all((p.stat().st_mode & 0o777) == 0o700 for p in folders)  # one per worker
+    t0 = time.monotonic()
+    assert slurm.run("scancel", job_id).returncode == 0
+    assert slurm.wait_no_jobs(60)
+    assert _no_private_leftovers(spill) == []
+    assert not (tmp_path / "run").exists()
+    print(f"cancelled job cleaned up in {time.monotonic() - t0:.1f} s")

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -180,7 +180,7 @@ def start_slurm(folder: Path) -> tuple[Slurm, dict[str, subprocess.Popen]]:
     return slurm, procs
 
 
-def _wait(ready, timeout: float, what: str, procs: dict[str, subprocess.Popen], folder: Path) -> None:
+def _wait(ready: Callable[[], bool], timeout: float, what: str, procs: dict[str, subprocess.Popen], folder: Path) -> None:
     """Poll ``ready()`` until true; fail with the daemons' logs after ``timeout`` or if one died."""
     deadline = time.monotonic() + timeout
     while not ready():

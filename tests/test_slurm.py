@@ -178,12 +178,14 @@ def test_inspector_prints_the_submitted_script_and_passes_fit_the_workers(slurm,
     assert slurm.wait_no_jobs(60)
 
 
-@pytest.mark.parametrize("case", ["bad-partition", "job-dies"])
+@pytest.mark.parametrize("case", ["bad-partition", "job-dies", "never-starts"])
 def test_failed_worker_jobs_fail_fast_with_slurms_message(slurm, job, tmp_path, case):
     """A partition Slurm does not have: sbatch's own error, one line, exit 2, well within 60 s, no run
-    folder. Jobs that die before a worker joins (no such python on the node): one line naming them."""
+    folder. Jobs that die before a worker joins (no such python on the node): one line naming them. Jobs
+    that never start (held): one line after cluster.startup_timeout."""
     folder, _ = job
-    overrides = {"queue": "normal"} if case == "bad-partition" else {"python": str(tmp_path / "no-python")}
+    overrides = {"bad-partition": {"queue": "normal"}, "job-dies": {"python": str(tmp_path / "no-python")},
+                 "never-starts": {"job_extra_directives": ["--hold"], "startup_timeout": 3}}[case]
     config = _config(folder, _example_cluster(slurm, tmp_path, jobs=1, **overrides), "bad.yaml")
     t0 = time.monotonic()
     r = _privcube("run", str(config), "--out", str(tmp_path / "run"), timeout=120)
@@ -194,9 +196,13 @@ def test_failed_worker_jobs_fail_fast_with_slurms_message(slurm, job, tmp_path, 
     if case == "bad-partition":
         assert re.fullmatch(r"privcube: error: cluster \(slurm\): sbatch refused the worker job: "
                             r"sbatch: error: invalid partition specified: normal; .*", lines[0]), lines[0]
-    else:
+    elif case == "job-dies":
         assert re.fullmatch(r"privcube: error: cluster \(slurm\): every worker job ended before a worker joined "
                             r"\(\d+ (COMPLETED|FAILED|ENDED)\); see their output in .*logs", lines[0]), lines[0]
+    else:
+        assert re.fullmatch(r"privcube: error: cluster \(slurm\): no worker joined within 3 s of submitting the "
+                            r"jobs \(jobs \d+ still queued\?\); raise cluster.startup_timeout or check the queue",
+                            lines[0]), lines[0]
     assert elapsed < 60, elapsed
     assert not (tmp_path / "run").exists()
     assert slurm.wait_no_jobs(60)

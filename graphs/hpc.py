@@ -89,6 +89,13 @@ def _pos_int(kind: str, key: str, value: Any, minimum: int = 1) -> int:
     return value
 
 
+def _seconds(kind: str, key: str, value: Any) -> int | float:
+    """A duration option in seconds (> 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise _fail(kind, key, f"expected seconds > 0, got {value!r}")
+    return value
+
+
 def validate_hpc_spec(spec: Mapping[str, Any] | None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Check a slurm/pbs section: ``(type, jobqueue keyword arguments, scaling)``; errors name the key.
 
@@ -145,16 +152,9 @@ def validate_hpc_spec(spec: Mapping[str, Any] | None) -> tuple[str, dict[str, An
             if isinstance(v, str) or not isinstance(v, Sequence) or not all(isinstance(x, str) for x in v):
                 raise _fail(kind, key, f"expected a list of strings, got {v!r}")
             kw[key] = list(v)
-    if spec.get("death_timeout") is not None:
-        dt = spec["death_timeout"]
-        if isinstance(dt, bool) or not isinstance(dt, (int, float)) or dt <= 0:
-            raise _fail(kind, "death_timeout", f"expected seconds > 0, got {dt!r}")
-        kw["death_timeout"] = dt
-    if spec.get("startup_timeout") is not None:
-        st = spec["startup_timeout"]
-        if isinstance(st, bool) or not isinstance(st, (int, float)) or st <= 0:
-            raise _fail(kind, "startup_timeout", f"expected seconds > 0, got {st!r}")
-        kw["startup_timeout"] = float(st)
+    for key in ("death_timeout", "startup_timeout"):
+        if spec.get(key) is not None:
+            kw[key] = _seconds(kind, key, spec[key])
     if spec.get("scheduler_options") is not None:
         so = spec["scheduler_options"]
         if not isinstance(so, Mapping):

@@ -75,7 +75,8 @@ def _example_cluster(slurm: Slurm, tmp: Path, **overrides: Any) -> dict[str, Any
     assert cluster["security"] == {"tls": "auto"}  # the shipped example runs encrypted
     for key in ("job_extra_directives", "job_script_prologue"):  # site specific: --constraint, module load
         cluster.pop(key, None)
-    cluster.update(queue=slurm.partition, cores=1, processes=1, memory="1GB", jobs=2, walltime="00:10:00",
+    cluster.update(queue=slurm.partition, cores=1, processes=1, memory="1GB", jobs=min(2, slurm.cpus),
+                   walltime="00:10:00",
                    shared_temp_directory=str(tmp / "certs"), log_directory=str(tmp / "logs"),
                    local_directory=str(tmp / "spill"))
     cluster.update(overrides)
@@ -236,15 +237,16 @@ def test_sbatch_runner_under_sbatch_wait_equals_local_run(slurm, job, tmp_path):
                SLURM_CONF=str(slurm.conf))
     out = tmp_path / "run"
     t0 = time.monotonic()
+    tasks = min(2, slurm.cpus)  # one worker per CPU of the test node
     r = subprocess.run(["sbatch", "--wait", "--parsable", f"--partition={slurm.partition}", "--nodes=1",
-                        "--ntasks=2", "--ntasks-per-node=2", "--cpus-per-task=1", "--mem-per-cpu=500M",
+                        f"--ntasks={tasks}", "--cpus-per-task=1", "--mem-per-cpu=500M",
                         "--time=00:10:00", f"--output={tmp_path / 'job.out'}", str(SBATCH), str(config), str(out),
                         "--seed", SEED, "--quiet"], capture_output=True, text=True, env=env, cwd=tmp_path,
                        timeout=300)
     elapsed = time.monotonic() - t0
     log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert r.returncode == 0, f"{r.stderr}\n{log}"
-    assert "2 workers ready" in log and "(slurm, TLS)" in log
+    assert f"{tasks} workers ready" in log and "(slurm, TLS)" in log
     assert "srun: error" not in log and "Killed" not in log and "Traceback" not in log, log
     assert_same_run(out, local)
     assert _no_private_leftovers(tmp_path / "spill") == []
@@ -266,7 +268,8 @@ def test_sbatch_runner_cancelled_leaves_no_spill_folder(slurm, job, tmp_path):
     env = {**os.environ, "PRIVCUBE_PYTHON": str(python), "PRIVCUBE_SHARED_DIR": str(tmp_path / "shared"),
            "PRIVCUBE_LOCAL_DIR": str(tmp_path / "spill"), "SLURM_CONF": str(slurm.conf)}
     log = tmp_path / "job.out"
-    r = subprocess.run(["sbatch", "--parsable", f"--partition={slurm.partition}", "--nodes=1", "--ntasks=2",
+    tasks = min(2, slurm.cpus)
+    r = subprocess.run(["sbatch", "--parsable", f"--partition={slurm.partition}", "--nodes=1", f"--ntasks={tasks}",
                         "--cpus-per-task=1", "--mem-per-cpu=500M", "--time=00:10:00", f"--output={log}",
                         str(SBATCH), str(config), str(tmp_path / "run")],
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
@@ -278,7 +281,7 @@ def test_sbatch_runner_cancelled_leaves_no_spill_folder(slurm, job, tmp_path):
         time.sleep(0.5)
     spill = tmp_path / "spill"
     folders = list(spill.glob("privcube-*"))
-    assert len(folders) == 2 and all((p.stat().st_mode & 0o777) == 0o700 for p in folders)  # one per worker
+    assert len(folders) == tasks and all((p.stat().st_mode & 0o777) == 0o700 for p in folders)  # one per worker
     t0 = time.monotonic()
     assert slurm.run("scancel", job_id).returncode == 0
     assert slurm.wait_no_jobs(60)

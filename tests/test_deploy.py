@@ -1048,6 +1048,7 @@ def test_slurm_tls_worker_job_joins_over_tls(tmp_path):
     certs = tmp_path / "certs"
     certs.mkdir(mode=0o700)
     spec = {"type": "slurm", "cores": 1, "memory": "1GB", "jobs": 0, "shared_temp_directory": str(certs),
+            "local_directory": str(tmp_path / "spill"),
             "scheduler_options": {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"},
             "worker_extra_args": ["--host", "127.0.0.1", "--no-dashboard"], "security": {"tls": "auto"}}
     handle = resolve_cluster(spec)
@@ -1064,11 +1065,15 @@ def test_slurm_tls_worker_job_joins_over_tls(tmp_path):
             f = Path(params[key])
             assert f.parent == certs and (os.stat(f).st_mode & 0o777) == 0o600
         try:
-            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+            # the whole script, run by bash as the batch job would (its prologue makes the work folder)
+            proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    start_new_session=True)
             client.wait_for_workers(1, timeout=120)
             (worker,) = client.scheduler_info()["workers"]
             assert worker.startswith("tls://127.0.0.1:")
             assert client.submit(sum, [1, 2, 3]).result() == 6
+            (local_dir,) = client.run(lambda dask_worker: dask_worker.local_directory).values()
+            assert Path(local_dir).is_relative_to(tmp_path / "spill")
             with pytest.raises(OSError):  # no certificate, plain text: refused
                 Client(address.replace("tls://", "tcp://"), timeout="3s")
         finally:
@@ -1076,6 +1081,7 @@ def test_slurm_tls_worker_job_joins_over_tls(tmp_path):
                 os.killpg(proc.pid, 15)
                 proc.wait(timeout=30)
     assert handle.cluster is None
+    assert not list((tmp_path / "spill").iterdir())  # the job's private folder went with it
 
 
 # ------------------------------------------------------------------- rendered TLS pods, run locally

@@ -58,9 +58,14 @@ class Slurm:
         return False
 
 
+def _which(name: str) -> str | None:
+    """``name`` on PATH or in the sbin folders (daemons live there; users' PATH often lacks them)."""
+    return shutil.which(name, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin:/usr/local/sbin")
+
+
 def slurm_unavailable() -> str | None:
     """Why a test Slurm cannot be started here, or None."""
-    missing = [d for d in DAEMONS if shutil.which(d) is None]
+    missing = [d for d in DAEMONS if _which(d) is None]
     if missing:
         return (f"Slurm is not installed ({', '.join(missing)} missing; on Debian: apt-get install -y "
                 "slurmctld slurmd munge)")
@@ -153,11 +158,11 @@ def start_slurm(folder: Path) -> tuple[Slurm, dict[str, subprocess.Popen]]:
     env = {**os.environ, "SLURM_CONF": str(conf)}
     procs: dict[str, subprocess.Popen] = {}
     commands = {
-        "munged": ["munged", "-F", "--force", f"--socket={munge / 'munge.socket'}", f"--key-file={munge / 'munge.key'}",
+        "munged": [_which("munged") or "munged", "-F", "--force", f"--socket={munge / 'munge.socket'}", f"--key-file={munge / 'munge.key'}",
                    f"--pid-file={munge / 'munged.pid'}", f"--seed-file={munge / 'munged.seed'}",
                    f"--log-file={folder / 'log' / 'munged.log'}"],
-        "slurmctld": ["slurmctld", "-D", "-i", "-f", str(conf)],
-        "slurmd": ["slurmd", "-D", "-f", str(conf), "-N", node],
+        "slurmctld": [_which("slurmctld") or "slurmctld", "-D", "-i", "-f", str(conf)],
+        "slurmd": [_which("slurmd") or "slurmd", "-D", "-f", str(conf), "-N", node],
     }
     try:
         for name, cmd in commands.items():

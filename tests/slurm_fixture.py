@@ -208,6 +208,7 @@ def slurm() -> Iterator[Slurm]:
     old = os.environ.get("SLURM_CONF")
     cluster, procs = start_slurm(folder)
     os.environ["SLURM_CONF"] = str(cluster.conf)
+    print(f"test Slurm ({cluster.cpus} CPUs, {cluster.memory_mb} MiB) idle after {cluster.start_seconds:.1f} s")
     try:
         yield cluster
     finally:

@@ -20,7 +20,8 @@ Spec ``{"type": ..., **options}``:
 - ``scheduler-file``: ``Client(scheduler_file=...)``; option ``scheduler_file``.
 - ``kubernetes``: a dask-kubernetes ``KubeCluster`` (``privcube.graphs.kubernetes``); TLS is refused
   here (KubeCluster only talks plain tcp:// to its scheduler) and rendered into DaskJob resources.
-- ``slurm``, ``pbs``: a dask-jobqueue cluster (``privcube.graphs.hpc``).
+- ``slurm``, ``pbs``: a dask-jobqueue cluster (``privcube.graphs.hpc``): its jobs are submitted and the
+  first worker is awaited on entry (a refused submission or jobs that all ended are one-line errors).
 
 Every type also takes ``security`` (``auto`` or ``{tls: {ca_file, cert, key}}``, see
 ``privcube.graphs.security``) and ``allow_insecure``. A plain ``tcp://`` scheduler that is not on the
@@ -227,14 +228,17 @@ class ClusterHandle:
             check_address_security(self.cluster.scheduler_address, None, self.allow_insecure)
             return self._connect(self.cluster, ckw)
         if t in ("slurm", "pbs"):
-            from privcube.graphs.hpc import jobqueue_cluster_from_spec
+            from privcube.graphs.hpc import jobqueue_cluster_from_spec, wait_for_first_worker
 
             extra = {"security": self.security, "protocol": "tls://"} if self.security is not None else {}
-            # refused before any batch job is submitted
+            # refused before any batch job is submitted; a refused submission raises here
             self.cluster = jobqueue_cluster_from_spec(
                 {"type": t, **o}, **extra,
                 check_address=lambda a: check_address_security(a, self.security, self.allow_insecure))
-            return self._connect(self.cluster, ckw)
+            client = self._connect(self.cluster, ckw)
+            # workers' memory limits size the data passes (worker_resources): wait until one joined
+            wait_for_first_worker(self.cluster, client)
+            return client
         raise ConfigError(f"unknown cluster type {t!r}")  # unreachable: validated in resolve_cluster
 
     def _connect(self, cluster: Any, ckw: dict[str, Any]) -> Any:

@@ -15,8 +15,25 @@ Spec keys (``cluster.<key>``): ``cores`` and ``memory`` per job (required unless
 ``adapt`` ({minimum_jobs, maximum_jobs}), ``queue``, ``account``, ``walltime``, ``job_name``,
 ``job_extra_directives``, ``job_script_prologue``, ``job_directives_skip``, ``worker_extra_args``,
 ``local_directory``, ``log_directory``, ``interface``, ``python``, ``death_timeout``,
-``scheduler_options``, ``shared_temp_directory``; SLURM only ``job_cpu``, ``job_mem``; PBS only
-``resource_spec``.
+``scheduler_options``, ``shared_temp_directory``, ``startup_timeout``; SLURM only ``job_cpu``,
+``job_mem``; PBS only ``resource_spec``; and, as for every cluster type, ``security`` and
+``allow_insecure``.
+
+What privcube adds to dask-jobqueue's defaults (``worker_job_kwargs``, shared by the started cluster
+and by the inspector ``python -m privcube.graphs.hpc CONFIG``, which therefore prints the script that
+is really submitted, up to the scheduler address and the names of temporary certificate files):
+
+- every worker job works in a private folder ``privcube-dask-JOBID-XXXXXXXX`` (mode 0o700, made by
+  ``mktemp -d`` under ``umask 077``) under ``local_directory`` (its parent; default ``$TMPDIR`` or
+  ``/tmp``), and removes it when the job ends, also when it is cancelled (``scancel``/``qdel``);
+- the scheduler's dashboard listens on 127.0.0.1:8787 and the workers' on 127.0.0.1 unless
+  ``scheduler_options.dashboard_address`` / a ``--dashboard-address``/``--no-dashboard`` worker
+  argument says otherwise;
+- jobs are submitted synchronously: a refused submission (``sbatch``/``qsub`` exits non-zero) is a
+  ``ConfigError`` carrying the batch system's own message on one line; then privcube waits for the
+  first worker (so that data passes are sized to the workers' memory), at most ``startup_timeout``
+  seconds (default 3600: jobs may queue), and fails as soon as every submitted Slurm job has ended
+  without a worker joining. ``adapt`` keeps at least one job for that reason.
 
 TLS (``security`` in the cluster section, see ``privcube.graphs.security``): the scheduler listens on
 ``tls://`` and every worker job gets ``--protocol tls:// --tls-ca-file ... --tls-cert ... --tls-key
@@ -40,12 +57,20 @@ COMMON_KEYS = frozenset({
     "type", "cores", "memory", "processes", "jobs", "adapt", "queue", "account", "walltime",
     "job_name", "job_extra_directives", "job_script_prologue", "job_directives_skip",
     "worker_extra_args", "local_directory", "log_directory", "interface", "python", "death_timeout",
-    "scheduler_options", "shared_temp_directory",
+    "scheduler_options", "shared_temp_directory", "startup_timeout",
 })
+SECURITY_KEYS = frozenset({"security", "allow_insecure"})  # read by privcube.graphs.security
 TYPE_KEYS = {"slurm": frozenset({"job_cpu", "job_mem"}), "pbs": frozenset({"resource_spec"})}
 SCHEDULER_OPTION_KEYS = frozenset({"host", "port", "interface", "dashboard_address", "protocol"})
 ADAPT_KEYS = frozenset({"minimum_jobs", "maximum_jobs"})
 PLACEHOLDER_ADDRESS = "tcp://<scheduler-address>:8786"
+TLS_PLACEHOLDER_ADDRESS = "tls://<scheduler-address>:8786"
+DEFAULT_STARTUP_TIMEOUT = 3600.0
+SCHEDULER_DASHBOARD = "127.0.0.1:8787"
+WORKER_DASHBOARD_ARGS = ["--dashboard-address", "127.0.0.1:0"]
+_DASHBOARD_FLAGS = ("--dashboard-address", "--dashboard", "--no-dashboard")
+LOCAL_DIR_VAR = "PRIVCUBE_LOCAL_DIR"
+_JOB_ID = "${SLURM_JOB_ID:-${PBS_JOBID:-$$}}"
 _WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 _STR_KEYS = ("queue", "account", "job_name", "local_directory", "log_directory", "interface", "python",
              "job_mem", "resource_spec", "shared_temp_directory")
@@ -64,6 +89,13 @@ def _pos_int(kind: str, key: str, value: Any, minimum: int = 1) -> int:
     return value
 
 
+def _seconds(kind: str, key: str, value: Any) -> int | float:
+    """A duration option in seconds (> 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise _fail(kind, key, f"expected seconds > 0, got {value!r}")
+    return value
+
+
 def validate_hpc_spec(spec: Mapping[str, Any] | None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Check a slurm/pbs section: ``(type, jobqueue keyword arguments, scaling)``; errors name the key.
 
@@ -79,7 +111,7 @@ def validate_hpc_spec(spec: Mapping[str, Any] | None) -> tuple[str, dict[str, An
     if kind not in HPC_TYPES:
         raise ConfigError(f"cluster.type: expected one of {list(HPC_TYPES)}, got {kind!r}")
     allowed = COMMON_KEYS | TYPE_KEYS[kind]
-    unknown = sorted(set(spec) - allowed)
+    unknown = sorted(set(spec) - allowed - SECURITY_KEYS)
     if unknown:
         raise ConfigError(f"cluster: unknown key {unknown[0]!r} for cluster type {kind!r}; "
                           f"allowed: {sorted(allowed)}")
@@ -120,11 +152,9 @@ def validate_hpc_spec(spec: Mapping[str, Any] | None) -> tuple[str, dict[str, An
             if isinstance(v, str) or not isinstance(v, Sequence) or not all(isinstance(x, str) for x in v):
                 raise _fail(kind, key, f"expected a list of strings, got {v!r}")
             kw[key] = list(v)
-    if spec.get("death_timeout") is not None:
-        dt = spec["death_timeout"]
-        if isinstance(dt, bool) or not isinstance(dt, (int, float)) or dt <= 0:
-            raise _fail(kind, "death_timeout", f"expected seconds > 0, got {dt!r}")
-        kw["death_timeout"] = dt
+    for key in ("death_timeout", "startup_timeout"):
+        if spec.get(key) is not None:
+            kw[key] = _seconds(kind, key, spec[key])
     if spec.get("scheduler_options") is not None:
         so = spec["scheduler_options"]
         if not isinstance(so, Mapping):
@@ -166,68 +196,286 @@ def _jobqueue(kind: str) -> tuple[Any, Any]:
     return dask_jobqueue.PBSCluster, dask_jobqueue.pbs.PBSJob
 
 
+def _config_list(kind: str, key: str) -> list[str]:
+    """A list option from the ``jobqueue.<kind>`` dask config (what dask-jobqueue would use)."""
+    import dask
+
+    return list(dask.config.get(f"jobqueue.{kind}.{key}", None) or [])
+
+
+def _dq(text: str) -> str:
+    """``text`` inside double quotes for bash: ``$VAR`` and ``~``-free paths still expand, nothing else."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
+
+
+def private_dir_prologue(parent: str | None) -> list[str]:
+    """Job-script lines giving the job a private (0o700) work folder in ``$PRIVCUBE_LOCAL_DIR``, removed
+    when the job script exits, also on SIGTERM (scancel, qdel, walltime)."""
+    base = parent or "${TMPDIR:-/tmp}"
+    if base.startswith("~/"):
+        base = "$HOME" + base[1:]
+    folder = f"{base}/privcube-dask-{_JOB_ID}-XXXXXXXX"
+    return [
+        "umask 077",
+        f"{LOCAL_DIR_VAR}=$(mkdir -p {_dq(base)} && mktemp -d {_dq(folder)}) || exit 1",
+        f"trap 'rm -rf \"${LOCAL_DIR_VAR}\"' EXIT",
+        "trap 'exit 143' TERM INT",
+    ]
+
+
+def worker_job_kwargs(spec: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any], float]:
+    """``(type, cluster kwargs, scaling, startup timeout)`` for a slurm/pbs section, with privcube's
+    defaults (private work folder, loopback dashboards) applied. The one place both the started
+    cluster and the inspector take their options from."""
+    import dask
+
+    kind, kw, scaling = validate_hpc_spec(spec)
+    timeout = float(kw.pop("startup_timeout", DEFAULT_STARTUP_TIMEOUT))
+    so = dict(kw.get("scheduler_options") or dask.config.get(f"jobqueue.{kind}.scheduler-options", None) or {})
+    so.setdefault("dashboard_address", SCHEDULER_DASHBOARD)
+    kw["scheduler_options"] = so
+    extra = kw.get("worker_extra_args", _config_list(kind, "worker-extra-args"))
+    if not any(a.split("=", 1)[0] in _DASHBOARD_FLAGS for a in extra):
+        extra = [*extra, *WORKER_DASHBOARD_ARGS]
+    kw["worker_extra_args"] = extra
+    parent = kw.get("local_directory", dask.config.get(f"jobqueue.{kind}.local-directory", None))
+    prologue = kw.get("job_script_prologue", _config_list(kind, "job-script-prologue"))
+    kw["job_script_prologue"] = [*private_dir_prologue(parent), *prologue]
+    kw["local_directory"] = f'"${LOCAL_DIR_VAR}"'
+    if kw.get("log_directory"):  # #SBATCH/#PBS paths get no ~ expansion; dask-jobqueue creates it here
+        kw["log_directory"] = _private_folder(kind, "log_directory", kw["log_directory"])
+    if "adapt" in scaling:  # one job at least: its workers' memory sizes the data passes
+        scaling["adapt"]["minimum_jobs"] = max(1, scaling["adapt"]["minimum_jobs"])
+    return kind, kw, scaling, timeout
+
+
+def _is_temporary(security: Any) -> bool:
+    """Whether a Security holds in-memory certificates (``tls: auto``) rather than file paths."""
+    values = security.get_tls_config_for_role("worker").values()
+    return any(v is not None and "\n" in v for v in values)
+
+
+def _security_for_spec(spec: Mapping[str, Any]) -> Any:
+    """The Security of a cluster section's ``security`` key (None without TLS)."""
+    from privcube.graphs.security import security_from_spec
+
+    return security_from_spec(spec.get("security"))
+
+
 def jobqueue_cluster_from_spec(spec: Mapping[str, Any], *, check_address: Callable[[str], Any] | None = None,
                                **kwargs: Any) -> Any:
     """Start a SLURMCluster/PBSCluster for the spec and submit its jobs (or enable adaptivity).
 
     ``check_address(scheduler_address)`` runs once the scheduler listens and before any job is
     submitted (the cluster is closed again if it raises). ``kwargs`` (e.g. ``security``,
-    ``protocol``) pass through to the cluster class.
+    ``protocol``) pass through to the cluster class. Submission is synchronous: a refused job is a
+    ConfigError with the batch system's message. ``wait_for_first_worker`` then waits for a worker.
     """
-    kind, kw, scaling = validate_hpc_spec(spec)
+    kind, kw, scaling, timeout = worker_job_kwargs({k: v for k, v in spec.items() if k not in SECURITY_KEYS})
     cluster_cls, _ = _jobqueue(kind)
+    if kwargs.get("security") is not None and _is_temporary(kwargs["security"]) and kw.get("shared_temp_directory"):
+        _private_folder(kind, "shared_temp_directory", kw["shared_temp_directory"])
     cluster = cluster_cls(**kw, **kwargs)
+    cluster.privcube_kind, cluster.privcube_startup_timeout = kind, timeout
     try:
         if check_address is not None:
             check_address(cluster.scheduler_address)
+        jobs = scaling["adapt"]["minimum_jobs"] if "adapt" in scaling else scaling["jobs"]
+        submit_jobs(cluster, jobs, kind)
         if "adapt" in scaling:
             cluster.adapt(**scaling["adapt"])
-        elif scaling["jobs"]:
-            cluster.scale(jobs=scaling["jobs"])
     except BaseException:
         cluster.close()
         raise
     return cluster
 
 
-def job_script(spec: Mapping[str, Any], *, scheduler_address: str = PLACEHOLDER_ADDRESS,
-               security: Any = None) -> str:
-    """The batch script of one worker job for the spec, without starting a scheduler.
+def _private_folder(kind: str, key: str, path: str) -> str:
+    """Create ``cluster.<key>`` owner-only if missing (it receives the temporary TLS key, or worker logs);
+    returns the path with ``~`` and variables expanded."""
+    import os
 
-    ``security`` (a ``distributed.Security`` with certificate *files*) adds the worker's TLS
-    options; temporary in-memory certificates (``tls: auto``) exist only once a cluster is started.
+    folder = os.path.abspath(os.path.expanduser(os.path.expandvars(path)))
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise _fail(kind, key, f"cannot create {folder!r}: {e.strerror or e}") from None
+    return folder
+
+
+def submit_jobs(cluster: Any, jobs: int, kind: str) -> None:
+    """Submit ``jobs`` worker jobs now and wait for the submission commands (not for the jobs to run).
+
+    ``cluster.scale`` would submit in a background task whose failure is only logged ("Task exception
+    was never retrieved") while the caller waits forever; here a refused submission raises a
+    ConfigError with the batch system's own message (its stderr) on one line.
     """
-    kind, kw, _ = validate_hpc_spec(spec)
-    _, job_cls = _jobqueue(kind)
+    if jobs <= 0:
+        return
+
+    async def submit() -> None:
+        while len(cluster.worker_spec) < jobs:
+            cluster.worker_spec.update(cluster.new_worker_spec())
+        await cluster._correct_state()
+
+    try:
+        cluster.sync(submit)
+    except (RuntimeError, OSError) as e:
+        _forget_unsubmitted(cluster)
+        if isinstance(e, OSError):
+            raise ConfigError(f"cluster ({kind}): cannot run {_submit_command(cluster)}: {e.strerror or e}") from None
+        raise ConfigError(f"cluster ({kind}): {_submit_command(cluster)} refused the worker job: "
+                          f"{_stderr_line(str(e))}") from None
+
+
+def _forget_unsubmitted(cluster: Any) -> None:
+    """Drop the job objects whose submission failed (they have no job id), so that closing the cluster
+    cancels the submitted ones only and does not trip over jobs that never started."""
+    from distributed.core import Status
+
+    for name, job in list(cluster.workers.items()):
+        if getattr(job, "job_id", None) is None:
+            job.status = Status.failed
+            del cluster.workers[name]
+            cluster.worker_spec.pop(name, None)
+
+
+def _submit_command(cluster: Any) -> str:
+    """The submission command's name (sbatch, qsub)."""
+    cmd = str(getattr(cluster.job_cls, "submit_command", "") or "the batch system").split()
+    return cmd[0] if cmd else "the batch system"
+
+
+def _stderr_line(message: str) -> str:
+    """The stderr part of dask-jobqueue's command error, as one line (the whole message without one)."""
+    text = message.split("stderr:", 1)[1] if "stderr:" in message else message
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return "; ".join(lines) or message.strip().splitlines()[0]
+
+
+_SLURM_ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                          "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED", "SPECIAL_EXIT"})
+
+
+def _slurm_job_states(job_ids: Sequence[str]) -> dict[str, str] | None:
+    """Slurm states of ``job_ids`` (``ENDED`` for jobs squeue no longer knows), None if squeue fails."""
+    import subprocess
+
+    try:
+        r = subprocess.run(["squeue", "--noheader", "--format=%i %T", f"--jobs={','.join(job_ids)}"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if r.returncode != 0 and "Invalid job id" not in r.stderr:
+        return None
+    states = dict(ln.split()[:2] for ln in r.stdout.splitlines() if len(ln.split()) >= 2)
+    return {j: states.get(j, "ENDED") for j in job_ids}
+
+
+def wait_for_first_worker(cluster: Any, client: Any, *, poll: float = 1.0) -> None:
+    """Wait until a worker joined ``client``'s scheduler (jobs may queue), at most the cluster's
+    ``startup_timeout``; a ConfigError as soon as every submitted Slurm job ended without one."""
+    import time
+
+    kind = getattr(cluster, "privcube_kind", "slurm")
+    timeout = float(getattr(cluster, "privcube_startup_timeout", DEFAULT_STARTUP_TIMEOUT))
+    if not cluster.worker_spec:
+        return  # jobs: 0 - the workers come from elsewhere
+    deadline = time.monotonic() + timeout
+    next_check = time.monotonic() + 5 * poll
+    while True:
+        try:
+            client.wait_for_workers(1, timeout=poll)  # returns as soon as one joined
+            return
+        except TimeoutError:
+            pass
+        now = time.monotonic()
+        if now >= deadline:
+            raise ConfigError(f"cluster ({kind}): no worker joined within {timeout:g} s of submitting the "
+                              f"jobs ({_job_list(cluster)} still queued?); raise cluster.startup_timeout or "
+                              "check the queue")
+        if kind == "slurm" and now >= next_check:
+            next_check = now + 5 * poll
+            _fail_if_jobs_ended(cluster, kind)
+
+
+def _job_list(cluster: Any) -> str:
+    """The submitted job ids, for messages."""
+    ids = [str(j.job_id) for j in cluster.workers.values() if getattr(j, "job_id", None)]
+    return "jobs " + ", ".join(ids) if ids else "no job id"
+
+
+def _fail_if_jobs_ended(cluster: Any, kind: str) -> None:
+    """ConfigError if every submitted job has ended (failed, cancelled, ...) and no worker joined."""
+    ids = [str(j.job_id) for j in cluster.workers.values() if getattr(j, "job_id", None)]
+    states = _slurm_job_states(ids) if ids else None
+    if not states or any(s not in _SLURM_ENDED and s != "ENDED" for s in states.values()):
+        return
+    desc = ", ".join(f"{j} {s}" for j, s in states.items())
+    logs = getattr(cluster._dummy_job, "log_directory", None)
+    where = f"their output in {logs}" if logs else "their slurm-JOBID.out files"
+    raise ConfigError(f"cluster ({kind}): every worker job ended before a worker joined ({desc}); see {where}")
+
+
+def _placeholder_security(security: Any, shared_temp_directory: str | None) -> Any:
+    """The Security the jobs of a started cluster get: temporary certificates become files named as
+    dask-jobqueue names them in ``shared_temp_directory`` (random suffix shown as XXXXXXXX)."""
+    import copy
+    import os
+
+    if not _is_temporary(security):
+        return security
+    folder = shared_temp_directory if shared_temp_directory is not None else os.getcwd()
+    sec = copy.copy(security)
+    for key, value in security.get_tls_config_for_role("worker").items():
+        if value is not None and "\n" in value:
+            attr = "tls_" + ("worker_" if key != "ca_file" else "") + key
+            setattr(sec, attr, os.path.join(folder, f".dask-jobqueue.worker.{key}.XXXXXXXX"))
+    return sec
+
+
+def job_script(spec: Mapping[str, Any], *, scheduler_address: str | None = None,
+               security: Any = None) -> str:
+    """The batch script of the first worker job a started cluster would submit for the spec, without
+    starting a scheduler: same options (``worker_job_kwargs``), same job class and job name.
+
+    ``security`` (a ``distributed.Security``; default: the spec's own ``security`` key) adds the
+    worker's TLS options; temporary certificates (``tls: auto``) appear as the files dask-jobqueue
+    writes into ``shared_temp_directory`` when the cluster starts (random part ``XXXXXXXX``).
+    """
+    kind, kw, _, _ = worker_job_kwargs({k: v for k, v in spec.items() if k not in SECURITY_KEYS})
+    cluster_cls, job_cls = _jobqueue(kind)
+    if security is None:
+        security = _security_for_spec(spec)
     kw.pop("scheduler_options", None)
-    kw.pop("shared_temp_directory", None)
+    shared = kw.pop("shared_temp_directory", None)
     if security is not None:
-        values = security.get_tls_config_for_role("worker").values()
-        if any(v is not None and "\n" in v for v in values):
-            raise ConfigError(f"cluster.security.tls ({kind}): 'auto' certificates are made when the cluster "
-                              "starts; see the started cluster's job_script() instead")
-        kw.update(security=security, protocol="tls://")
-        if scheduler_address == PLACEHOLDER_ADDRESS:
-            scheduler_address = "tls://<scheduler-address>:8786"
-    job = job_cls(scheduler_address, name="privcube-worker", **kw)
+        kw.update(security=_placeholder_security(security, shared), protocol="tls://")
+    if scheduler_address is None:
+        scheduler_address = TLS_PLACEHOLDER_ADDRESS if security is not None else PLACEHOLDER_ADDRESS
+    kw.setdefault("interface", None)
+    job = job_cls(scheduler_address, name=f"{cluster_cls.__name__}-0", config_name=kind, **kw)
     return job.job_script()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m privcube.graphs.hpc CONFIG``: print one worker job's batch script."""
+    """``python -m privcube.graphs.hpc CONFIG``: print the batch script of the first worker job that
+    ``privcube run CONFIG`` would submit (the config's ``security`` and ``allow_insecure`` included)."""
     import argparse
 
-    from privcube.config import read_config_file
+    from privcube.config import parse_cluster, read_config_file
     from privcube.errors import PrivcubeError
 
     p = argparse.ArgumentParser(prog="python -m privcube.graphs.hpc",
                                 description="Print the dask-jobqueue worker job script for a job config.")
     p.add_argument("config", help="job config whose cluster section has type: slurm or pbs")
-    p.add_argument("--scheduler-address", default=PLACEHOLDER_ADDRESS)
+    p.add_argument("--scheduler-address", default=None,
+                   help="address to write into the script (default: a placeholder)")
     args = p.parse_args(argv)
     try:
-        raw, _ = read_config_file(args.config)
-        sys.stdout.write(job_script(raw.get("cluster") or {}, scheduler_address=args.scheduler_address))
+        raw, base = read_config_file(args.config)
+        spec = parse_cluster(raw, base)
+        sys.stdout.write(job_script(spec, scheduler_address=args.scheduler_address))
         sys.stdout.write("\n")
     except PrivcubeError as e:
         print(f"privcube: error: {e}", file=sys.stderr)

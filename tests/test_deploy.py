@@ -773,8 +773,40 @@ def test_slurm_job_script_content():
     params = dask_cli("worker", argv[3:])  # the worker module behind `dask worker` accepts the line
     assert params["scheduler"] == "tcp://10.0.0.1:8786"
     assert params["nthreads"] == 4 and params["n_workers"] == "2" and params["nanny"] is True
-    assert params["local_directory"] == "/scratch/$USER"
+    # the job's private work folder (made under local_directory by the prologue), dashboard on loopback
+    assert params["local_directory"] == "$PRIVCUBE_LOCAL_DIR" and params["dashboard_address"] == "127.0.0.1:0"
+    assert lines.index("umask 077") < lines.index("module load python/3.11")
+    assert any('mktemp -d "/scratch/$USER/privcube-dask-' in ln for ln in lines)
     assert not re.search(r"\bdask-(worker|scheduler)\b", script.replace("#SBATCH -J", ""))
+
+
+def _prologue_script(spec: dict[str, Any], body: str) -> str:
+    """A worker job script for ``spec`` with its worker command replaced by ``body``."""
+    lines = hpc.job_script(spec).splitlines()
+    return "\n".join([*(ln for ln in lines if "distributed.cli.dask_worker" not in ln), body]) + "\n"
+
+
+def test_worker_job_gets_a_private_work_folder_removed_at_exit(tmp_path):
+    """The job script's prologue, run by bash as Slurm would: a 0o700 folder privcube-dask-JOBID-* under
+    local_directory, created with umask 077, and deleted when the script ends (normally or by SIGTERM)."""
+    pytest.importorskip("dask_jobqueue", reason="optional extra 'hpc'")
+    spec = {**SLURM, "local_directory": str(tmp_path / "spill"), "job_script_prologue": []}
+    env = {**os.environ, "SLURM_JOB_ID": "77"}
+    body = 'stat -c %a "$PRIVCUBE_LOCAL_DIR"; echo "$PRIVCUBE_LOCAL_DIR"; touch "$PRIVCUBE_LOCAL_DIR/spilled"'
+    r = subprocess.run(["bash", "-c", _prologue_script(spec, body)], capture_output=True, text=True, env=env,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    mode, folder = r.stdout.split()
+    assert mode == "700" and Path(folder).parent == tmp_path / "spill"
+    assert Path(folder).name.startswith("privcube-dask-77-") and not Path(folder).exists()
+    # cancelled (scancel signals every process of the job): the folder goes too
+    proc = subprocess.Popen(["bash", "-c", _prologue_script(spec, 'sleep 60 & echo "$PRIVCUBE_LOCAL_DIR"; wait')],
+                            stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    folder = Path(proc.stdout.readline().strip())
+    assert folder.is_dir()
+    os.killpg(proc.pid, 15)
+    proc.wait(timeout=30)
+    assert proc.returncode == 143 and not folder.exists()
 
 
 def test_worker_module_runs_on_installed_distributed():
@@ -791,18 +823,30 @@ def test_job_script_matches_slurmcluster_job_script():
     try:
         assert type(cluster).__name__ == "SLURMCluster"
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
-        theirs = cluster.job_script().replace("--name dummy-name", "--name privcube-worker")
+        theirs = cluster.job_script().replace("--name dummy-name", "--name SLURMCluster-0")
         ours = hpc.job_script(SLURM, scheduler_address=cluster.scheduler_address)
         assert ours == theirs
     finally:
         cluster.close()
 
 
-def test_hpc_cli_prints_the_worker_job_script(capsys):
+def test_hpc_cli_prints_the_worker_job_script(capsys, monkeypatch, tmp_path):
+    """The inspector takes the shipped examples as they are (security: {tls: auto} included)."""
     pytest.importorskip("dask_jobqueue", reason="optional extra 'hpc'")
+    monkeypatch.setenv("HOME", str(tmp_path))  # the examples' log_directory (~/.privcube-logs) is created
     assert hpc.main([str(HPC / "pbs-job.yaml")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("#!/usr/bin/env bash") and "#PBS -q workq" in out
+    assert "tls://<scheduler-address>:8786" in out and "--protocol tls://" in out
+    assert "--tls-key ~/.privcube-tls/.dask-jobqueue.worker.key.XXXXXXXX" in out
+    assert f"#PBS -e {tmp_path}/.privcube-logs/" in out and (os.stat(tmp_path / ".privcube-logs").st_mode & 0o777) == 0o700
+    assert hpc.main([str(HPC / "slurm-job.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "#SBATCH -p normal" in out and "--protocol tls://" in out
+    insecure = tmp_path / "insecure.yaml"
+    insecure.write_text(yaml.safe_dump({"cluster": {**SLURM, "allow_insecure": True}}))
+    assert hpc.main([str(insecure)]) == 0
+    assert "tcp://<scheduler-address>:8786" in capsys.readouterr().out
     assert hpc.main([str(K8S / "privcube-job.yaml")]) == 2
     assert "cluster.type" in capsys.readouterr().err
 
@@ -877,14 +921,44 @@ def test_sbatch_runner_script():
     assert "srun" in text and "wait_for_workers" in text and "trap stop_all EXIT" in text
     # spill space is job-private and owner-only, and removed on every node at exit
     assert re.search(r"^umask 077$", text, re.M)
-    assert 'LOCAL_DIR=${PRIVCUBE_LOCAL_DIR:-${TMPDIR:-/tmp}}/privcube-$JOB_ID' in text
-    assert '--local-directory "$LOCAL_DIR"' in text and 'rm -rf "$LOCAL_DIR"' in text
+    assert 'LOCAL_BASE=${PRIVCUBE_LOCAL_DIR:-${TMPDIR:-/tmp}}' in text
+    assert 'mktemp -d "$1/privcube-$2-XXXXXXXX"' in text and '--local-directory "$dir"' in text
+    assert 'rm -rf "$dir"' in text
     assert not re.search(r"\bdask-(worker|scheduler)\b", text)
     r = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "usage" in r.stderr
     # TLS: the config's security.tls files go to scheduler and workers as well
     assert '--protocol tls --tls-ca-file "${TLS[0]}" --tls-cert "${TLS[1]}" --tls-key "${TLS[2]}"' in text
     assert 'WORKER_ARGS+=(--tls-ca-file "${TLS[0]}" --tls-cert "${TLS[1]}" --tls-key "${TLS[2]}")' in text
+
+
+def test_sbatch_runner_python_must_import_privcube(tmp_path):
+    """PRIVCUBE_PYTHON that cannot import privcube: one line, exit 2, nothing started. Without it, the
+    interpreter of the `privcube` command on PATH is used (the config is then read: its error shows)."""
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(yaml.safe_dump({"cluster": {"security": {"tls": "auto"}}}))
+    base = {k: v for k, v in os.environ.items() if k != "PRIVCUBE_PYTHON"}
+    base.update(PRIVCUBE_LAUNCHER="local", PRIVCUBE_SHARED_DIR=str(tmp_path / "shared"))
+    r = subprocess.run(["bash", str(HPC / "privcube-slurm.sbatch"), str(cfg), str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=60, env={**base, "PRIVCUBE_PYTHON": "false"})
+    assert r.returncode == 2 and r.stderr.strip() == "privcube-slurm: PRIVCUBE_PYTHON=false cannot import privcube"
+    venv_path = f"{Path(sys.executable).parent}:/usr/bin:/bin"  # as with an activated venv
+    r = subprocess.run(["bash", str(HPC / "privcube-slurm.sbatch"), str(cfg), str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=60, env={**base, "PATH": venv_path})
+    assert r.returncode == 2 and "'auto' cannot be shared" in r.stderr, r.stderr
+    assert not (tmp_path / "shared").exists()
+
+
+def test_tls_auto_works_with_the_core_dependencies():
+    """`security: {tls: auto}` needs cryptography: it is a core dependency, not only a test one."""
+    import tomllib
+
+    from privcube.graphs.security import security_from_spec
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(re.match(r"cryptography\b", d) for d in deps)
+    sec = security_from_spec({"tls": "auto"})
+    assert sec.require_encryption and "BEGIN CERTIFICATE" in sec.tls_ca_file
 
 
 def test_sbatch_runner_refuses_tls_auto(tmp_path):
@@ -912,8 +986,18 @@ def test_hpc_plain_scheduler_is_refused_before_any_job_is_submitted(monkeypatch)
             self.scheduler_address = "tcp://10.0.0.5:8786"
             events.append("started")
 
-        def scale(self, jobs: int) -> None:
-            events.append(f"scale {jobs}")
+            self.worker_spec: dict[str, Any] = {}
+
+        def new_worker_spec(self) -> dict[str, Any]:
+            return {f"job-{len(self.worker_spec)}": {}}
+
+        async def _correct_state(self) -> None:
+            events.append(f"submit {len(self.worker_spec)}")
+
+        def sync(self, fn: Any) -> Any:
+            import asyncio
+
+            return asyncio.run(fn())
 
         def close(self) -> None:
             events.append("closed")
@@ -927,9 +1011,10 @@ def test_hpc_plain_scheduler_is_refused_before_any_job_is_submitted(monkeypatch)
     from privcube.graphs.cluster import ClusterHandle
 
     monkeypatch.setattr(ClusterHandle, "_connect", lambda self, cluster, ckw: "client")
+    monkeypatch.setattr(hpc, "wait_for_first_worker", lambda cluster, client: events.append(f"wait {client}"))
     with resolve_cluster({"type": "slurm", "cores": 2, "memory": "4GB", "jobs": 3, "allow_insecure": True}) as c:
         assert c == "client"
-    assert events == ["started", "scale 3", "closed"]
+    assert events == ["started", "submit 3", "wait client", "closed"]
 
 
 def test_hpc_job_script_with_tls_files(tmp_path):
@@ -944,8 +1029,11 @@ def test_hpc_job_script_with_tls_files(tmp_path):
     assert params["scheduler"] == "tls://10.0.0.1:8786" and params["protocol"] == "tls://"
     assert (params["tls_ca_file"], params["tls_cert"], params["tls_key"]) == (pem["ca_file"], pem["cert"], pem["key"])
     assert "tls://<scheduler-address>:8786" in hpc.job_script(SLURM, security=sec)
-    with pytest.raises(ConfigError, match=r"security\.tls \(slurm\).*auto"):
-        hpc.job_script(SLURM, security=security_from_spec("auto"))
+    # tls: auto - the files dask-jobqueue writes into shared_temp_directory when the cluster starts
+    script = hpc.job_script({**SLURM, "shared_temp_directory": "/home/me/.tls", "security": {"tls": "auto"}})
+    for key in ("ca-file /home/me/.tls/.dask-jobqueue.worker.ca_file", "cert /home/me/.tls/.dask-jobqueue.worker.cert",
+                "key /home/me/.tls/.dask-jobqueue.worker.key"):
+        assert f"--tls-{key}.XXXXXXXX" in script
 
 
 def test_slurm_tls_worker_job_joins_over_tls(tmp_path):
@@ -960,6 +1048,7 @@ def test_slurm_tls_worker_job_joins_over_tls(tmp_path):
     certs = tmp_path / "certs"
     certs.mkdir(mode=0o700)
     spec = {"type": "slurm", "cores": 1, "memory": "1GB", "jobs": 0, "shared_temp_directory": str(certs),
+            "local_directory": str(tmp_path / "spill"),
             "scheduler_options": {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"},
             "worker_extra_args": ["--host", "127.0.0.1", "--no-dashboard"], "security": {"tls": "auto"}}
     handle = resolve_cluster(spec)
@@ -976,11 +1065,15 @@ def test_slurm_tls_worker_job_joins_over_tls(tmp_path):
             f = Path(params[key])
             assert f.parent == certs and (os.stat(f).st_mode & 0o777) == 0o600
         try:
-            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+            # the whole script, run by bash as the batch job would (its prologue makes the work folder)
+            proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    start_new_session=True)
             client.wait_for_workers(1, timeout=120)
             (worker,) = client.scheduler_info()["workers"]
             assert worker.startswith("tls://127.0.0.1:")
             assert client.submit(sum, [1, 2, 3]).result() == 6
+            (local_dir,) = client.run(lambda dask_worker: dask_worker.local_directory).values()
+            assert Path(local_dir).is_relative_to(tmp_path / "spill")
             with pytest.raises(OSError):  # no certificate, plain text: refused
                 Client(address.replace("tls://", "tcp://"), timeout="3s")
         finally:
@@ -988,6 +1081,7 @@ def test_slurm_tls_worker_job_joins_over_tls(tmp_path):
                 os.killpg(proc.pid, 15)
                 proc.wait(timeout=30)
     assert handle.cluster is None
+    assert not list((tmp_path / "spill").iterdir())  # the job's private folder went with it
 
 
 # ------------------------------------------------------------------- rendered TLS pods, run locally

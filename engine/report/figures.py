@@ -41,8 +41,14 @@ def _tag(bars, name: str, start: int = 0) -> None:  # noqa: ANN001
         b.set_gid(f"{name}-bar-{start + i}")
 
 
+def plain(text: str) -> str:
+    """Text shown as typed: ``$`` escaped so matplotlib does not read it as mathtext."""
+    return str(text).replace("$", r"\$")
+
+
 def _short(label: str, limit: int = 48) -> str:
-    return label if len(label) <= limit else label[: limit - 1] + "…"
+    label = label if len(label) <= limit else label[: limit - 1] + "…"
+    return plain(label)
 
 
 def hbar(name: str, labels: Sequence[str], values: Sequence[float], *, title: str, xlabel: str,
@@ -57,7 +63,7 @@ def hbar(name: str, labels: Sequence[str], values: Sequence[float], *, title: st
     ax.set_yticks(y, [_short(s) for s in labels], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
-    ax.set_title(title, fontsize=10, loc="left")
+    ax.set_title(plain(title), fontsize=10, loc="left")
     if log and n and min(values) > 0:
         ax.set_xscale("log")
     ax.grid(axis="x", alpha=0.3)
@@ -65,7 +71,7 @@ def hbar(name: str, labels: Sequence[str], values: Sequence[float], *, title: st
     if legend:
         from matplotlib.patches import Patch
 
-        ax.legend(handles=[Patch(color=c, label=t) for c, t in legend.items()], fontsize=8, loc="lower right")
+        ax.legend(handles=[Patch(color=c, label=plain(t)) for c, t in legend.items()], fontsize=8, loc="lower right")
     return to_svg(fig, name)
 
 
@@ -124,10 +130,10 @@ def compare(name: str, title: str, cells: Sequence[str], published: Sequence[flo
     if synthetic is not None:
         sb = ax.bar(x - off, list(synthetic), w, color=PALETTE[1], label="synthetic records")
         _tag(sb, f"{name}-synthetic")
-    ax.set_xticks(x, [_short(c, 24) for c in cells], rotation=60 if n > 6 else 0, ha="right" if n > 6 else "center",
+    ax.set_xticks(x, [_short(c, 32) for c in cells], rotation=60 if n > 6 else 0, ha="right" if n > 6 else "center",
                   fontsize=7)
     ax.set_ylabel("count")
-    ax.set_title(title, fontsize=10, loc="left")
+    ax.set_title(plain(title), fontsize=10, loc="left")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)

@@ -55,13 +55,13 @@ def hbar(name: str, labels: Sequence[str], values: Sequence[float], *, title: st
          colors: Sequence[str] | None = None, legend: dict[str, str] | None = None, log: bool = False) -> str:
     """Horizontal bars, one per label, first label on top; ``legend`` maps a colour to its meaning."""
     n = len(labels)
-    fig = _figure(8.0, 1.1 + 0.24 * max(n, 1))
+    fig = _figure(8.0, 1.2 + 0.19 * max(n, 1))
     ax = fig.add_subplot()
     y = np.arange(n)
     bars = ax.barh(y, list(values), color=list(colors) if colors else PALETTE[0], height=0.7)
     _tag(bars, name)
     ax.set_yticks(y, [_short(s) for s in labels], fontsize=8)
-    ax.invert_yaxis()
+    ax.set_ylim(n - 0.5, -0.5)  # first label on top, no empty margin
     ax.set_xlabel(xlabel)
     ax.set_title(plain(title), fontsize=10, loc="left")
     if log and n and min(values) > 0:
@@ -130,8 +130,10 @@ def compare(name: str, title: str, cells: Sequence[str], published: Sequence[flo
     if synthetic is not None:
         sb = ax.bar(x - off, list(synthetic), w, color=PALETTE[1], label="synthetic records")
         _tag(sb, f"{name}-synthetic")
-    ax.set_xticks(x, [_short(c, 32) for c in cells], rotation=60 if n > 6 else 0, ha="right" if n > 6 else "center",
-                  fontsize=7)
+    names = [_short(c, 32) for c in cells]
+    tilt = n > 6 or sum(len(c) for c in names) > 48  # long names side by side would overlap
+    ax.set_xticks(x, names, rotation=50 if tilt else 0, ha="right" if tilt else "center", fontsize=7,
+                  rotation_mode="anchor" if tilt else "default")
     ax.set_ylabel("count")
     ax.set_title(plain(title), fontsize=10, loc="left")
     ax.legend(fontsize=8)

@@ -34,9 +34,10 @@ def _pick(groups: list[dict[str, Any]], marginal_only: bool) -> list[dict[str, A
     pool = [g for g in groups if not marginal_only or (g.get("marginal") and 1 <= len(g.get("attributes") or []) <= 2)]
     pool.sort(key=lambda g: (len(g.get("attributes") or []), int(g.get("rows") or 0) > MAX_CELLS,
                              int(g.get("rows") or 0)))
-    ones = [g for g in pool if len(g.get("attributes") or []) <= 1][: MAX_PLOTS // 2 + 1]
-    rest = [g for g in pool if g not in ones]
-    return (ones + rest)[:MAX_PLOTS]
+    ones = [g for g in pool if len(g.get("attributes") or []) <= 1]
+    more = [g for g in pool if len(g.get("attributes") or []) > 1]
+    head = ones[: MAX_PLOTS - min(len(more), MAX_PLOTS // 2)]  # a mix: some one-way, then two-way groups
+    return (head + more + ones[len(head):])[:MAX_PLOTS]
 
 
 def published_marginals(run: RunData) -> str:
@@ -70,4 +71,4 @@ def published_marginals(run: RunData) -> str:
             + (f" Groups with more than {MAX_CELLS} answers show their first {MAX_CELLS}." if truncated else ""))
     if files:
         note += " Synthetic records are post-processing of the published marginals: they spend no budget."
-    return section("marginals", title, "".join(figs), note=note)
+    return section("marginals", title, f'<div class="grid">{"".join(figs)}</div>', note=note)

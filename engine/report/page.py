@@ -20,6 +20,7 @@ details summary{cursor:pointer;color:#335;margin:.4em 0}
 .nonprivate{border:3px solid #c0392b;padding:.4em 1em;background:#fff5f5}
 .banner{color:#fff;background:#c0392b;font-weight:bold;padding:.4em .8em;margin:.4em -1em .8em}
 pre{white-space:pre-wrap;font-size:.8em}
+.grid{display:flex;flex-wrap:wrap;gap:0 1.5em}.grid figure{flex:1 1 460px;max-width:100%}
 """
 
 

@@ -136,7 +136,8 @@ def ledger(run: RunData) -> str:
         extra += f"<details><summary>Composition</summary><pre>{compact(led['composition'])}</pre></details>"
     body = head + extra + table(["#", "charge", "ρ", "ε", "δ", "details"], rows, "ledger") + more
     return section("ledger", "Privacy ledger", body,
-                   note=f"{len(charges)} charges against the budget, as saved in ledger.json.")
+                   note=f"{len(charges)} charge{'' if len(charges) == 1 else 's'} against the budget, as saved in "
+                        "ledger.json.")
 
 
 def nonprivate(run: RunData) -> str:

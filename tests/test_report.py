@@ -83,6 +83,18 @@ def _svg_texts(svg: str) -> list[str]:
     return [h.unescape(t).strip() for t in re.findall(r"<text[^>]*>(.*?)</text>", svg, flags=re.S)]
 
 
+def _bar_lengths(svg: str, prefix: str, axis: int) -> list[float]:
+    """Drawn lengths of the bars ``<prefix>-bar-<i>`` in SVG user units (axis 0: width, 1: height)."""
+    out = []
+    for i in range(10_000):
+        m = re.search(rf'<g id="{re.escape(prefix)}-bar-{i}">\s*<path d="([^"]+)"', svg)
+        if not m:
+            break
+        pts = np.array([[float(v) for v in p.split()] for p in re.findall(r"[ML]\s*([-0-9.e]+ [-0-9.e]+)", m.group(1))])
+        out.append(float(np.ptp(pts[:, axis])))
+    return out
+
+
 def _assert_self_contained(html: str) -> None:
     assert not re.search(r"""(?:src|href|srcset|action|poster|data)\s*=\s*["']?\s*(?:https?:|//|file:|ftp:)""", html, re.I)
     assert not re.search(r"url\(\s*['\"]?\s*(?:https?:|//)", html, re.I)
@@ -118,6 +130,9 @@ def test_expected_rmse_plot_has_one_labelled_bar_per_group(rp_run):
         assert g["label"] in texts
         assert f"{g['rmse']:.4g}" in html  # the table lists each group's expected RMSE
     assert "1-way" in texts and "2-way" in texts  # legend by order of the marginal
+    widths = _bar_lengths(svg, "rmse", 0)  # bar lengths are proportional to the plan's RMSE
+    np.testing.assert_allclose(np.array(widths) / widths[0],
+                               [g["rmse"] / plan["groups"][0]["rmse"] for g in plan["groups"]], rtol=1e-3)
 
 
 def test_budget_split_adds_up_to_the_ledger(rp_run):
@@ -196,6 +211,12 @@ def test_published_column_and_intervals_are_used_when_present(rp_run, tmp_path):
     html = render_report(run)
     assert "sex: published published vs synthetic records" in _svg_texts(_svg(html, "marginal-0"))
     assert "with their confidence intervals" in html
+    heights = _bar_lengths(_svg(html, "marginal-0"), "marginal-0-published", 1)
+    assert heights[1] / heights[0] == pytest.approx(22 / 11, rel=1e-3)  # drawn from `published`, not `estimate`
+    svg = _svg(html, "marginal-0")
+    whiskers = re.search(r'<g id="LineCollection_1">(.*?)</g>', svg, flags=re.S).group(1)
+    spans = [abs(float(a) - float(b)) for a, b in re.findall(r'd="M [-0-9.e]+ ([-0-9.e]+)\s*L [-0-9.e]+ ([-0-9.e]+)', whiskers)]
+    np.testing.assert_allclose(np.array(spans) / np.array(heights), [7 / 11, 7 / 22], rtol=1e-3)  # ci_high - ci_low
     assert "published estimate" not in " ".join(_svg_texts(_svg(html, "marginal-0")))
 
 
@@ -275,6 +296,22 @@ def test_privcube_run_writes_the_report_and_report_command_rewrites_it(tmp_path)
 
     assert main(["run", str(job), "--out", str(tmp_path / "quiet"), "--seed", "1", "--quiet", "--no-report"]) == 0
     assert not (tmp_path / "quiet" / "report.html").exists() and (tmp_path / "quiet" / "ledger.json").exists()
+
+
+def test_report_command_has_help():
+    from privcube.cli import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["report", "--help"])
+    assert e.value.code == 0
+
+
+def test_one_strategy_budget_is_stated_not_plotted(tmp_path):
+    run = _run(tmp_path, {"name": "hdmm", "restarts": 1}, [{"kway": 2}])
+    html = _html(run)
+    assert 'id="budget"' in html and 'aria-label="budget"' not in html
+    assert "The whole budget" in html and "one measurement (hdmm)" in html
+    assert len(re.findall(r'id="rmse-bar-\d+"', _svg(html, "rmse"))) == 3
 
 
 def test_report_of_a_missing_or_unfinished_run_is_one_line(tmp_path):

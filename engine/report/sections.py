@@ -76,7 +76,10 @@ def _measurement_rho(run: RunData) -> tuple[list[str], list[float], str] | None:
         rho.append(r)
     how = ("ρ_τ = p_τ/(2σ_τ²), p_τ = Π(n_i−1)/n_i" if run.mechanism == "residual-planner" and not lattice
            else "ρ = 1/(2σ²) per measurement")
-    return labels, rho, f"residual measurements of the plan ({how}; read for add/remove neighbours)"
+    mech = run.config.get("mechanism") if isinstance(run.config.get("mechanism"), dict) else {}
+    if mech.get("neighbours") == "substitution":
+        how += "; these are add/remove shares: with substitution neighbours the ledger's ρ is the joint cost"
+    return labels, rho, f"residual measurements of the plan ({how})"
 
 
 def _charge_rho(run: RunData) -> tuple[list[str], list[float], str] | None:
@@ -96,6 +99,9 @@ def budget_split(run: RunData) -> str:
     if split is None:
         return ""
     labels, rho, what = split
+    if len(rho) == 1:
+        return section("budget", "Budget split", "", note=f"The whole budget (ρ = {rho[0]:.6g}) goes to one "
+                                                           f"measurement ({labels[0]}), from the {what}.")
     order = list(range(len(rho)))
     if len(order) > MAX_BARS:
         order = sorted(order, key=lambda i: -rho[i])[:MAX_BARS]

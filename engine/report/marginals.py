@@ -10,6 +10,7 @@ import pandas as pd
 from privcube.report import figures
 from privcube.report.markup import figure, section
 from privcube.report.rundata import RunData, synthetic_marginal
+from privcube.report.sections import group_label
 
 MAX_CELLS = 40
 MAX_PLOTS = 4
@@ -59,7 +60,7 @@ def published_marginals(run: RunData) -> str:
             counts = synthetic_marginal(files, attrs, tuple(int(domain[a]) for a in attrs))
             syn = counts[tuple(frame[a].to_numpy(dtype=np.int64) for a in attrs)]
         ci = (frame["ci_low"], frame["ci_high"]) if {"ci_low", "ci_high"} <= set(frame.columns) else None
-        label = ",".join(attrs) or "(total)"
+        label = group_label({"attributes": attrs, "queries": g.get("queries")})
         svg = figures.compare(f"marginal-{i}", f"{label}: published {col}" + (" vs synthetic records" if syn is not None
                                                                              else ""),
                               cell_labels(frame, attrs), frame[col].to_numpy(dtype=float), syn, ci)

@@ -1,6 +1,7 @@
 """The report's sections, each built from a :class:`RunData` into escaped HTML with inline SVG plots."""
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -41,7 +42,7 @@ def expected_error(run: RunData) -> str:
                        title=f"Expected RMSE per query group ({plan.get('mechanism', run.mechanism)})",
                        xlabel="expected RMSE (noise standard deviation per answer)",
                        colors=[_k_color(g) for g in shown], legend=legend)
-    extra = [k for k in ("ci_half_width", "half_width") if any(k in g for g in groups)]
+    extra = sorted({k for g in groups for k, v in g.items() if "half" in k and isinstance(v, (int, float))})
     header = ["group", "attributes", "expected RMSE", "answers", "weight", *extra]
     rows = [[esc(group_label(g)), compact(list(g.get("attributes") or [])), num(g["rmse"]),
              num(g.get("cells", g.get("rows", g.get("num_queries")))), num(g.get("weight")),
@@ -139,7 +140,8 @@ def ledger(run: RunData) -> str:
         extra += ("<p class='warn'>Seeded noise (seed recorded in the outputs): reproducible, so anyone with the "
                   "seed can subtract the noise. For tests and experiments, <b>not for releases</b>.</p>")
     if led.get("composition"):
-        extra += f"<details><summary>Composition</summary><pre>{compact(led['composition'])}</pre></details>"
+        text = json.dumps(led["composition"], indent=2, default=str)
+        extra += f"<details><summary>Composition</summary><pre>{esc(text)}</pre></details>"
     body = head + extra + table(["#", "charge", "ρ", "ε", "δ", "details"], rows, "ledger") + more
     return section("ledger", "Privacy ledger", body,
                    note=f"{len(charges)} charge{'' if len(charges) == 1 else 's'} against the budget, as saved in "

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 import shutil
 import subprocess
@@ -310,7 +309,7 @@ def test_one_strategy_budget_is_stated_not_plotted(tmp_path):
     run = _run(tmp_path, {"name": "hdmm", "restarts": 1}, [{"kway": 2}])
     html = _html(run)
     assert 'id="budget"' in html and 'aria-label="budget"' not in html
-    assert "The whole budget" in html and "one measurement (hdmm)" in html
+    assert "The whole budget" in html and "one measurement (hdmm; from the ledger charge)" in html
     assert len(re.findall(r'id="rmse-bar-\d+"', _svg(html, "rmse"))) == 3
 
 

@@ -31,8 +31,8 @@ def cell_labels(frame: pd.DataFrame, attrs: list[str]) -> list[str]:
 
 
 def _pick(groups: list[dict[str, Any]], marginal_only: bool) -> list[dict[str, Any]]:
-    """A few small groups: marginals of one then two attributes (fewest cells first), or any groups."""
-    pool = [g for g in groups if not marginal_only or (g.get("marginal") and 1 <= len(g.get("attributes") or []) <= 2)]
+    """A few small groups, fewest attributes and cells first: marginals (to set beside records) or any groups."""
+    pool = [g for g in groups if not marginal_only or (g.get("marginal") and g.get("attributes"))]
     pool.sort(key=lambda g: (len(g.get("attributes") or []), int(g.get("rows") or 0) > MAX_CELLS,
                              int(g.get("rows") or 0)))
     ones = [g for g in pool if len(g.get("attributes") or []) <= 1]

@@ -80,7 +80,7 @@ def _measurement_rho(run: RunData) -> tuple[list[str], list[float], str] | None:
     mech = run.config.get("mechanism") if isinstance(run.config.get("mechanism"), dict) else {}
     if mech.get("neighbours") == "substitution":
         how += "; these are add/remove shares: with substitution neighbours the ledger's ρ is the joint cost"
-    return labels, rho, f"residual measurements of the plan ({how})"
+    return labels, rho, f"residual measurement of the plan ({how})"
 
 
 def _charge_rho(run: RunData) -> tuple[list[str], list[float], str] | None:
@@ -89,7 +89,7 @@ def _charge_rho(run: RunData) -> tuple[list[str], list[float], str] | None:
     for c in run.ledger.get("charges") or []:
         if isinstance(c.get("rho"), (int, float)):
             by[str(c.get("label"))] = by.get(str(c.get("label")), 0.0) + float(c["rho"])
-    return (list(by), list(by.values()), "ledger charges") if by else None
+    return (list(by), list(by.values()), "ledger charge") if by else None
 
 
 def budget_split(run: RunData) -> str:
@@ -102,7 +102,7 @@ def budget_split(run: RunData) -> str:
     labels, rho, what = split
     if len(rho) == 1:
         return section("budget", "Budget split", "", note=f"The whole budget (ρ = {rho[0]:.6g}) goes to one "
-                                                           f"measurement ({labels[0]}), from the {what}.")
+                                                           f"measurement ({labels[0]}; from the {what}).")
     order = list(range(len(rho)))
     if len(order) > MAX_BARS:
         order = sorted(order, key=lambda i: -rho[i])[:MAX_BARS]

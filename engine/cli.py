@@ -1,4 +1,4 @@
-"""Command line: ``privcube marginals | plan | run | schema | demo``. Thin: parse, call the API, print.
+"""Command line: ``privcube marginals | plan | run | report | schema | demo``. Thin: parse, call the API, print.
 
 Any ``PrivcubeError`` becomes one line on stderr and exit code 2.
 """
@@ -47,7 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     r.add_argument("--overwrite", action="store_true",
                    help="replace a finished run in --out (kept until the new run completes)")
+    r.add_argument("--no-report", action="store_true", help="do not write DIR/report.html after the run")
     _cluster_flags(r)
+
+    rep = sub.add_parser("report", help="write RUN_DIR/report.html: plots, ledger and trace of a finished run",
+                         description="Write RUN_DIR/report.html, one self-contained page (inline SVG plots, no "
+                                     "network at view time) of a finished run: expected error per query group, "
+                                     "budget split, ledger, selection trace, published vs synthetic marginals.")
+    rep.add_argument("run_dir", metavar="RUN_DIR", help="a finished run folder (privcube run --out)")
 
     s = sub.add_parser("schema", help="inspect a schema, or infer one (NON-PRIVATE) from data")
     ssub = s.add_subparsers(dest="schema_command", required=True, metavar="ACTION")
@@ -199,15 +206,35 @@ def _dispatch(args: argparse.Namespace) -> int:
         spent = res.ledger["spent"]
         print(f"outputs: {res.out_dir}")
         print(f"privacy spent: rho={spent['rho']:.6g} epsilon={spent['epsilon']:.6g} delta={spent['delta']:.3g}")
+        if not args.no_report:
+            _report_after_run(res.out_dir)
+        return 0
+    if args.command == "report":
+        from privcube.report import write_report
+
+        print(f"report: {write_report(args.run_dir)}")
         return 0
     if args.command == "schema":
         return _schema(args)
     if args.command == "demo":
         from privcube.demo import run_demo
 
-        run_demo(out=args.out, rows=args.rows, seed=args.seed, workers=args.workers, quiet=args.quiet)
+        summary = run_demo(out=args.out, rows=args.rows, seed=args.seed, workers=args.workers, quiet=args.quiet)
+        _report_after_run(summary.out_dir)
         return 0
     raise AssertionError(args.command)
+
+
+def _report_after_run(run_dir: Path) -> None:
+    """Write the finished run's report.html; a rendering failure is one warning line, the run is kept."""
+    try:
+        from privcube.report import write_report
+
+        print(f"report: {write_report(run_dir)}")
+    except Exception as e:  # noqa: BLE001 - the run is complete and must not be lost to a plotting problem
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+        print(f"privcube: warning: the run is complete but report.html was not written ({type(e).__name__}: "
+              f"{reason}); retry with `privcube report {run_dir}`", file=sys.stderr)
 
 
 def _marginals(args: argparse.Namespace) -> int:

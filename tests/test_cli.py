@@ -205,6 +205,7 @@ def test_demo_runs_on_a_local_cluster(tmp_path):
     assert "outputs:" in r.stdout and "error summary" in r.stdout
     runs = list((tmp_path / "demo" / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "ledger.json").exists() and (runs[0] / ".complete").exists()
+    assert (runs[0] / "report.html").exists() and f"report: {runs[0] / 'report.html'}" in r.stdout
     # a second demo makes a new run folder next to the first
     r2 = cli("demo", "--out", str(tmp_path / "demo"), "--rows", "20000", "--workers", "1", "--quiet", timeout=600)
     assert r2.returncode == 0, r2.stderr

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from privcube.errors import (
 )
 from privcube.mechanisms import get_mechanism
 from privcube.mechanisms.base import MechanismResult, PlanSummary, RunContext
+
+if TYPE_CHECKING:
+    from privcube.result import Result
 
 INPUT_ERRORS = (ConfigError, DataError, DomainError, MemoryLimitError, WorkloadError)
 
@@ -61,11 +64,15 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig) -> PlanSummary:
     return mech.plan(cfg.workload, cfg.budget)
 
 
-def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, seed: int | None = None,
-        resume: bool = False, scheduler_address: str | None = None, scheduler_file: str | None = None,
-        workers: int | None = None, client: Any = None, quiet: bool = False,
-        overwrite: bool = False) -> RunSummary:
+def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, data: Any = None,
+        seed: int | None = None, resume: bool = False, scheduler_address: str | None = None,
+        scheduler_file: str | None = None, workers: int | None = None, client: Any = None, quiet: bool = False,
+        overwrite: bool = False) -> Result:
     """Run the configured mechanism on the configured data and write the run directory ``out``.
+
+    ``data`` stands in for the config's ``data.path``: a pandas or polars DataFrame, a Parquet/CSV path or
+    a list of paths (the config still gives the domain or schema). Returns a :class:`privcube.Result`
+    (``marginal(...)``, ``ledger``, ``synthetic()``; also ``out_dir``, ``report``, ``result``).
 
     The run directory is owner-only; a finished run is never rewritten unless ``overwrite`` (then it
     is moved aside and deleted only once the new run is complete, restored if the new run fails);
@@ -74,8 +81,10 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
     the answers / tensor store before the run is marked complete; an occupied destination is refused
     before any data is read unless ``overwrite`` or ``resume``.
     """
+    from privcube.result import Result
     from privcube.storage.outputs import RunDirectory
 
+    config, out = _check_run_inputs(config, out, data)
     if overwrite and not resume and RunDirectory(out).finished:
         import os
         import shutil
@@ -84,7 +93,7 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
         backup = target.with_name(f".{target.name}.replaced-{time.time_ns()}")
         os.replace(target, backup)
         try:
-            summary = run(config, out, seed=seed, scheduler_address=scheduler_address,
+            summary = run(config, out, data=data, seed=seed, scheduler_address=scheduler_address,
                           scheduler_file=scheduler_file, workers=workers, client=client, quiet=quiet,
                           overwrite=True)
         except BaseException:
@@ -94,7 +103,6 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
             raise
         shutil.rmtree(backup, ignore_errors=True)
         return summary
-    from privcube.storage.ingest import open_table
     from privcube.storage.outputs import RunDirectory, check_publish_targets, owner_only
 
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
@@ -104,13 +112,19 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
         if _mechanism_name(raw) == "relational":
             from privcube.relational_job import run_relational_job
 
+            if data is not None:
+                raise ConfigError("data=: a relational job reads its tables from data.tables; give their "
+                                  "paths in the config")
             with owner_only():
-                return run_relational_job(raw, base, out, seed=seed, resume=resume,
-                                          scheduler_address=scheduler_address, scheduler_file=scheduler_file,
-                                          workers=workers, client=client, quiet=quiet)
-        config = load_config(raw, base_dir=base)
+                return Result.of(run_relational_job(raw, base, out, seed=seed, resume=resume,
+                                                    scheduler_address=scheduler_address,
+                                                    scheduler_file=scheduler_file, workers=workers,
+                                                    client=client, quiet=quiet))
+        config = load_config(_with_data(raw, data), base_dir=base)
+    elif data is not None:
+        config = _config_with_data(config, data)
     cfg = config
-    if cfg.data_path is None:
+    if cfg.data_path is None and cfg.data_frame is None:
         raise ConfigError("data.path is missing: a run needs the data's location")
     rundir = RunDirectory(out)
     rundir.check_usable(resume)
@@ -118,7 +132,7 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
     mech = build_mechanism(cfg)
     if resume:
         _check_resumable(rundir, cfg, seed)  # refuse a different seed/config before reading any data
-    table = open_table(cfg.data_path, cfg.schema)  # checks columns against the schema eagerly
+    table = _open_input(cfg)  # checks columns against the schema eagerly
     _set_quiet(quiet)
     with owner_only():  # every file and folder of the run directory is owner-only
         return _run_job(cfg, rundir, mech, table, seed=seed, resume=resume, scheduler_address=scheduler_address,
@@ -234,7 +248,55 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
         rundir.mark_complete()
     except OSError as e:
         raise RunDirectoryError(_write_error(rundir.path, e, "outputs")) from None
-    return RunSummary(rundir.path, ledger_dict, report, result)
+    from privcube.result import Result
+
+    return Result(rundir.path, ledger_dict, report, result)
+
+
+def _check_run_inputs(config: Any, out: Any, data: Any) -> tuple[Any, Path]:
+    """One-line ConfigErrors for arguments of the wrong kind (by type only: they may hold data)."""
+    from privcube.config import is_frame
+
+    if not isinstance(config, (str, os.PathLike, Mapping, JobConfig)):
+        raise ConfigError(f"config: expected a file path, a mapping or a JobConfig, got a {type(config).__name__}")
+    if not isinstance(out, (str, os.PathLike)) or not str(out).strip():
+        raise ConfigError(f"out: expected a folder path (str or pathlib.Path), got "
+                          f"{'an empty string' if isinstance(out, str) else 'a ' + type(out).__name__}")
+    if data is not None and not is_frame(data) and not isinstance(data, (str, os.PathLike, list, tuple)):
+        raise ConfigError(f"data: expected a pandas or polars DataFrame, a path or a list of paths, got a "
+                          f"{type(data).__name__}")
+    return config, Path(out)
+
+
+def _with_data(raw: Mapping[str, Any], data: Any) -> dict[str, Any]:
+    """The config mapping with ``data`` (frame, path or paths) standing in for ``data.path``."""
+    if data is None:
+        return dict(raw)
+    section = raw.get("data")
+    section = {k: v for k, v in section.items() if k != "path"} if isinstance(section, Mapping) else {}
+    return {**raw, "data": {**section, "path": data}}
+
+
+def _config_with_data(cfg: JobConfig, data: Any) -> JobConfig:
+    """A validated JobConfig whose data location is replaced by ``data``."""
+    import dataclasses
+
+    from privcube.config import data_paths, is_frame
+
+    if is_frame(data):
+        return dataclasses.replace(cfg, data_path=None, data_frame=data)
+    return dataclasses.replace(cfg, data_path=data_paths(data, Path(".").resolve()), data_frame=None)
+
+
+def _open_input(cfg: JobConfig) -> Any:
+    """The run's EncodedTable: the DataFrame given in Python, else the files at ``data.path``."""
+    if cfg.data_frame is not None:
+        from privcube.storage.frames import open_frame
+
+        return open_frame(cfg.data_frame, cfg.schema)
+    from privcube.storage.ingest import open_table
+
+    return open_table(cfg.data_path, cfg.schema)
 
 
 _DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
@@ -278,7 +340,7 @@ def _config_fingerprint(cfg: JobConfig) -> str:
 
     raw = cfg.raw if isinstance(cfg.raw, Mapping) else {}
     key = {
-        "data": str(cfg.data_path), "compress": cfg.compress, "noise_sampler": cfg.noise_sampler,
+        "data": str(cfg.data_path) if cfg.data_frame is None else "<DataFrame>", "compress": cfg.compress, "noise_sampler": cfg.noise_sampler,
         "domain": cfg.domain.to_dict(), "budget": cfg.budget.to_dict(),
         "mechanism": cfg.mechanism, "params": cfg.mechanism_params, "workload": raw.get("workload"),
     }

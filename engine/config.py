@@ -53,12 +53,15 @@ class JobConfig:
     compress: bool = False
     noise_sampler: str = "continuous"
     synthesize: dict[str, Any] | None = None  # {rows: int | "auto", estimator, chunk_size}: records from the answers
+    data_frame: Any = None  # a pandas/polars DataFrame given in Python instead of data.path (never serialised)
 
     def resolved(self) -> dict[str, Any]:
         """The resolved config as written to ``config.yaml`` in the run directory."""
         out = copy.deepcopy(self.raw)
         if self.data_path is not None:
             out.setdefault("data", {})["path"] = self.data_path
+        elif self.data_frame is not None:
+            out.setdefault("data", {})["path"] = FRAME_PLACEHOLDER
         out["mechanism"] = {"name": self.mechanism, **self.mechanism_params}
         out["resolved"] = {
             "domain": self.domain.to_dict(),
@@ -91,10 +94,14 @@ def read_config_file(path: str | Path) -> tuple[dict[str, Any], Path]:
 def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path | None = None,
                 need_data: bool = True) -> JobConfig:
     """Load and validate a job config from a file or a mapping."""
+    frame = None
     if isinstance(source, Mapping):
+        source, frame = split_frame(source)  # a DataFrame in data.path is never deep-copied nor printed
         raw, base = copy.deepcopy(dict(source)), Path(base_dir or ".").resolve()
-    else:
+    elif isinstance(source, (str, os.PathLike)):
         raw, base = read_config_file(source)
+    else:
+        raise ConfigError(f"config: expected a file path, a mapping or a JobConfig, got a {type(source).__name__}")
     unknown = set(raw) - TOP_KEYS
     if unknown:
         raise ConfigError(f"unknown top-level key(s) {sorted(unknown)}; known: {sorted(TOP_KEYS)}")
@@ -125,8 +132,8 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
     schema, domain = _resolve_schema(raw, data, base)
     data_path = None
     if "path" in data:
-        data_path = _resolve_path(str(data["path"]), base)
-    elif need_data:
+        data_path = data_paths(data["path"], base)
+    elif frame is None and need_data:
         raise ConfigError("data.path is missing: a run needs the data's location")
 
     if "workload" not in raw:
@@ -162,7 +169,47 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
     return JobConfig(raw=raw, base_dir=base, domain=domain, schema=schema, data_path=data_path,
                      mechanism=name, mechanism_params=params, workload=workload, budget=budget,
                      cluster=dict(cluster), output=dict(output), compress=compress,
-                     noise_sampler=noise_sampler, synthesize=synthesize)
+                     noise_sampler=noise_sampler, synthesize=synthesize, data_frame=frame)
+
+
+#: what ``config.yaml`` records as ``data.path`` when the data was a DataFrame given in Python
+FRAME_PLACEHOLDER = "<DataFrame given in Python>"
+
+
+def is_frame(obj: Any) -> bool:
+    """Whether ``obj`` is an in-memory table privcube accepts as data: pandas, polars (eager or lazy)."""
+    import pandas as pd
+
+    if isinstance(obj, pd.DataFrame):
+        return True
+    cls = type(obj)
+    return cls.__module__.split(".")[0] == "polars" and cls.__name__ in ("DataFrame", "LazyFrame")
+
+
+def split_frame(source: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """``(config without the frame, frame or None)``: a DataFrame in ``data.path`` is taken out (shallowly)."""
+    data = source.get("data")
+    if not isinstance(data, Mapping) or not is_frame(data.get("path")):
+        return dict(source), None
+    rest = {k: v for k, v in data.items() if k != "path"}
+    return {**source, "data": rest}, data["path"]
+
+
+def data_paths(spec: Any, base: Path) -> str | list[str]:
+    """``data.path``: one location (file, folder, glob, URL) or a non-empty list of them, resolved against
+    ``base``; anything else is refused by its type only (never its contents, which may be data)."""
+    if isinstance(spec, (str, os.PathLike)) and str(spec).strip():
+        return _resolve_path(os.path.expanduser(str(spec)), base)
+    if isinstance(spec, (list, tuple)) and spec and all(
+            isinstance(p, (str, os.PathLike)) and str(p).strip() for p in spec):
+        paths = [_resolve_path(os.path.expanduser(str(p)), base) for p in spec]
+        return paths[0] if len(paths) == 1 else paths
+    what = "an empty list" if isinstance(spec, (list, tuple)) and not spec else (
+        f"a list holding a {next(type(p).__name__ for p in spec if not isinstance(p, (str, os.PathLike)))}"
+        if isinstance(spec, (list, tuple)) and any(not isinstance(p, (str, os.PathLike)) for p in spec)
+        else f"a {type(spec).__name__}")
+    raise ConfigError(f"data.path must be a path, URL or list of paths (or, from Python, a pandas or polars "
+                      f"DataFrame), got {what}")
 
 
 def parse_synthesize(spec: Any, workload: Workload) -> dict[str, Any] | None:

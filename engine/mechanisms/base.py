@@ -53,6 +53,13 @@ class PlanSummary:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=_json_default)
 
+    def to_frame(self) -> Any:
+        """The per-group plan as a pandas DataFrame: one row per query group (attributes, queries, weight,
+        expected rmse and any other per-group figure the mechanism reports)."""
+        import pandas as pd
+
+        return pd.DataFrame([{**g, "attributes": tuple(g.get("attributes", ()))} for g in self.groups])
+
 
 @dataclass
 class MechanismResult:

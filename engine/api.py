@@ -61,7 +61,28 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig) -> PlanSummary:
     """Data-independent plan of a batch mechanism: expected error and measurements; reads no data."""
     cfg = config if isinstance(config, JobConfig) else load_config(config, need_data=False)
     mech = build_mechanism(cfg)
-    return mech.plan(cfg.workload, cfg.budget)
+    summary = mech.plan(cfg.workload, cfg.budget)
+    add_plan_intervals(summary, mech.plan_noise(cfg.workload, cfg.budget), cfg.output.get("ci_level", 0.95))
+    return summary
+
+
+def add_plan_intervals(summary: PlanSummary, noise: Sequence[Mapping[str, Any]], level: float) -> None:
+    """Each plan group gets ``ci_half_width`` (the typical half-width of its answers' intervals at
+    ``level``: at the group's RMS noise, or the mean exact width of Laplace combinations), ``ci_level`` and
+    ``ci_method`` (``exact`` or a conservative ``bound``); data-independent, like the rest of the plan."""
+    from privcube.mechanisms.base import GroupAnswer
+    from privcube.privacy.intervals import half_widths
+
+    for g, fields in zip(summary.groups, noise):
+        rmse = g.get("rmse")
+        if not isinstance(rmse, (int, float)):
+            continue
+        coefs = fields.get("noise_coefficients")
+        n = 1 if coefs is None else int(np.asarray(coefs).shape[0])
+        probe = GroupAnswer(None, np.zeros(n), np.full(n, float(rmse) ** 2), **dict(fields))  # type: ignore[arg-type]
+        half, method = half_widths(probe, level)
+        if half is not None:
+            g.update(ci_level=level, ci_half_width=float(np.mean(half)), ci_method=method)
 
 
 def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, data: Any = None,
@@ -218,7 +239,7 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
     try:
         rundir.write_config(cfg.resolved())
         rundir.write_answers(result.answers, cfg.domain, cfg.schema, labels=cfg.output.get("labels", True),
-                             keep_existing=resume)
+                             keep_existing=resume, ci_level=cfg.output.get("ci_level", 0.95))
         if result.synthetic:
             rundir.write_synthetic(result.synthetic)
         _write_tensors(rundir.store_path, cfg, result, keep_existing=resume)

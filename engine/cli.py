@@ -225,7 +225,9 @@ def _print_plan(summary) -> None:  # noqa: ANN001
         kinds = "" if all(q == "identity" for q in queries.values()) else \
             " [" + ", ".join(f"{a}: {q}" for a, q in queries.items()) + "]"
         weight = f" weight {g['weight']:g}" if g.get("weight", 1.0) != 1.0 else ""
-        print(f"  {','.join(g['attributes']) or '(total)'}{kinds}{weight}: rmse {g['rmse']:.6g}")
+        ci = f", {100 * g['ci_level']:g}% interval ±{g['ci_half_width']:.6g}" + (
+            " (bound)" if g.get("ci_method") == "bound" else "") if "ci_half_width" in g else ""
+        print(f"  {','.join(g['attributes']) or '(total)'}{kinds}{weight}: rmse {g['rmse']:.6g}{ci}")
     if len(summary.groups) > 20:
         print(f"  ... {len(summary.groups) - 20} more (use --json)")
     if summary.measurements:

@@ -4,7 +4,8 @@ Top-level keys: ``data`` (``path``; ``schema`` for raw data or ``domain`` as a p
 ``{column: size}`` JSON or an inline mapping), ``domain`` (inline, for planning without data),
 ``mechanism`` (``name`` + parameters), ``workload``, ``privacy``, ``output``, ``cluster``,
 ``noise_sampler`` (``continuous``, the default, or ``discrete``: exact discrete Gaussian/Laplace).
-``output``: ``labels`` (decoded label columns, default true), ``answers`` / ``zarr`` (a path or
+``output``: ``labels`` (decoded label columns, default true), ``ci_level`` (level of every answer's
+``ci_low``/``ci_high`` interval, default 0.95), ``answers`` / ``zarr`` (a path or
 fsspec URL that receives a copy of the run's answers / tensor store, see
 ``privcube.storage.outputs.publish_outputs``; the run directory itself is ``--out``).
 Relative paths -- data, schema, ``output.answers``/``output.zarr``, a local cluster's
@@ -32,7 +33,7 @@ from privcube.yaml_io import load_yaml
 TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize"}
 SYNTHESIZE_KEYS = {"rows", "estimator", "chunk_size"}
 DATA_KEYS = {"path", "schema", "domain", "compress", "format", "tables", "links"}
-OUTPUT_KEYS = {"labels", "zarr", "answers"}
+OUTPUT_KEYS = {"labels", "zarr", "answers", "ci_level"}
 
 
 @dataclass
@@ -154,6 +155,10 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
     if bad:
         raise ConfigError(f"output: unknown key(s) {sorted(bad)}; known: {sorted(OUTPUT_KEYS)}")
     output = dict(output)
+    if "ci_level" in output:  # level of every answer's ci_low/ci_high interval (default 0.95)
+        from privcube.privacy.intervals import check_level
+
+        output["ci_level"] = check_level(output["ci_level"])
     for key in ("answers", "zarr"):  # published copies of the run's answers / tensor store
         if key in output:
             if not isinstance(output[key], str) or not output[key].strip():

@@ -61,8 +61,12 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig) -> PlanSummary:
     """Data-independent plan of a batch mechanism: expected error and measurements; reads no data."""
     cfg = config if isinstance(config, JobConfig) else load_config(config, need_data=False)
     mech = build_mechanism(cfg)
-    summary = mech.plan(cfg.workload, cfg.budget)
-    add_plan_intervals(summary, mech.plan_noise(cfg.workload, cfg.budget), cfg.output.get("ci_level", 0.95))
+    summary = mech.plan(cfg.workload, cfg.mechanism_budget)
+    add_plan_intervals(summary, mech.plan_noise(cfg.workload, cfg.mechanism_budget),
+                       cfg.output.get("ci_level", 0.95))
+    if cfg.privacy_unit is not None:  # the plan's privacy figures are per row; the guarantee is per person
+        summary.privacy = {**summary.privacy, "privacy_unit": cfg.privacy_unit.to_dict(),
+                           "person_level": cfg.budget.to_dict()}
     return summary
 
 
@@ -133,6 +137,9 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
         if _mechanism_name(raw) == "relational":
             from privcube.relational_job import run_relational_job
 
+            if "privacy_unit" in raw:
+                raise ConfigError("privacy_unit is not supported by mechanism 'relational' (its neighbours change "
+                                  "one row and its links); remove privacy_unit or use a single-table mechanism")
             if data is not None:
                 raise ConfigError("data=: a relational job reads its tables from data.tables; give their "
                                   "paths in the config")
@@ -174,7 +181,8 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
     cluster_ctx = contextlib.nullcontext(client) if client is not None else resolve_cluster(
         cfg.cluster, scheduler_address=scheduler_address, scheduler_file=scheduler_file, workers=workers)
     with cluster_ctx as cl:
-        frame, weight = table.frame, None
+        noise = make_noise_source(seed, cfg.noise_sampler)
+        frame, weight = _bounded(table, cfg, noise).frame, None
         if cfg.compress:
             from privcube.storage.distinct import compress
 
@@ -182,15 +190,14 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
         oracle = DataOracle(frame, cfg.domain, weight=weight, client=cl)
         rundir.create()
         try:
-            noise = make_noise_source(seed, cfg.noise_sampler)
             checkpoint = _open_checkpoint(rundir, cfg, seed)
             t0 = time.perf_counter()
             for attempt in range(WORKER_LOSS_RETRIES + 1):
-                ledger = PrivacyLedger(cfg.budget)
+                ledger = PrivacyLedger(cfg.mechanism_budget)  # per row; see privcube.privacy.unit
                 ctx = RunContext(client=cl, checkpoint=checkpoint, progress=_progress_callback(quiet),
                                  resume=resume)
                 try:
-                    result = mech.run(oracle, cfg.workload, cfg.budget, ledger, noise, ctx)
+                    result = mech.run(oracle, cfg.workload, cfg.mechanism_budget, ledger, noise, ctx)
                     break
                 except Exception as e:  # noqa: BLE001 - only lost-worker failures are retried
                     if cl is None or attempt == WORKER_LOSS_RETRIES or not _is_worker_loss(e):
@@ -214,8 +221,12 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
         except Exception:  # any other failure: an empty folder is removed, a committed checkpoint kept
             rundir.discard_if_empty()
             raise
+        if cfg.privacy_unit is not None:  # the guarantee is per person: every charge rescaled (ρ K², ε K)
+            ledger = cfg.privacy_unit.person_ledger(ledger, cfg.budget)
         ledger_dict = ledger.to_dict()
         ledger_dict["noise"] = noise.to_dict()
+        if cfg.privacy_unit is not None:
+            ledger_dict["privacy_unit"] = cfg.privacy_unit.to_dict()
         try:
             rundir.write_json("ledger.json", ledger_dict)  # first: what was spent is a fact once measured
         except OSError as e:
@@ -233,7 +244,7 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
 
     t0 = time.perf_counter()
     try:
-        expected = mech.plan(cfg.workload, cfg.budget).to_dict()
+        expected = mech.plan(cfg.workload, cfg.mechanism_budget).to_dict()
     except PrivcubeError:
         expected = None
     try:
@@ -259,6 +270,7 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
         },
         "expected_error": expected,
         "noise": noise.to_dict(),
+        **({"privacy_unit": cfg.privacy_unit.to_dict()} if cfg.privacy_unit is not None else {}),
         "mechanism_report": result.report,
         **({"synthetic_records": records} if records is not None else {}),
     }
@@ -309,8 +321,23 @@ def _config_with_data(cfg: JobConfig, data: Any) -> JobConfig:
     return dataclasses.replace(cfg, data_path=data_paths(data, Path(".").resolve()), data_frame=None)
 
 
+def _bounded(table: Any, cfg: JobConfig, noise: Any) -> Any:
+    """Under a privacy unit, the table truncated to ``max_rows`` rows per person (keyed by the run's noise
+    source, so a seeded run repeats it); otherwise the table itself."""
+    if cfg.privacy_unit is None:
+        return table
+    from privcube.storage.contribution import hash_key_from, truncate_per_id
+
+    return truncate_per_id(table, cfg.privacy_unit.max_rows, hash_key_from(noise))
+
+
 def _open_input(cfg: JobConfig) -> Any:
-    """The run's EncodedTable: the DataFrame given in Python, else the files at ``data.path``."""
+    """The run's EncodedTable: the DataFrame given in Python, else the files at ``data.path`` (with the
+    person id column too under a privacy unit; truncated once the run's noise key exists)."""
+    if cfg.privacy_unit is not None:
+        from privcube.storage.contribution import open_with_id
+
+        return open_with_id(cfg.data_path, cfg.schema, cfg.privacy_unit.id, frame=cfg.data_frame)
     if cfg.data_frame is not None:
         from privcube.storage.frames import open_frame
 
@@ -365,6 +392,8 @@ def _config_fingerprint(cfg: JobConfig) -> str:
         "domain": cfg.domain.to_dict(), "budget": cfg.budget.to_dict(),
         "mechanism": cfg.mechanism, "params": cfg.mechanism_params, "workload": raw.get("workload"),
     }
+    if cfg.privacy_unit is not None:
+        key["privacy_unit"] = [cfg.privacy_unit.id, cfg.privacy_unit.max_rows]
     text = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

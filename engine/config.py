@@ -3,7 +3,8 @@
 Top-level keys: ``data`` (``path``; ``schema`` for raw data or ``domain`` as a path to a
 ``{column: size}`` JSON or an inline mapping), ``domain`` (inline, for planning without data),
 ``mechanism`` (``name`` + parameters), ``workload``, ``privacy``, ``output``, ``cluster``,
-``noise_sampler`` (``continuous``, the default, or ``discrete``: exact discrete Gaussian/Laplace).
+``noise_sampler`` (``continuous``, the default, or ``discrete``: exact discrete Gaussian/Laplace),
+``privacy_unit`` (``{id: COLUMN, max_rows: K}``: person-level privacy, see ``privcube.privacy.unit``).
 ``output``: ``labels`` (decoded label columns, default true), ``ci_level`` (level of every answer's
 ``ci_low``/``ci_high`` interval, default 0.95), ``answers`` / ``zarr`` (a path or
 fsspec URL that receives a copy of the run's answers / tensor store, see
@@ -30,7 +31,8 @@ from privcube.privacy.budget import PrivacyBudget
 from privcube.workload import Workload, parse_workload
 from privcube.yaml_io import load_yaml
 
-TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize"}
+TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize",
+            "privacy_unit"}
 SYNTHESIZE_KEYS = {"rows", "estimator", "chunk_size"}
 DATA_KEYS = {"path", "schema", "domain", "compress", "format", "tables", "links"}
 OUTPUT_KEYS = {"labels", "zarr", "answers", "ci_level"}
@@ -55,6 +57,13 @@ class JobConfig:
     noise_sampler: str = "continuous"
     synthesize: dict[str, Any] | None = None  # {rows: int | "auto", estimator, chunk_size}: records from the answers
     data_frame: Any = None  # a pandas/polars DataFrame given in Python instead of data.path (never serialised)
+    privacy_unit: Any = None  # privcube.privacy.unit.PrivacyUnit: one person = rows sharing an id, at most K
+
+    @property
+    def mechanism_budget(self) -> PrivacyBudget:
+        """The budget mechanisms calibrate to: the person-level budget scaled to one row (ρ/K², ε/K) under a
+        privacy unit of K rows, else the budget itself."""
+        return self.budget if self.privacy_unit is None else self.privacy_unit.row_budget(self.budget)
 
     def resolved(self) -> dict[str, Any]:
         """The resolved config as written to ``config.yaml`` in the run directory."""
@@ -170,11 +179,15 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
 
     noise_sampler = parse_noise_sampler(raw)
     synthesize = parse_synthesize(raw.get("synthesize"), workload)
+    from privcube.privacy.unit import parse_privacy_unit
+
+    unit = parse_privacy_unit(raw.get("privacy_unit"), name, params)
 
     return JobConfig(raw=raw, base_dir=base, domain=domain, schema=schema, data_path=data_path,
                      mechanism=name, mechanism_params=params, workload=workload, budget=budget,
                      cluster=dict(cluster), output=dict(output), compress=compress,
-                     noise_sampler=noise_sampler, synthesize=synthesize, data_frame=frame)
+                     noise_sampler=noise_sampler, synthesize=synthesize, data_frame=frame,
+                     privacy_unit=unit)
 
 
 #: what ``config.yaml`` records as ``data.path`` when the data was a DataFrame given in Python

@@ -244,7 +244,10 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
 
     t0 = time.perf_counter()
     try:
-        expected = mech.plan(cfg.workload, cfg.mechanism_budget).to_dict()
+        planned = mech.plan(cfg.workload, cfg.mechanism_budget)
+        add_plan_intervals(planned, mech.plan_noise(cfg.workload, cfg.mechanism_budget),
+                           cfg.output.get("ci_level", 0.95))
+        expected = planned.to_dict()
     except PrivcubeError:
         expected = None
     try:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from privcube.domain import Domain
@@ -222,7 +223,8 @@ def data_paths(spec: Any, base: Path) -> str | list[str]:
             isinstance(p, (str, os.PathLike)) and str(p).strip() for p in spec):
         paths = [_resolve_path(os.path.expanduser(str(p)), base) for p in spec]
         return paths[0] if len(paths) == 1 else paths
-    what = "an empty list" if isinstance(spec, (list, tuple)) and not spec else (
+    what = "an empty list" if isinstance(spec, (list, tuple)) and not spec else "an empty path" if isinstance(
+        spec, (str, os.PathLike)) else (
         f"a list holding a {next(type(p).__name__ for p in spec if not isinstance(p, (str, os.PathLike)))}"
         if isinstance(spec, (list, tuple)) and any(not isinstance(p, (str, os.PathLike)) for p in spec)
         else f"a {type(spec).__name__}")
@@ -240,8 +242,8 @@ def parse_synthesize(spec: Any, workload: Workload) -> dict[str, Any] | None:
         return None
     if spec is True:
         spec = {}
-    elif isinstance(spec, int) and not isinstance(spec, bool):
-        spec = {"rows": spec}
+    elif isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+        spec = {"rows": int(spec)}
     if not isinstance(spec, Mapping):
         raise ConfigError(f"synthesize: expected true, a row count or {{rows, estimator, chunk_size}}, got {spec!r}")
     bad = set(spec) - SYNTHESIZE_KEYS
@@ -249,7 +251,7 @@ def parse_synthesize(spec: Any, workload: Workload) -> dict[str, Any] | None:
         raise ConfigError(f"synthesize: unknown key(s) {sorted(bad)}; known: {sorted(SYNTHESIZE_KEYS)}")
     out = {"rows": spec.get("rows", "auto"), "estimator": spec.get("estimator", "tree"),
            "chunk_size": spec.get("chunk_size", 100_000)}
-    rows = out["rows"]
+    rows = out["rows"] = int(out["rows"]) if isinstance(out["rows"], np.integer) else out["rows"]
     if rows != "auto" and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 0):
         raise ConfigError(f"synthesize.rows must be a non-negative integer or 'auto', got {rows!r}")
     cs = out["chunk_size"]

@@ -94,6 +94,10 @@ def _keep_k(part: pd.DataFrame, names: list[str], k: int, hash_key: str) -> pd.D
 
 def truncate_per_id(table: EncodedTable, max_rows: int, hash_key: str) -> EncodedTable:
     """At most ``max_rows`` rows per id (see the module docstring); the id column is dropped."""
+    import logging
+
+    # p2p shuffles log their start and end at WARNING on the scheduler; routine here, not a warning
+    logging.getLogger("distributed.shuffle._scheduler_plugin").setLevel(logging.ERROR)
     names = list(table.schema.names)
     frame = table.frame.shuffle(on=ID_COLUMN)  # all rows of an id in one partition (out of core)
     kept = frame.map_partitions(_keep_k, names, int(max_rows), hash_key, meta=empty_codes(table.schema))

@@ -191,3 +191,22 @@ def test_plan_states_the_unit_and_person_level_budget() -> None:
                        "privacy": {"rho": 0.5}, "privacy_unit": {"id": "user", "max_rows": 4}})
     assert p.privacy["rho"] == pytest.approx(0.5 / 16)
     assert p.privacy["person_level"]["rho"] == 0.5 and p.privacy["privacy_unit"]["max_rows"] == 4
+
+
+def test_local_cluster_shuffle_truncates_like_threads(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    rows = rng.integers(1, 8, 3000)
+    ids = np.repeat(np.arange(rows.size), rows)
+    df = pd.DataFrame({"user": ids.astype(str), "device": rng.integers(0, 2, ids.size),
+                       "hour": rng.integers(0, 3, ids.size)})
+    df.to_parquet(tmp_path / "sessions.parquet")
+    job = {"data": {"path": str(tmp_path / "sessions.parquet")}, "domain": dict(DOMAIN),
+           "mechanism": "residual-planner", "workload": [{"kway": 2}], "privacy": {"rho": 0.5},
+           "privacy_unit": {"id": "user", "max_rows": 3}}
+    threads = privcube.run({**job, "cluster": "threads"}, out=tmp_path / "t", seed=2, quiet=True)
+    local = privcube.run({**job, "cluster": {"type": "local", "n_workers": 2, "threads_per_worker": 1}},
+                         out=tmp_path / "l", seed=2, quiet=True)
+    pd.testing.assert_frame_equal(threads.marginal("device", "hour"), local.marginal("device", "hour"))
+    # the noisy total is close to the truncated row count (sum of min(rows, 3)), far from the raw count
+    total = float(threads.marginal("device", "hour")["estimate"].sum())
+    assert abs(total - np.minimum(rows, 3).sum()) < 100 < abs(total - rows.sum())

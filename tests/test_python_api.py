@@ -50,11 +50,13 @@ def test_python_api_reproduces_cli_exactly(tmp_path: Path) -> None:
     assert cli.main(["run", str(tmp_path / "job.yaml"), "--out", str(tmp_path / "cli"), "--seed", "7",
                      "--quiet"]) == 0
     res = privcube.run(_job(), out=tmp_path / "api", data=df, seed=7, quiet=True)
+    from_file = privcube.run(tmp_path / "job.yaml", out=tmp_path / "file", data=df, seed=7, quiet=True)
 
     cli_answers, api_answers = _answer_frames(tmp_path / "cli"), _answer_frames(res.out_dir)
     assert sorted(cli_answers) == sorted(api_answers) and len(cli_answers) == 4
     for name, frame in cli_answers.items():
         pd.testing.assert_frame_equal(frame, api_answers[name], check_exact=True)
+        pd.testing.assert_frame_equal(frame, _answer_frames(from_file.out_dir)[name], check_exact=True)
     assert json.loads((tmp_path / "cli" / "answers" / "index.json").read_text()) == json.loads((res.out_dir / "answers" / "index.json").read_text())
     assert json.loads((tmp_path / "cli" / "ledger.json").read_text()) == \
         json.loads((res.out_dir / "ledger.json").read_text()) == res.ledger

@@ -76,8 +76,11 @@ def parse_privacy_unit(spec: Any, mechanism: str, params: Mapping[str, Any]) -> 
     col, k = spec.get("id"), spec.get("max_rows")
     if not isinstance(col, str) or not col.strip():
         raise ConfigError(f"privacy_unit.id must name the column identifying a person, got {col!r}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    import numpy as np
+
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ConfigError(f"privacy_unit.max_rows must be a positive integer, got {k!r}")
+    k = int(k)
     if mechanism == "relational":
         raise ConfigError("privacy_unit is not supported by mechanism 'relational' (its neighbours change one "
                           "row and its links); remove privacy_unit or use a single-table mechanism")

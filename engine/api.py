@@ -391,7 +391,8 @@ def _config_fingerprint(cfg: JobConfig) -> str:
 
     raw = cfg.raw if isinstance(cfg.raw, Mapping) else {}
     key = {
-        "data": str(cfg.data_path) if cfg.data_frame is None else "<DataFrame>", "compress": cfg.compress, "noise_sampler": cfg.noise_sampler,
+        "data": str(cfg.data_path) if cfg.data_frame is None else "<DataFrame>", "compress": cfg.compress,
+        "noise_sampler": cfg.noise_sampler,
         "domain": cfg.domain.to_dict(), "budget": cfg.budget.to_dict(),
         "mechanism": cfg.mechanism, "params": cfg.mechanism_params, "workload": raw.get("workload"),
     }

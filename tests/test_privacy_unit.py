@@ -165,6 +165,9 @@ def test_bad_privacy_units_are_one_line_without_values(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="calibration: analytic"):
         privcube.plan({**base, "mechanism": {"name": "hdmm", "calibration": "analytic"},
                        "privacy": {"epsilon": 1, "delta": 1e-9}, "privacy_unit": {"id": "user", "max_rows": 2}})
+    with pytest.raises(ConfigError, match="neighbours: substitution"):
+        privcube.plan({**base, "mechanism": {"name": "residual-planner", "neighbours": "substitution"},
+                       "privacy_unit": {"id": "user", "max_rows": 2}})
     with pytest.raises(ConfigError, match="not supported by mechanism 'relational'"):
         privcube.run({"mechanism": {"name": "relational"}, "privacy_unit": {"id": "u", "max_rows": 2}},
                      out=tmp_path / "rel")

@@ -96,7 +96,8 @@ def discrete_gaussian_half_width(sigma2: float, level: float) -> float:
 
 def laplace_sum_cdf(x: float, coefs: np.ndarray) -> float:
     """P(Σ_j a_j L_j <= x) for independent standard Laplace L_j (Gil-Pelaez inversion of the real,
-    symmetric characteristic function φ(t) = Π_j 1/(1 + a_j² t²): F(x) = 1/2 + (1/π)∫_0^∞ sin(tx) φ(t)/t dt)."""
+    symmetric characteristic function φ(t) = Π_j 1/(1 + a_j² t²):
+    F(x) = 1/2 + (1/π)∫_0^∞ sin(tx) φ(t)/t dt)."""
     from scipy import integrate
 
     a2 = np.asarray(coefs, dtype=float) ** 2

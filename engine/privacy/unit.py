@@ -87,6 +87,9 @@ def parse_privacy_unit(spec: Any, mechanism: str, params: Mapping[str, Any]) -> 
     if params.get("calibration") == "analytic":
         raise ConfigError(f"privacy_unit: mechanism {mechanism!r} with calibration: analytic spends an "
                           "(epsilon, delta) pair that does not rescale to K rows; use calibration: zcdp")
+    if params.get("neighbours") == "substitution":
+        raise ConfigError(f"privacy_unit: its neighbours add or remove one person; mechanism {mechanism!r} with "
+                          "neighbours: substitution accounts for changing one row; remove one of the two")
     return PrivacyUnit(col, k)
 
 

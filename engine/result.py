@@ -47,8 +47,8 @@ class Result(RunSummary):
 
     def marginal(self, *attributes: str) -> pd.DataFrame:
         """The released marginal over ``attributes``: one row per cell, the attribute codes (in the order
-        asked, plus ``<attr>_label`` with a rich schema), ``estimate``, ``published`` (when the run wrote
-        it), ``variance``, ``ci_low``, ``ci_high``. ``marginal()`` is the total. The workload must hold
+        asked, each followed by ``<attr>_label`` with a rich schema), ``estimate``, ``published`` (when the
+        run wrote it), ``variance``, ``ci_low``, ``ci_high``. ``marginal()`` is the total. The workload must hold
         that marginal (any order of its attributes)."""
         if len(attributes) == 1 and isinstance(attributes[0], (list, tuple)):
             attributes = tuple(attributes[0])
@@ -96,13 +96,20 @@ def _is_identity(group: Mapping[str, Any]) -> bool:
     return all(q == "identity" for q in queries.values()) if isinstance(queries, Mapping) else True
 
 
+#: the order of a marginal's value columns in ``Result.marginal`` (any others follow)
+VALUE_COLUMNS = ("estimate", "published", "variance", "ci_low", "ci_high")
+
+
 def _reordered(frame: pd.DataFrame, stored: list[str], want: list[str]) -> pd.DataFrame:
-    """The marginal's rows sorted and its code columns placed in the order asked (others as in the file)."""
-    if stored == want:
-        return frame
-    front = list(want)
+    """The marginal with columns code, label per attribute (in the order asked), then the value columns;
+    rows sorted by the codes in that order."""
+    front = [c for a in want for c in (a, f"{a}_label") if c in frame.columns]
+    front += [c for c in VALUE_COLUMNS if c in frame.columns]
     rest = [c for c in frame.columns if c not in front]
-    return frame[front + rest].sort_values(want, kind="stable").reset_index(drop=True)
+    out = frame[front + rest]
+    if stored != want:
+        out = out.sort_values(want, kind="stable").reset_index(drop=True)
+    return out
 
 
 __all__ = ["Result"]

@@ -85,7 +85,7 @@ def test_result_marginal_ledger_and_old_attributes(tmp_path: Path) -> None:
 
 def test_result_synthetic_records_with_labels(tmp_path: Path) -> None:
     schema = {"attributes": [{"name": "sex", "type": "categorical", "categories": ["F", "M"]},
-                             {"name": "age", "type": "integer", "size": 5}]}
+                             {"name": "age", "type": "numeric", "bins": [0, 2, 4, 5]}]}
     job = {"data": {"schema": schema}, "mechanism": "residual-planner", "workload": [{"kway": 2}],
            "privacy": {"rho": 1.0}, "cluster": "threads", "synthesize": {"rows": 50}}
     df = pd.DataFrame({"sex": np.array(["F", "M"])[np.arange(200) % 2], "age": np.arange(200) % 5})
@@ -93,7 +93,8 @@ def test_result_synthetic_records_with_labels(tmp_path: Path) -> None:
     rec = res.synthetic()
     assert len(rec) == 50 and set(rec["sex_label"]) <= {"F", "M"}
     m = res.marginal("age", "sex")
-    assert list(m.columns[:2]) == ["age", "sex"] and "sex_label" in m.columns
+    assert list(m.columns) == ["age", "age_label", "sex", "sex_label", "estimate", "variance", "ci_low", "ci_high"]
+    assert len(m) == 6
     assert list(m.loc[m["sex"] == 1, "sex_label"].unique()) == ["M"]
 
 

@@ -148,3 +148,33 @@ def test_plan_reports_half_width_per_group(capsys: pytest.CaptureFixture, tmp_pa
     assert cli.main(["plan", str(path), "--json"]) == 0
     groups = json.loads(capsys.readouterr().out)["groups"]
     assert all("ci_half_width" in g for g in groups)
+
+
+def test_discrete_noise_coverage_exact_total_and_valid_bounds() -> None:
+    """Discrete-Gaussian ResidualPlanner: the total is one lattice draw (exact: coverage equals the lattice
+    mass P(|Z| <= h), at least the level); the 2-way cells are sums of draws (sub-Gaussian bound: at least
+    the level)."""
+    from privcube.privacy.discrete import make_noise_source
+
+    wl = parse_workload([{"kway": 2}, {"kway": 0}], DOM)
+    mech = get_mechanism("residual-planner")({})
+    mech.use_noise_sampler("discrete")
+    budget, oracle = PrivacyBudget.from_rho(0.05), ArrayOracle(DOM, RECORDS)
+    truths = [_truth(DOM.canonical(g.attributes)) for g in wl]
+    halves = None
+    hits, totals = np.zeros(2), np.zeros(2)
+    for seed in range(DRAWS):
+        res = mech.run(oracle, wl, budget, PrivacyLedger(budget), make_noise_source(seed, "discrete"))
+        if halves is None:
+            halves = [iv.half_widths(a, 0.95) for a in res.answers]
+            total_sigma2 = res.answers[1].noise_scale
+        for i, (a, (h, _), t) in enumerate(zip(res.answers, halves, truths)):
+            hits[i] += np.sum(np.abs(np.asarray(a.estimate) - t) <= h)
+            totals[i] += t.size
+    assert [m for _, m in halves] == ["bound", "exact"]
+    h = halves[1][0][0]
+    k = np.arange(-2000, 2001)
+    p = np.exp(-k**2 / (2 * total_sigma2))
+    lattice_mass = p[np.abs(k) <= h].sum() / p.sum()
+    assert 0.95 <= lattice_mass and abs(hits[1] / totals[1] - lattice_mass) <= 0.015
+    assert hits[0] / totals[0] >= 0.95

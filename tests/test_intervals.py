@@ -153,7 +153,7 @@ def test_plan_reports_half_width_per_group(capsys: pytest.CaptureFixture, tmp_pa
 def test_discrete_noise_coverage_exact_total_and_valid_bounds() -> None:
     """Discrete-Gaussian ResidualPlanner: the total is one lattice draw (exact: coverage equals the lattice
     mass P(|Z| <= h), at least the level); the 2-way cells are sums of draws (sub-Gaussian bound: at least
-    the level)."""
+    the level). 1,000 draws (the exact samplers are slower); ±2 points is three binomial sd."""
     from privcube.privacy.discrete import make_noise_source
 
     wl = parse_workload([{"kway": 2}, {"kway": 0}], DOM)
@@ -163,7 +163,7 @@ def test_discrete_noise_coverage_exact_total_and_valid_bounds() -> None:
     truths = [_truth(DOM.canonical(g.attributes)) for g in wl]
     halves = None
     hits, totals = np.zeros(2), np.zeros(2)
-    for seed in range(DRAWS):
+    for seed in range(DRAWS // 2):
         res = mech.run(oracle, wl, budget, PrivacyLedger(budget), make_noise_source(seed, "discrete"))
         if halves is None:
             halves = [iv.half_widths(a, 0.95) for a in res.answers]
@@ -176,5 +176,5 @@ def test_discrete_noise_coverage_exact_total_and_valid_bounds() -> None:
     k = np.arange(-2000, 2001)
     p = np.exp(-k**2 / (2 * total_sigma2))
     lattice_mass = p[np.abs(k) <= h].sum() / p.sum()
-    assert 0.95 <= lattice_mass and abs(hits[1] / totals[1] - lattice_mass) <= 0.015
+    assert 0.95 <= lattice_mass and abs(hits[1] / totals[1] - lattice_mass) <= 0.02
     assert hits[0] / totals[0] >= 0.95

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from privcube.errors import (
 )
 from privcube.mechanisms import get_mechanism
 from privcube.mechanisms.base import MechanismResult, PlanSummary, RunContext
+
+if TYPE_CHECKING:
+    from privcube.result import Result
 
 INPUT_ERRORS = (ConfigError, DataError, DomainError, MemoryLimitError, WorkloadError)
 
@@ -58,7 +61,13 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig) -> PlanSummary:
     """Data-independent plan of a batch mechanism: expected error and measurements; reads no data."""
     cfg = config if isinstance(config, JobConfig) else load_config(config, need_data=False)
     mech = build_mechanism(cfg)
-    return mech.plan(cfg.workload, cfg.budget)
+    summary = mech.plan(cfg.workload, cfg.mechanism_budget)
+    add_plan_intervals(summary, mech.plan_noise(cfg.workload, cfg.mechanism_budget),
+                       cfg.output.get("ci_level", 0.95))
+    if cfg.privacy_unit is not None:  # the plan's privacy figures are per row; the guarantee is per person
+        summary.privacy = {**summary.privacy, "privacy_unit": cfg.privacy_unit.to_dict(),
+                           "person_level": cfg.budget.to_dict()}
+    return summary
 
 
 def _owns_run_folder(fn: Any) -> Any:
@@ -76,12 +85,35 @@ def _owns_run_folder(fn: Any) -> Any:
     return owning
 
 
+def add_plan_intervals(summary: PlanSummary, noise: Sequence[Mapping[str, Any]], level: float) -> None:
+    """Each plan group gets ``ci_half_width`` (the typical half-width of its answers' intervals at
+    ``level``: at the group's RMS noise, or the mean exact width of Laplace combinations), ``ci_level`` and
+    ``ci_method`` (``exact`` or a conservative ``bound``); data-independent, like the rest of the plan."""
+    from privcube.mechanisms.base import GroupAnswer
+    from privcube.privacy.intervals import half_widths
+
+    for g, fields in zip(summary.groups, noise):
+        rmse = g.get("rmse")
+        if not isinstance(rmse, (int, float)):
+            continue
+        coefs = fields.get("noise_coefficients")
+        n = 1 if coefs is None else int(np.asarray(coefs).shape[0])
+        probe = GroupAnswer(None, np.zeros(n), np.full(n, float(rmse) ** 2), **dict(fields))  # type: ignore[arg-type]
+        half, method = half_widths(probe, level)
+        if half is not None:
+            g.update(ci_level=level, ci_half_width=float(np.mean(half)), ci_method=method)
+
+
 @_owns_run_folder
-def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, seed: int | None = None,
-        resume: bool = False, scheduler_address: str | None = None, scheduler_file: str | None = None,
-        workers: int | None = None, client: Any = None, quiet: bool = False,
-        overwrite: bool = False) -> RunSummary:
+def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, data: Any = None,
+        seed: int | None = None, resume: bool = False, scheduler_address: str | None = None,
+        scheduler_file: str | None = None, workers: int | None = None, client: Any = None, quiet: bool = False,
+        overwrite: bool = False) -> Result:
     """Run the configured mechanism on the configured data and write the run directory ``out``.
+
+    ``data`` stands in for the config's ``data.path``: a pandas or polars DataFrame, a Parquet/CSV path or
+    a list of paths (the config still gives the domain or schema). Returns a :class:`privcube.Result`
+    (``marginal(...)``, ``ledger``, ``synthetic()``; also ``out_dir``, ``report``, ``result``).
 
     The run directory is owner-only; a finished run is never rewritten unless ``overwrite`` (then it
     is moved aside and deleted only once the new run is complete, restored if the new run fails);
@@ -90,8 +122,10 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
     the answers / tensor store before the run is marked complete; an occupied destination is refused
     before any data is read unless ``overwrite`` or ``resume``.
     """
+    from privcube.result import Result
     from privcube.storage.outputs import RunDirectory
 
+    config, out = _check_run_inputs(config, out, data)
     if overwrite and not resume and RunDirectory(out).finished:
         import os
         import shutil
@@ -100,7 +134,7 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
         backup = target.with_name(f".{target.name}.replaced-{time.time_ns()}")
         os.replace(target, backup)
         try:
-            summary = run(config, out, seed=seed, scheduler_address=scheduler_address,
+            summary = run(config, out, data=data, seed=seed, scheduler_address=scheduler_address,
                           scheduler_file=scheduler_file, workers=workers, client=client, quiet=quiet,
                           overwrite=True)
         except BaseException:
@@ -110,7 +144,6 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
             raise
         shutil.rmtree(backup, ignore_errors=True)
         return summary
-    from privcube.storage.ingest import open_table
     from privcube.storage.outputs import RunDirectory, check_publish_targets, owner_only
 
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
@@ -120,13 +153,22 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
         if _mechanism_name(raw) == "relational":
             from privcube.relational_job import run_relational_job
 
+            if "privacy_unit" in raw:
+                raise ConfigError("privacy_unit is not supported by mechanism 'relational' (its neighbours change "
+                                  "one row and its links); remove privacy_unit or use a single-table mechanism")
+            if data is not None:
+                raise ConfigError("data=: a relational job reads its tables from data.tables; give their "
+                                  "paths in the config")
             with owner_only():
-                return run_relational_job(raw, base, out, seed=seed, resume=resume,
-                                          scheduler_address=scheduler_address, scheduler_file=scheduler_file,
-                                          workers=workers, client=client, quiet=quiet)
-        config = load_config(raw, base_dir=base)
+                return Result.of(run_relational_job(raw, base, out, seed=seed, resume=resume,
+                                                    scheduler_address=scheduler_address,
+                                                    scheduler_file=scheduler_file, workers=workers,
+                                                    client=client, quiet=quiet))
+        config = load_config(_with_data(raw, data), base_dir=base)
+    elif data is not None:
+        config = _config_with_data(config, data)
     cfg = config
-    if cfg.data_path is None:
+    if cfg.data_path is None and cfg.data_frame is None:
         raise ConfigError("data.path is missing: a run needs the data's location")
     rundir = RunDirectory(out)
     rundir.check_usable(resume)
@@ -134,7 +176,7 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
     mech = build_mechanism(cfg)
     if resume:
         _check_resumable(rundir, cfg, seed)  # refuse a different seed/config before reading any data
-    table = open_table(cfg.data_path, cfg.schema)  # checks columns against the schema eagerly
+    table = _open_input(cfg)  # checks columns against the schema eagerly
     _set_quiet(quiet)
     with owner_only():  # every file and folder of the run directory is owner-only
         return _run_job(cfg, rundir, mech, table, seed=seed, resume=resume, scheduler_address=scheduler_address,
@@ -155,7 +197,8 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
     cluster_ctx = contextlib.nullcontext(client) if client is not None else resolve_cluster(
         cfg.cluster, scheduler_address=scheduler_address, scheduler_file=scheduler_file, workers=workers)
     with cluster_ctx as cl:
-        frame, weight = table.frame, None
+        noise = make_noise_source(seed, cfg.noise_sampler)
+        frame, weight = _bounded(table, cfg, noise).frame, None
         if cfg.compress:
             from privcube.storage.distinct import compress
 
@@ -163,15 +206,14 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
         oracle = DataOracle(frame, cfg.domain, weight=weight, client=cl)
         rundir.create()
         try:
-            noise = make_noise_source(seed, cfg.noise_sampler)
             checkpoint = _open_checkpoint(rundir, cfg, seed)
             t0 = time.perf_counter()
             for attempt in range(WORKER_LOSS_RETRIES + 1):
-                ledger = PrivacyLedger(cfg.budget)
+                ledger = PrivacyLedger(cfg.mechanism_budget)  # per row; see privcube.privacy.unit
                 ctx = RunContext(client=cl, checkpoint=checkpoint, progress=_progress_callback(quiet),
                                  resume=resume)
                 try:
-                    result = mech.run(oracle, cfg.workload, cfg.budget, ledger, noise, ctx)
+                    result = mech.run(oracle, cfg.workload, cfg.mechanism_budget, ledger, noise, ctx)
                     break
                 except Exception as e:  # noqa: BLE001 - only lost-worker failures are retried
                     if cl is None or attempt == WORKER_LOSS_RETRIES or not _is_worker_loss(e):
@@ -195,8 +237,12 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
         except BaseException:  # any other failure, Ctrl-C and SIGTERM too: an empty folder is removed, a
             rundir.discard_if_empty()  # committed checkpoint kept
             raise
+        if cfg.privacy_unit is not None:  # the guarantee is per person: every charge rescaled (ρ K², ε K)
+            ledger = cfg.privacy_unit.person_ledger(ledger, cfg.budget)
         ledger_dict = ledger.to_dict()
         ledger_dict["noise"] = noise.to_dict()
+        if cfg.privacy_unit is not None:
+            ledger_dict["privacy_unit"] = cfg.privacy_unit.to_dict()
         try:
             rundir.write_json("ledger.json", ledger_dict)  # first: what was spent is a fact once measured
         except OSError as e:
@@ -214,13 +260,16 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
 
     t0 = time.perf_counter()
     try:
-        expected = mech.plan(cfg.workload, cfg.budget).to_dict()
+        planned = mech.plan(cfg.workload, cfg.mechanism_budget)
+        add_plan_intervals(planned, mech.plan_noise(cfg.workload, cfg.mechanism_budget),
+                           cfg.output.get("ci_level", 0.95))
+        expected = planned.to_dict()
     except PrivcubeError:
         expected = None
     try:
         rundir.write_config(cfg.resolved())
         rundir.write_answers(result.answers, cfg.domain, cfg.schema, labels=cfg.output.get("labels", True),
-                             keep_existing=resume)
+                             keep_existing=resume, ci_level=cfg.output.get("ci_level", 0.95))
         if result.synthetic:
             rundir.write_synthetic(result.synthetic)
         _write_tensors(rundir.store_path, cfg, result, keep_existing=resume)
@@ -240,6 +289,7 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
         },
         "expected_error": expected,
         "noise": noise.to_dict(),
+        **({"privacy_unit": cfg.privacy_unit.to_dict()} if cfg.privacy_unit is not None else {}),
         "mechanism_report": result.report,
         **({"synthetic_records": records} if records is not None else {}),
     }
@@ -250,7 +300,70 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
         rundir.mark_complete()
     except OSError as e:
         raise RunDirectoryError(_write_error(rundir.path, e, "outputs")) from None
-    return RunSummary(rundir.path, ledger_dict, report, result)
+    from privcube.result import Result
+
+    return Result(rundir.path, ledger_dict, report, result)
+
+
+def _check_run_inputs(config: Any, out: Any, data: Any) -> tuple[Any, Path]:
+    """One-line ConfigErrors for arguments of the wrong kind (by type only: they may hold data)."""
+    from privcube.config import is_frame
+
+    if not isinstance(config, (str, os.PathLike, Mapping, JobConfig)):
+        raise ConfigError(f"config: expected a file path, a mapping or a JobConfig, got a {type(config).__name__}")
+    if not isinstance(out, (str, os.PathLike)) or not str(out).strip():
+        raise ConfigError(f"out: expected a folder path (str or pathlib.Path), got "
+                          f"{'an empty string' if isinstance(out, str) else 'a ' + type(out).__name__}")
+    if data is not None and not is_frame(data) and not isinstance(data, (str, os.PathLike, list, tuple)):
+        raise ConfigError(f"data: expected a pandas or polars DataFrame, a path or a list of paths, got a "
+                          f"{type(data).__name__}")
+    return config, Path(out)
+
+
+def _with_data(raw: Mapping[str, Any], data: Any) -> dict[str, Any]:
+    """The config mapping with ``data`` (frame, path or paths) standing in for ``data.path``."""
+    if data is None:
+        return dict(raw)
+    section = raw.get("data")
+    section = {k: v for k, v in section.items() if k != "path"} if isinstance(section, Mapping) else {}
+    return {**raw, "data": {**section, "path": data}}
+
+
+def _config_with_data(cfg: JobConfig, data: Any) -> JobConfig:
+    """A validated JobConfig whose data location is replaced by ``data``."""
+    import dataclasses
+
+    from privcube.config import data_paths, is_frame
+
+    if is_frame(data):
+        return dataclasses.replace(cfg, data_path=None, data_frame=data)
+    return dataclasses.replace(cfg, data_path=data_paths(data, Path(".").resolve()), data_frame=None)
+
+
+def _bounded(table: Any, cfg: JobConfig, noise: Any) -> Any:
+    """Under a privacy unit, the table truncated to ``max_rows`` rows per person (keyed by the run's noise
+    source, so a seeded run repeats it); otherwise the table itself."""
+    if cfg.privacy_unit is None:
+        return table
+    from privcube.storage.contribution import hash_key_from, truncate_per_id
+
+    return truncate_per_id(table, cfg.privacy_unit.max_rows, hash_key_from(noise))
+
+
+def _open_input(cfg: JobConfig) -> Any:
+    """The run's EncodedTable: the DataFrame given in Python, else the files at ``data.path`` (with the
+    person id column too under a privacy unit; truncated once the run's noise key exists)."""
+    if cfg.privacy_unit is not None:
+        from privcube.storage.contribution import open_with_id
+
+        return open_with_id(cfg.data_path, cfg.schema, cfg.privacy_unit.id, frame=cfg.data_frame)
+    if cfg.data_frame is not None:
+        from privcube.storage.frames import open_frame
+
+        return open_frame(cfg.data_frame, cfg.schema)
+    from privcube.storage.ingest import open_table
+
+    return open_table(cfg.data_path, cfg.schema)
 
 
 _DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
@@ -294,10 +407,13 @@ def _config_fingerprint(cfg: JobConfig) -> str:
 
     raw = cfg.raw if isinstance(cfg.raw, Mapping) else {}
     key = {
-        "data": str(cfg.data_path), "compress": cfg.compress, "noise_sampler": cfg.noise_sampler,
+        "data": str(cfg.data_path) if cfg.data_frame is None else "<DataFrame>", "compress": cfg.compress,
+        "noise_sampler": cfg.noise_sampler,
         "domain": cfg.domain.to_dict(), "budget": cfg.budget.to_dict(),
         "mechanism": cfg.mechanism, "params": cfg.mechanism_params, "workload": raw.get("workload"),
     }
+    if cfg.privacy_unit is not None:
+        key["privacy_unit"] = [cfg.privacy_unit.id, cfg.privacy_unit.max_rows]
     text = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

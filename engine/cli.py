@@ -288,7 +288,12 @@ def _print_plan(summary) -> None:  # noqa: ANN001
     print(f"mechanism: {summary.mechanism}")
     print(f"expected RMSE (all queries): {summary.rmse:.6g}")
     print("privacy: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
-                                  for k, v in summary.privacy.items()))
+                                  for k, v in summary.privacy.items() if not isinstance(v, dict)))
+    unit, person = summary.privacy.get("privacy_unit"), summary.privacy.get("person_level")
+    if isinstance(unit, dict) and isinstance(person, dict):  # the figures above are per row (see README)
+        spent = ", ".join(f"{k}={v:.6g}" for k, v in person.items() if k in ("rho", "epsilon", "delta"))
+        print(f"privacy unit: one person = rows sharing {unit['id']!r}, at most {unit['max_rows']} rows each; "
+              f"per person: {spent}")
     if isinstance(summary.privacy.get("rho"), float):
         print(f"privacy cost (beta = 2 rho): {2 * summary.privacy['rho']:.6g}")
     print(f"query groups: {len(summary.groups)}")
@@ -297,7 +302,9 @@ def _print_plan(summary) -> None:  # noqa: ANN001
         kinds = "" if all(q == "identity" for q in queries.values()) else \
             " [" + ", ".join(f"{a}: {q}" for a, q in queries.items()) + "]"
         weight = f" weight {g['weight']:g}" if g.get("weight", 1.0) != 1.0 else ""
-        print(f"  {','.join(g['attributes']) or '(total)'}{kinds}{weight}: rmse {g['rmse']:.6g}")
+        ci = f", {100 * g['ci_level']:g}% interval ±{g['ci_half_width']:.6g}" + (
+            " (bound)" if g.get("ci_method") == "bound" else "") if "ci_half_width" in g else ""
+        print(f"  {','.join(g['attributes']) or '(total)'}{kinds}{weight}: rmse {g['rmse']:.6g}{ci}")
     if len(summary.groups) > 20:
         print(f"  ... {len(summary.groups) - 20} more (use --json)")
     if summary.measurements:

@@ -3,8 +3,10 @@
 Top-level keys: ``data`` (``path``; ``schema`` for raw data or ``domain`` as a path to a
 ``{column: size}`` JSON or an inline mapping), ``domain`` (inline, for planning without data),
 ``mechanism`` (``name`` + parameters), ``workload``, ``privacy``, ``output``, ``cluster``,
-``noise_sampler`` (``continuous``, the default, or ``discrete``: exact discrete Gaussian/Laplace).
-``output``: ``labels`` (decoded label columns, default true), ``answers`` / ``zarr`` (a path or
+``noise_sampler`` (``continuous``, the default, or ``discrete``: exact discrete Gaussian/Laplace),
+``privacy_unit`` (``{id: COLUMN, max_rows: K}``: person-level privacy, see ``privcube.privacy.unit``).
+``output``: ``labels`` (decoded label columns, default true), ``ci_level`` (level of every answer's
+``ci_low``/``ci_high`` interval, default 0.95), ``answers`` / ``zarr`` (a path or
 fsspec URL that receives a copy of the run's answers / tensor store, see
 ``privcube.storage.outputs.publish_outputs``; the run directory itself is ``--out``).
 Relative paths -- data, schema, ``output.answers``/``output.zarr``, a local cluster's
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from privcube.domain import Domain
@@ -29,10 +32,11 @@ from privcube.privacy.budget import PrivacyBudget
 from privcube.workload import Workload, parse_workload
 from privcube.yaml_io import DuplicateKeyError, load_yaml, yaml_error_line
 
-TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize"}
+TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize",
+            "privacy_unit"}
 SYNTHESIZE_KEYS = {"rows", "estimator", "chunk_size"}
 DATA_KEYS = {"path", "schema", "domain", "compress", "format", "tables", "links"}
-OUTPUT_KEYS = {"labels", "zarr", "answers"}
+OUTPUT_KEYS = {"labels", "zarr", "answers", "ci_level"}
 
 
 @dataclass
@@ -53,6 +57,14 @@ class JobConfig:
     compress: bool = False
     noise_sampler: str = "continuous"
     synthesize: dict[str, Any] | None = None  # {rows: int | "auto", estimator, chunk_size}: records from the answers
+    data_frame: Any = None  # a pandas/polars DataFrame given in Python instead of data.path (never serialised)
+    privacy_unit: Any = None  # privcube.privacy.unit.PrivacyUnit: one person = rows sharing an id, at most K
+
+    @property
+    def mechanism_budget(self) -> PrivacyBudget:
+        """The budget mechanisms calibrate to: the person-level budget scaled to one row (ρ/K², ε/K) under a
+        privacy unit of K rows, else the budget itself."""
+        return self.budget if self.privacy_unit is None else self.privacy_unit.row_budget(self.budget)
 
     def resolved(self) -> dict[str, Any]:
         """The resolved config as written to ``config.yaml`` in the run directory: every path absolute, so
@@ -61,6 +73,8 @@ class JobConfig:
         out = copy.deepcopy(self.raw)
         if self.data_path is not None:
             out.setdefault("data", {})["path"] = self.data_path
+        elif self.data_frame is not None:
+            out.setdefault("data", {})["path"] = FRAME_PLACEHOLDER
         for holder in (out.get("data"), out):  # data.schema / data.domain / top-level domain given as paths
             if isinstance(holder, dict):
                 for key in ("schema", "domain"):
@@ -105,10 +119,14 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
                 need_data: bool = True) -> JobConfig:
     """Load and validate a job config from a file or a mapping. A run folder's ``config.yaml`` is accepted as
     it is: its ``resolved`` record is checked against the config resolved now, not read as input."""
+    frame = None
     if isinstance(source, Mapping):
+        source, frame = split_frame(source)  # a DataFrame in data.path is never deep-copied nor printed
         raw, base = copy.deepcopy(dict(source)), Path(base_dir or ".").resolve()
-    else:
+    elif isinstance(source, (str, os.PathLike)):
         raw, base = read_config_file(source)
+    else:
+        raise ConfigError(f"config: expected a file path, a mapping or a JobConfig, got a {type(source).__name__}")
     recorded = raw.pop(RESOLVED_KEY, None)  # a run folder's config.yaml: checked once the config is resolved
     unknown = set(raw) - TOP_KEYS
     if unknown:
@@ -184,8 +202,8 @@ def _load_checked(raw: dict[str, Any], base: Path, need_data: bool) -> JobConfig
     schema, domain = _resolve_schema(raw, data, base)
     data_path = None
     if "path" in data:
-        data_path = _resolve_path(str(data["path"]), base)
-    elif need_data:
+        data_path = data_paths(data["path"], base)
+    elif frame is None and need_data:
         raise ConfigError("data.path is missing: a run needs the data's location")
 
     if "workload" not in raw:
@@ -206,6 +224,10 @@ def _load_checked(raw: dict[str, Any], base: Path, need_data: bool) -> JobConfig
     if bad:
         raise ConfigError(f"output: unknown key(s) {sorted(bad)}; known: {sorted(OUTPUT_KEYS)}")
     output = dict(output)
+    if "ci_level" in output:  # level of every answer's ci_low/ci_high interval (default 0.95)
+        from privcube.privacy.intervals import check_level
+
+        output["ci_level"] = check_level(output["ci_level"])
     for key in ("answers", "zarr"):  # published copies of the run's answers / tensor store
         if key in output:
             if not isinstance(output[key], str) or not output[key].strip():
@@ -217,11 +239,56 @@ def _load_checked(raw: dict[str, Any], base: Path, need_data: bool) -> JobConfig
 
     noise_sampler = parse_noise_sampler(raw)
     synthesize = parse_synthesize(raw.get("synthesize"), workload)
+    from privcube.privacy.unit import parse_privacy_unit
+
+    unit = parse_privacy_unit(raw.get("privacy_unit"), name, params)
 
     return JobConfig(raw=raw, base_dir=base, domain=domain, schema=schema, data_path=data_path,
                      mechanism=name, mechanism_params=params, workload=workload, budget=budget,
                      cluster=dict(cluster), output=dict(output), compress=compress,
-                     noise_sampler=noise_sampler, synthesize=synthesize)
+                     noise_sampler=noise_sampler, synthesize=synthesize, data_frame=frame,
+                     privacy_unit=unit)
+
+
+#: what ``config.yaml`` records as ``data.path`` when the data was a DataFrame given in Python
+FRAME_PLACEHOLDER = "<DataFrame given in Python>"
+
+
+def is_frame(obj: Any) -> bool:
+    """Whether ``obj`` is an in-memory table privcube accepts as data: pandas, polars (eager or lazy)."""
+    import pandas as pd
+
+    if isinstance(obj, pd.DataFrame):
+        return True
+    cls = type(obj)
+    return cls.__module__.split(".")[0] == "polars" and cls.__name__ in ("DataFrame", "LazyFrame")
+
+
+def split_frame(source: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """``(config without the frame, frame or None)``: a DataFrame in ``data.path`` is taken out (shallowly)."""
+    data = source.get("data")
+    if not isinstance(data, Mapping) or not is_frame(data.get("path")):
+        return dict(source), None
+    rest = {k: v for k, v in data.items() if k != "path"}
+    return {**source, "data": rest}, data["path"]
+
+
+def data_paths(spec: Any, base: Path) -> str | list[str]:
+    """``data.path``: one location (file, folder, glob, URL) or a non-empty list of them, resolved against
+    ``base``; anything else is refused by its type only (never its contents, which may be data)."""
+    if isinstance(spec, (str, os.PathLike)) and str(spec).strip():
+        return _resolve_path(os.path.expanduser(str(spec)), base)
+    if isinstance(spec, (list, tuple)) and spec and all(
+            isinstance(p, (str, os.PathLike)) and str(p).strip() for p in spec):
+        paths = [_resolve_path(os.path.expanduser(str(p)), base) for p in spec]
+        return paths[0] if len(paths) == 1 else paths
+    what = "an empty list" if isinstance(spec, (list, tuple)) and not spec else "an empty path" if isinstance(
+        spec, (str, os.PathLike)) else (
+        f"a list holding a {next(type(p).__name__ for p in spec if not isinstance(p, (str, os.PathLike)))}"
+        if isinstance(spec, (list, tuple)) and any(not isinstance(p, (str, os.PathLike)) for p in spec)
+        else f"a {type(spec).__name__}")
+    raise ConfigError(f"data.path must be a path, URL or list of paths (or, from Python, a pandas or polars "
+                      f"DataFrame), got {what}")
 
 
 def parse_synthesize(spec: Any, workload: Workload) -> dict[str, Any] | None:
@@ -234,8 +301,8 @@ def parse_synthesize(spec: Any, workload: Workload) -> dict[str, Any] | None:
         return None
     if spec is True:
         spec = {}
-    elif isinstance(spec, int) and not isinstance(spec, bool):
-        spec = {"rows": spec}
+    elif isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+        spec = {"rows": int(spec)}
     if not isinstance(spec, Mapping):
         raise ConfigError(f"synthesize: expected true, a row count or {{rows, estimator, chunk_size}}, got {spec!r}")
     bad = set(spec) - SYNTHESIZE_KEYS
@@ -243,7 +310,7 @@ def parse_synthesize(spec: Any, workload: Workload) -> dict[str, Any] | None:
         raise ConfigError(f"synthesize: unknown key(s) {sorted(bad)}; known: {sorted(SYNTHESIZE_KEYS)}")
     out = {"rows": spec.get("rows", "auto"), "estimator": spec.get("estimator", "tree"),
            "chunk_size": spec.get("chunk_size", 100_000)}
-    rows = out["rows"]
+    rows = out["rows"] = int(out["rows"]) if isinstance(out["rows"], np.integer) else out["rows"]
     if rows != "auto" and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 0):
         raise ConfigError(f"synthesize.rows must be a non-negative integer or 'auto', got {rows!r}")
     cs = out["chunk_size"]

@@ -161,11 +161,14 @@ class RunDirectory:
         return p
 
     def write_answers(self, answers: Iterable[Any], domain: Any, schema: Any = None,
-                      labels: bool = True, keep_existing: bool = False) -> Path:
-        """Write each GroupAnswer as Parquet plus ``answers/index.json``.
+                      labels: bool = True, keep_existing: bool = False, ci_level: float = 0.95) -> Path:
+        """Write each GroupAnswer as Parquet plus ``answers/index.json`` (with each group's interval level
+        and method: ``exact`` or a conservative ``bound``, see ``privcube.privacy.intervals``).
 
         ``keep_existing`` (resume): a group file already present was written atomically by the
         interrupted attempt, with the same noise, so it is complete and is not written again."""
+        from privcube.privacy.intervals import interval_method
+
         folder = self.path / "answers"
         folder.mkdir(exist_ok=True, mode=0o700)
         index = []
@@ -175,10 +178,11 @@ class RunDirectory:
             if keep_existing and (folder / fname).exists():
                 rows = pq.ParquetFile(folder / fname).metadata.num_rows
             else:
-                frame = answer_frame(ans, domain, schema if labels else None)
+                frame = answer_frame(ans, domain, schema if labels else None, ci_level=ci_level)
                 atomic_write_parquet(folder / fname, frame)
                 rows = len(frame)
             index.append({
+                "ci": {"level": ci_level, "method": interval_method(ans)},  # exact | bound | none
                 "attributes": list(g.attributes),
                 "queries": g.query_types(),
                 "weight": g.weight,
@@ -434,9 +438,12 @@ def _publish_local(source: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def answer_frame(ans: Any, domain: Any, schema: Any = None) -> pd.DataFrame:
+def answer_frame(ans: Any, domain: Any, schema: Any = None, ci_level: float = 0.95) -> pd.DataFrame:
     """Tidy table of one group's answers: attribute codes and labels (marginals) or ``query`` number and
-    ``description`` (other groups), ``estimate``, ``variance``."""
+    ``description`` (other groups), ``estimate``, ``variance``, and the ``ci_low``/``ci_high`` interval at
+    ``ci_level`` from the noise distribution of the release (post-processing: no budget)."""
+    from privcube.privacy.intervals import half_widths
+
     g = ans.group
     est = np.asarray(ans.estimate, dtype=float).ravel()
     cols: dict[str, Any] = {}
@@ -453,6 +460,9 @@ def answer_frame(ans: Any, domain: Any, schema: Any = None) -> pd.DataFrame:
     if ans.variance is not None:
         var = np.broadcast_to(np.asarray(ans.variance, dtype=float).ravel(), est.shape)
         cols["variance"] = np.array(var)
+        half, _ = half_widths(ans, ci_level)
+        if half is not None:
+            cols["ci_low"], cols["ci_high"] = est - half, est + half
     values = _value_labels(g.attributes, schema)
     if not g.is_marginal and est.size <= MAX_DESCRIBED_ROWS:
         cols = {"query": cols["query"], "description": g.row_descriptions(domain, values),

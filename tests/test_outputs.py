@@ -62,7 +62,10 @@ def test_answer_tables_and_index(tmp_path):
     assert [g["attributes"] for g in index] == [["a", "b"], ["b"]]
     assert index[1]["queries"] == {"b": "prefix"}
     t0 = pd.read_parquet(folder / index[0]["file"])
-    assert list(t0.columns) == ["a", "b", "estimate", "variance"]
+    assert list(t0.columns) == ["a", "b", "estimate", "variance", "ci_low", "ci_high"]
+    # noise of unknown kind: the Chebyshev bound sd/sqrt(1 - level) (privcube.privacy.intervals)
+    assert np.allclose(t0["ci_high"] - t0["estimate"], np.sqrt(2.5 / 0.05))
+    assert index[0]["ci"] == {"level": 0.95, "method": "bound"} and index[1]["ci"]["method"] == "none"
     # C order over (a, b): row r is cell (r // 3, r % 3)
     assert t0["a"].tolist() == [0, 0, 0, 1, 1, 1] and t0["b"].tolist() == [0, 1, 2, 0, 1, 2]
     assert t0["estimate"].tolist() == est_ab.tolist()

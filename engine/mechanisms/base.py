@@ -33,6 +33,15 @@ class GroupAnswer:
     group: QueryGroup
     estimate: np.ndarray
     variance: np.ndarray | None = None
+    #: the noise of the release, for exact intervals (``privcube.privacy.intervals``): its kind
+    #: (``gaussian``, ``laplace``, ``discrete-gaussian``, ``discrete-laplace``; None: unknown), whether each
+    #: answer is a single noisy draw (then ``noise_scale`` is that draw's parameter: σ² for discrete
+    #: Gaussian, t for discrete Laplace), and for Laplace combinations the (answers × draws) matrix of
+    #: each draw's scale times its coefficient in the answer (exact quantiles when small enough)
+    noise: str | None = None
+    single_measurement: bool = False
+    noise_scale: Any = None
+    noise_coefficients: np.ndarray | None = None
 
 
 @dataclass
@@ -52,6 +61,13 @@ class PlanSummary:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=_json_default)
+
+    def to_frame(self) -> Any:
+        """The per-group plan as a pandas DataFrame: one row per query group (attributes, queries, weight,
+        expected rmse and any other per-group figure the mechanism reports)."""
+        import pandas as pd
+
+        return pd.DataFrame([{**g, "attributes": tuple(g.get("attributes", ()))} for g in self.groups])
 
 
 @dataclass
@@ -111,6 +127,12 @@ class Mechanism(ABC):
     def plan(self, workload: Workload, budget: Any) -> PlanSummary:
         """Expected error without data; adaptive mechanisms cannot plan."""
         raise ConfigError(f"mechanism {self.name!r} is adaptive: it has no data-independent plan")
+
+    def plan_noise(self, workload: Workload, budget: Any) -> list[dict[str, Any]]:
+        """Per query group, the GroupAnswer noise fields a run will carry (``noise``, ...): the plan's
+        interval half-widths are computed from them. Gaussian (or discrete Gaussian) unless overridden."""
+        kind = "discrete-gaussian" if self.noise_sampler == "discrete" else "gaussian"
+        return [{"noise": kind} for _ in workload]
 
     @abstractmethod
     def run(self, oracle: MarginalOracle, workload: Workload, budget: Any, ledger: Any, noise: Any,

@@ -223,6 +223,13 @@ class ResidualPlanner(Mechanism):
         rp = self.optimize(workload, budget)
         return _summary(self.name, self.params["objective"], workload, budget, rp)
 
+    def plan_noise(self, workload: Workload, budget: Any) -> list[dict[str, Any]]:
+        """Noise fields of each group's answers (see ``_noise_of``)."""
+        if self.noise_sampler != "discrete":
+            return [{"noise": "gaussian"} for _ in workload]
+        rp = self.optimize(workload, budget)
+        return [_noise_of(workload.domain.canonical(g.attributes), rp, self.noise_sampler) for g in workload]
+
     # running ------------------------------------------------------------------------------
     def run(self, oracle: MarginalOracle, workload: Workload, budget: Any, ledger: Any, noise: Any,
             context: RunContext | None = None) -> MechanismResult:
@@ -251,11 +258,21 @@ class ResidualPlanner(Mechanism):
                 if t in z:
                     recon_add(out, z[t], t, gamma, domain)
             var = np.full(out.size, rp.cell_variance(gamma))
-            answers.append(GroupAnswer(g, out.reshape(-1), var))
+            answers.append(GroupAnswer(g, out.reshape(-1), var, **_noise_of(gamma, rp, self.noise_sampler)))
         summary = _summary(self.name, self.params["objective"], workload, budget, rp)
         report = {"mechanism": self.name, "rho_spent": spend, "expected_rmse": summary.rmse,
                   "residuals": len(taus)}
         return MechanismResult(answers, report=report)
+
+
+def _noise_of(gamma: Clique, rp: Any, sampler: str) -> dict[str, Any]:
+    """GroupAnswer's noise fields: Gaussian combinations of residual draws; with discrete noise the total
+    (γ = ∅) is a single discrete-Gaussian draw μ_∅ + Z of parameter σ_∅² (exact lattice intervals)."""
+    if sampler != "discrete":
+        return {"noise": "gaussian"}
+    single = len(gamma) == 0 and () in rp.sigma2
+    return {"noise": "discrete-gaussian", "single_measurement": single,
+            "noise_scale": rp.sigma2[()] if single else None}
 
 
 class ResidualRelease:

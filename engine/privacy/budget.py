@@ -27,29 +27,32 @@ class PrivacyBudget:
     def from_epsilon_delta(cls, epsilon: float, delta: float) -> PrivacyBudget:
         from privcube.privacy.zcdp import cdp_rho
 
-        _check_epsilon(epsilon)
-        _check_delta(delta)
-        return cls(cdp_rho(epsilon, delta), float(epsilon), float(delta), False)
+        epsilon, delta = _check_epsilon(epsilon), _check_delta(delta)
+        return cls(cdp_rho(epsilon, delta), epsilon, delta, False)
 
     @classmethod
     def from_rho(cls, rho: float, delta: float = 1e-9) -> PrivacyBudget:
         from privcube.privacy.zcdp import cdp_epsilon
 
-        if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho <= 0:
-            raise BudgetError(f"privacy parameter rho must be a positive number, got {rho!r}")
-        _check_delta(delta)
-        return cls(float(rho), cdp_epsilon(rho, delta), float(delta), False)
+        if not _is_real(rho) or not math.isfinite(float(rho)) or float(rho) <= 0:
+            raise BudgetError(f"privacy parameter rho must be a positive number, got {_show(rho)}")
+        rho, delta = float(rho), _check_delta(delta)
+        if rho > MAX_EPSILON:
+            raise BudgetError(f"privacy parameter rho = {rho:g} is too large (at most {MAX_EPSILON:g}): it gives no "
+                              "meaningful privacy and cannot be converted to (epsilon, delta)")
+        return cls(rho, cdp_epsilon(rho, delta), delta, False)
 
     @classmethod
     def pure_epsilon(cls, epsilon: float) -> PrivacyBudget:
-        _check_epsilon(epsilon)
-        return cls(epsilon**2 / 2.0, float(epsilon), 0.0, True)
+        epsilon = _check_epsilon(epsilon)
+        return cls(epsilon**2 / 2.0, epsilon, 0.0, True)
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> PrivacyBudget:
         """Read ``privacy:`` — ``{epsilon}`` (pure), ``{epsilon, delta}`` or ``{rho[, delta]}``."""
         if not isinstance(cfg, Mapping):
-            raise BudgetError(f"privacy must be a mapping with epsilon/delta or rho, got {cfg!r}")
+            raise BudgetError("privacy must be a mapping with epsilon/delta or rho, got "
+                              f"{type(cfg).__name__}")
         unknown = set(cfg) - {"epsilon", "delta", "rho"}
         if unknown:
             raise BudgetError(f"privacy: unknown key(s) {sorted(unknown)}; use epsilon, delta or rho")
@@ -79,11 +82,42 @@ def refuse_pure_for_gaussian(budget: Any, mechanism: str, alternative: str = "")
                           "delta: 1.0e-9}) or give privacy.rho")
 
 
-def _check_epsilon(epsilon: Any) -> None:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon <= 0:
-        raise BudgetError(f"privacy parameter epsilon must be a positive number, got {epsilon!r}")
+#: largest ε accepted with a δ: beyond it (ε, δ) -> ρ conversion overflows and no privacy is left anyway
+MAX_EPSILON = 1e6
 
 
-def _check_delta(delta: Any) -> None:
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (0 < delta < 1):
-        raise BudgetError(f"privacy parameter delta must lie strictly between 0 and 1, got {delta!r}")
+def _is_real(x: Any) -> bool:
+    """A real number that is not a bool: Python int/float and numpy integer/floating scalars (0-d)."""
+    import numbers
+
+    import numpy as np
+
+    if isinstance(x, (bool, np.bool_)):
+        return False
+    if isinstance(x, np.ndarray):
+        return x.ndim == 0 and x.dtype.kind in "iuf"
+    return isinstance(x, numbers.Real)
+
+
+def _show(x: Any) -> str:
+    """A parameter for an error line: its value if it is a short scalar, else its type only."""
+    if isinstance(x, (int, float, str, bool)) or _is_real(x):
+        text = repr(x.item() if hasattr(x, "item") else x)
+        if len(text) <= 40:
+            return text
+    return f"a {type(x).__name__}"
+
+
+def _check_epsilon(epsilon: Any) -> float:
+    if not _is_real(epsilon) or not math.isfinite(float(epsilon)) or float(epsilon) <= 0:
+        raise BudgetError(f"privacy parameter epsilon must be a positive number, got {_show(epsilon)}")
+    if float(epsilon) > MAX_EPSILON:  # the zCDP conversion overflows long before; name the parameter at fault
+        raise BudgetError(f"privacy parameter epsilon = {float(epsilon):g} is too large (at most {MAX_EPSILON:g}): "
+                          "it gives no meaningful privacy and cannot be converted to zCDP")
+    return float(epsilon)
+
+
+def _check_delta(delta: Any) -> float:
+    if not _is_real(delta) or not (0 < float(delta) < 1):
+        raise BudgetError(f"privacy parameter delta must lie strictly between 0 and 1, got {_show(delta)}")
+    return float(delta)

@@ -453,7 +453,8 @@ class AIMGReM(Mechanism):
                 cache[c] = (grem.estimate(c), grem.variance(c))
             est, var = cache[c]
             est = np.asarray(est, dtype=float)
-            answers.append(GroupAnswer(g, est.ravel().copy(), np.full(est.size, var)))
+            answers.append(GroupAnswer(g, est.ravel().copy(), np.full(est.size, var), noise=(
+                "discrete-gaussian" if self.noise_sampler == "discrete" else "gaussian")))
         tensors: dict[str, np.ndarray] = {f"aim_grem.residual.{i:05d}": grem.z[t] for i, t in enumerate(grem.residuals)}
         tensors["aim_grem.precision"] = np.array([grem.lam[t] for t in grem.residuals])
         # self-describing arrays: which residual τ each one is, and its precision λ_τ (0: never measured)

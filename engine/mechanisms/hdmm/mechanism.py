@@ -153,6 +153,16 @@ class HDMM(Mechanism):
         iw, strat, losses, _ = self._cached_select(workload, budget)
         return self._summary(iw, strat, losses, budget)
 
+    def plan_noise(self, workload: Workload, budget: PrivacyBudget) -> list[dict[str, Any]]:
+        """Noise fields of each group's answers: Laplace coefficients (exact intervals) when small."""
+        iw, strat, _, kind = self._cached_select(workload, budget)
+        if kind != "laplace":
+            return [{"noise": kind} for _ in iw.groups]
+        _, _, unit = self.unit_scale(budget)
+        coefs = laplace_coefficients(strat, iw.terms, unit * strat.sensitivity(1))
+        return [{"noise": kind, "noise_coefficients": None if coefs is None else c}
+                for c in (coefs or [None] * len(iw.groups))]
+
     def _cached_select(self, workload: Workload, budget: PrivacyBudget, client: Any = None
                        ) -> tuple[ImplicitWorkload, Strategy, dict[str, float], str]:
         """Strategy selection is data-independent: plan and repeated runs reuse one result."""
@@ -209,11 +219,38 @@ class HDMM(Mechanism):
         estimates = strat.answer(y, iw.terms)
         summary = self._summary(iw, strat, losses, budget)
         row_var = (2.0 * (unit * sens) ** 2) if kind == "laplace" else (unit * sens) ** 2
-        answers = [GroupAnswer(g, est, row_var * v) for g, est, v in zip(iw.groups, estimates, strat.variances(iw.terms))]
+        coefs = laplace_coefficients(strat, iw.terms, unit * sens) if kind == "laplace" else None
+        answers = [GroupAnswer(g, est, row_var * v, noise=kind, noise_coefficients=None if coefs is None else c)
+                   for g, est, v, c in zip(iw.groups, estimates, strat.variances(iw.terms), coefs or iw.groups)]
         if context.progress:
             context.progress("hdmm: answered", 1.0)
         return MechanismResult(answers, report={"plan": summary.to_dict()}, tensors={f"{self.name}.measurements": y})
 
+
+
+#: Laplace answers get their exact noise coefficients when the strategy has at most this many rows and
+#: (rows × answers) stays below this many entries (else intervals use a conservative bound)
+COEFFICIENT_ROWS, COEFFICIENT_ENTRIES = 4096, 4_000_000
+
+
+def laplace_coefficients(strat: Any, terms: Any, scale: float) -> list[np.ndarray] | None:
+    """Per group, the (answers × strategy rows) matrix whose column j is the answer to ``scale · e_j``: the
+    answers' noise is this matrix times iid standard Laplace draws (answers are linear in y = A x + noise).
+    Data-independent; None when too large (see COEFFICIENT_ROWS / COEFFICIENT_ENTRIES)."""
+    rows = strat.rows()
+    if rows > COEFFICIENT_ROWS:
+        return None
+    unit = np.zeros(rows)
+    unit[0] = scale
+    first = strat.answer(unit, terms)
+    if rows * sum(np.asarray(a).size for a in first) > COEFFICIENT_ENTRIES:
+        return None
+    cols = [first]
+    for j in range(1, rows):
+        unit[:] = 0.0
+        unit[j] = scale
+        cols.append(strat.answer(unit, terms))
+    return [np.stack([np.asarray(c[i], dtype=float).ravel() for c in cols], axis=1) for i in range(len(first))]
 
 
 class StrategyRelease:

@@ -131,7 +131,7 @@ class QuerySmasher(Mechanism):
         answers = []
         for g in workload:
             est = answer_group(g, resid, domain)
-            answers.append(GroupAnswer(g, est, query_variances(g, sols, domain)))
+            answers.append(GroupAnswer(g, est, query_variances(g, sols, domain), noise="gaussian"))
         summary = _summary(workload, budget, sols, info)
         report = {"mechanism": self.name, "rho_spent": spend, "expected_rmse": summary.rmse, **info}
         return MechanismResult(answers, report=report)

@@ -28,7 +28,8 @@ import numpy as np
 
 from privcube.domain import Domain
 from privcube.errors import BudgetError, CheckpointError, ConfigError, MemoryLimitError, WorkloadError
-from privcube.mechanisms.aim_grem import annealing, crp, selection
+from privcube.mechanisms.aim_grem import annealing, crp, selection, strategy
+from privcube.mechanisms.aim_grem.completion import LocalCompletion, global_values
 from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals, MarginalTable, measurable
 from privcube.mechanisms.aim_grem.state import AIMState, normalise
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, RunContext
@@ -90,6 +91,10 @@ class AIMGReM(Mechanism):
         "eta": crp.ETA,              # drop residuals whose budget share p_τ x_τ is below eta
         "oracle_batch_cells": 50_000_000,   # true marginals are requested in batches of at most this many cells
         "distribute_min_cells": 20_000_000,  # with a client, keep estimates on workers from this many cells
+        "completion": "maxent",      # maxent: unmeasured residuals implied by the measured ones | zero (paper)
+        "completion_max_cells": 1 << 20,  # global max-entropy pass at release when the full domain is this small
+        "strategy": "adaptive",      # adaptive | measure-all (ResidualPlanner on the workload) | auto-suggest
+        "measure_all_threshold": strategy.THRESHOLD,  # suggest measure-all below this expected error / total
     }
 
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:
@@ -108,6 +113,16 @@ class AIMGReM(Mechanism):
         eta = p["eta"]
         if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 <= eta < 1:
             raise ConfigError(f"aim-grem: eta must lie in [0, 1), got {eta!r}")
+        if p["completion"] not in ("maxent", "zero"):
+            raise ConfigError(f"aim-grem: completion must be 'maxent' or 'zero', got {p['completion']!r}")
+        if p["strategy"] not in strategy.STRATEGIES:
+            raise ConfigError(f"aim-grem: strategy must be one of {list(strategy.STRATEGIES)}, got {p['strategy']!r}")
+        thr = p["measure_all_threshold"]
+        if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not thr > 0:
+            raise ConfigError(f"aim-grem: measure_all_threshold must be a positive number, got {thr!r}")
+        cmc = p["completion_max_cells"]
+        if isinstance(cmc, bool) or not isinstance(cmc, int) or cmc < 0:
+            raise ConfigError(f"aim-grem: completion_max_cells must be a non-negative integer, got {cmc!r}")
         for key in ("memory_limit_bytes", "oracle_batch_cells", "distribute_min_cells"):
             v = p[key]
             if key == "memory_limit_bytes" and v is None:
@@ -188,6 +203,7 @@ class AIMGReM(Mechanism):
             "measure": self.measure_mode, "update": self.params["update"],
             "crp_solver": self.params["crp_solver"], "eta": self.params["eta"],
             "noise": noise.to_dict() if hasattr(noise, "to_dict") else None,
+            "completion": self.params["completion"],
         })
 
     # ------------------------------------------------------------------------------ data access
@@ -269,6 +285,8 @@ class AIMGReM(Mechanism):
         prob = self.problem(oracle.domain, workload, ctx.client)
         if ledger is None or noise is None:
             raise ConfigError("aim-grem: a PrivacyLedger and a NoiseSource are required")
+        if self.params["strategy"] == "measure-all":
+            return self._measure_all(oracle, workload, budget, ledger, noise, ctx)
         rho_total = float(min(budget.rho, ledger.budget.rho))
         identity = self._identity(prob, rho_total, noise)
         payload = None
@@ -282,6 +300,8 @@ class AIMGReM(Mechanism):
         table = self._table(oracle, prob, ctx)
         try:
             grem = GReMState(prob.domain, prob.closure, table, self.params["update"])
+            if self.params["completion"] == "maxent":
+                grem.use_completion(LocalCompletion(prob.domain, grem.residuals))
             if payload is not None:
                 st, saved_ledger = AIMState.restore(payload, grem, identity)
                 self._restore_ledger(ledger, saved_ledger)
@@ -296,9 +316,59 @@ class AIMGReM(Mechanism):
             if ctx.checkpoint is not None:
                 grem.journal = []
             self._loop(prob, grem, st, ledger, noise, ctx, identity)
-            return self._result(workload, prob, grem, st)
+            completion = self._complete_globally(prob, grem)
+            result = self._result(workload, prob, grem, st)
+            result.report["completion"] = completion
+            result.report["strategy"] = self._strategy_report(workload, st.rho_total, float(grem.z[()]))
+            return result
         finally:
             table.close()
+
+    def _measure_all(self, oracle: MarginalOracle, workload: Workload, budget: Any, ledger: Any, noise: Any,
+                     ctx: RunContext) -> MechanismResult:
+        """``strategy: measure-all``: ResidualPlanner on the whole workload with the same budget (the user's
+        choice, never made on private data); its report says so and carries the public test."""
+        from privcube.mechanisms.residual_planner import ResidualPlanner
+
+        rp = ResidualPlanner()
+        if self.noise_sampler == "discrete":
+            rp.use_noise_sampler("discrete")
+        rho = float(min(budget.rho, ledger.budget.rho, ledger.remaining_rho))
+        result = rp.run(oracle, workload, rho, ledger, noise, ctx)
+        total = float(np.sum(result.answers[0].estimate)) if result.answers else 0.0
+        result.report = {**result.report, "mechanism": TAG, "strategy": {
+            "chosen": "measure-all", "measured_by": "residual-planner", **self._test(workload, rho, total)}}
+        return result
+
+    def _test(self, workload: Workload, rho: float, total: float) -> dict[str, Any]:
+        return strategy.measure_all_test(workload, rho, total, float(self.params["measure_all_threshold"]))
+
+    def _strategy_report(self, workload: Workload, rho: float, total: float) -> dict[str, Any]:
+        """The data-independent measure-all test beside what was run (adaptive)."""
+        out = {"chosen": "adaptive", **self._test(workload, rho, total)}
+        if self.params["strategy"] == "auto-suggest" and out["suggestion"] == "measure-all":
+            out["advice"] = ("the public test expects measuring the whole workload (strategy: measure-all) "
+                             "to be more accurate at this budget; this run stayed adaptive as configured")
+        return out
+
+    def _complete_globally(self, prob: Problem, grem: GReMState) -> dict[str, Any]:
+        """Release-time completion: one max-entropy fit over the full domain when it has at most
+        ``completion_max_cells`` cells (else the per-round local completion stands)."""
+        if self.params["completion"] != "maxent":
+            return {"method": "zero", "note": "unmeasured residuals are estimated as zero (GReM-MLE as in the paper)"}
+        grem.flush()
+        attrs = [a for a in prob.domain.attributes if any(a in c for c in prob.closure)]
+        cells = math.prod(prob.domain[a] for a in attrs)
+        unmeasured = [t for t in grem.residuals if len(t) >= 2 and grem.lam[t] <= 0]
+        out = {"method": "maxent", "unmeasured_residuals": len(unmeasured), "full_domain_cells": cells,
+               "local": "per round: top residual of the max-entropy distribution on each unmeasured clique given "
+                        "its estimated (clipped, renormalised) sub-marginals, bottom-up, incremental"}
+        if unmeasured and 0 < cells <= self.params["completion_max_cells"]:
+            grem.set_completed(global_values(attrs, grem.z, grem.lam, prob.domain, unmeasured))
+            out["global"] = "IPF over the full domain fitting the maximal measured cliques (at release)"
+        else:
+            out["global"] = None
+        return out
 
     def _restore_ledger(self, ledger: Any, saved: Mapping[str, Any] | None) -> None:
         """Bring the caller's ledger to the checkpoint's charges (replayed into a fresh ledger)."""
@@ -467,8 +537,10 @@ class AIMGReM(Mechanism):
             "init": st.init, "candidates": len(prob.candidates), "closure": len(prob.closure),
             "trace": st.trace, "residuals": [list(t) for t in grem.residuals],
             "unmeasured_residuals": {"-".join(c) or "total": len(grem.unmeasured(c)) for c in prob.cliques},
-            "variance_note": "per-cell noise variance from measured residuals; unmeasured residuals are estimated "
-                             "as zero (a bias not included in the variance)",
+            "variance_note": "per-cell noise variance of the measured residuals only; unmeasured residuals are "
+                             + ("completed from the measured ones (maximum entropy; a model bias plus propagated "
+                                "noise, neither included in the variance)" if self.params["completion"] == "maxent"
+                                else "estimated as zero (a bias not included in the variance)"),
         }
         return MechanismResult(answers=answers, report=report, tensors=tensors, tensor_attrs=attrs)
 

@@ -141,6 +141,7 @@ class AIMState:
                     grem.z[t] = zs[t].copy()
                     grem.lam[t] = float(lam[i])
                 grem.table.load({c: arrays[f"mu.{j}"] for j, c in enumerate(grem.table.cliques)})
+                grem.recomplete()  # the stored estimates already hold the completed values; rebuild them
             b = meta["budget"]
             st = cls(round=int(meta["round"]),
                      budget=RoundBudget(float(b["rho_select"]), float(b["rho_measure"]), bool(b["final"])),

@@ -30,7 +30,7 @@ from privcube.domain import Domain
 from privcube.errors import BudgetError, CheckpointError, ConfigError, MemoryLimitError, WorkloadError
 from privcube.mechanisms.aim_grem import annealing, crp, selection, strategy
 from privcube.mechanisms.aim_grem.completion import LocalCompletion, global_values
-from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals, MarginalTable, measurable
+from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals, MarginalTable, measurable, reconstruct
 from privcube.mechanisms.aim_grem.state import AIMState, normalise
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, RunContext
 from privcube.oracle import MarginalOracle, marginal_futures
@@ -93,6 +93,7 @@ class AIMGReM(Mechanism):
         "distribute_min_cells": 20_000_000,  # with a client, keep estimates on workers from this many cells
         "completion": "maxent",      # maxent: unmeasured residuals implied by the measured ones | zero (paper)
         "completion_max_cells": 1 << 20,  # global max-entropy pass at release when the full domain is this small
+        "anneal_on": "measured",     # measured: GReM-MLE of measured residuals | completed: the completed estimate
         "strategy": "adaptive",      # adaptive | measure-all (ResidualPlanner on the workload) | auto-suggest
         "measure_all_threshold": strategy.THRESHOLD,  # suggest measure-all below this expected error / total
     }
@@ -115,6 +116,8 @@ class AIMGReM(Mechanism):
             raise ConfigError(f"aim-grem: eta must lie in [0, 1), got {eta!r}")
         if p["completion"] not in ("maxent", "zero"):
             raise ConfigError(f"aim-grem: completion must be 'maxent' or 'zero', got {p['completion']!r}")
+        if p["anneal_on"] not in ("measured", "completed"):
+            raise ConfigError(f"aim-grem: anneal_on must be 'measured' or 'completed', got {p['anneal_on']!r}")
         if p["strategy"] not in strategy.STRATEGIES:
             raise ConfigError(f"aim-grem: strategy must be one of {list(strategy.STRATEGIES)}, got {p['strategy']!r}")
         thr = p["measure_all_threshold"]
@@ -203,7 +206,7 @@ class AIMGReM(Mechanism):
             "measure": self.measure_mode, "update": self.params["update"],
             "crp_solver": self.params["crp_solver"], "eta": self.params["eta"],
             "noise": noise.to_dict() if hasattr(noise, "to_dict") else None,
-            "completion": self.params["completion"],
+            "completion": self.params["completion"], "anneal_on": self.params["anneal_on"],
         })
 
     # ------------------------------------------------------------------------------ data access
@@ -474,10 +477,10 @@ class AIMGReM(Mechanism):
             ledger.charge(f"{TAG} round {t} measure", rho=rho_meas, round=t, clique=list(gamma),
                           sigma=math.sqrt(sigma2), residuals=len(plan.sigma2), realized_rho=realized)
             st.rho_used += rho_meas
-            before = grem.estimate(gamma)
+            before = self._anneal_estimate(grem, gamma)
             self._measure(gamma, plan, sigma2, grem, noise, t)
             grem.flush()
-            after = grem.estimate(gamma)
+            after = self._anneal_estimate(grem, gamma)
             annealed = annealing.should_anneal(before, after, math.sqrt(sigma2))
             st.trace.append({
                 "round": t, "clique": list(gamma), "rho_select": b.rho_select, "rho_measure": rho_meas,
@@ -494,6 +497,14 @@ class AIMGReM(Mechanism):
             self._save(ctx, st, grem, ledger, identity)
             if ctx.progress is not None:
                 ctx.progress(TAG, min(1.0, st.rho_used / st.rho_total))
+
+    def _anneal_estimate(self, grem: GReMState, gamma: Clique) -> np.ndarray:
+        """The estimate the annealing test compares before and after a round: by default GReM-MLE from the
+        measured residuals alone (the completion predicts well, so measured-vs-completed changes are small
+        and would anneal the budget after few rounds, leaving most of the workload unmeasured)."""
+        if self.params["anneal_on"] == "measured":
+            return reconstruct(gamma, grem.z, prob_sizes(grem))
+        return grem.estimate(gamma)
 
     def _measure(self, gamma: Clique, plan: crp.CRPPlan, sigma2: float, grem: GReMState, noise: Any, t: int) -> None:
         """Alg. 5 per residual (CRP), or one isotropic draw on μ_γ decomposed into all its residuals (IID).
@@ -546,6 +557,11 @@ class AIMGReM(Mechanism):
 
 
 __all__ = ["AIMGReM", "Problem"]
+
+
+def prob_sizes(grem: GReMState) -> Any:
+    """The domain (attribute sizes) a GReM state works on."""
+    return grem.sizes
 
 
 def _rest(total: float, ledger: Any) -> float:

@@ -502,7 +502,7 @@ class AIMGReM(Mechanism):
         """The estimate the annealing test compares before and after a round: by default GReM-MLE from the
         measured residuals alone (the completion predicts well, so measured-vs-completed changes are small
         and would anneal the budget after few rounds, leaving most of the workload unmeasured)."""
-        if self.params["anneal_on"] == "measured":
+        if self.params["anneal_on"] == "measured" and grem.completion is not None:
             return reconstruct(gamma, grem.z, prob_sizes(grem))
         return grem.estimate(gamma)
 

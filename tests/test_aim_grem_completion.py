@@ -178,7 +178,7 @@ def test_auto_suggest_reports_and_stays_adaptive():
 
 
 @pytest.mark.parametrize("bad", [{"completion": "ipf"}, {"strategy": "always"}, {"measure_all_threshold": 0},
-                                 {"anneal_on": "truth"}])
+                                 {"anneal_on": "truth"}, {"selection_on": "truth"}])
 def test_bad_parameters_are_refused(bad):
     from privcube.errors import ConfigError
 
@@ -191,3 +191,12 @@ def test_marginal_helper_sums_residual_components():
     z = {t: decomp(joint.sum(axis=tuple(i for i, a in enumerate(DOM.attributes) if a not in t)), t, t)
          for k in range(4) for t in itertools.combinations(DOM.attributes, k)}
     assert np.allclose(marginal(("a", "b", "c"), z, DOM), joint)
+
+
+def test_selection_on_measured_completes_at_release_only():
+    res, ledger, budget = _run({"selection_on": "measured", "completion_max_cells": 0})
+    paper, _, _ = _run({"completion": "zero"})
+    assert res.report["trace"] == paper.report["trace"]  # the loop is the paper's
+    assert "at release only" in res.report["completion"]["local"]
+    assert any(not np.allclose(x.estimate, y.estimate) for x, y in zip(res.answers, paper.answers))
+    assert ledger.spent_rho <= budget.rho * (1 + 1e-12)

@@ -105,14 +105,6 @@ def batch_ipf(targets: Sequence[np.ndarray], total: float, iters: int = IPF_ITER
     return q
 
 
-def local_value(tau: Clique, z: Mapping[Clique, np.ndarray], sizes: Sizes, total: float) -> np.ndarray:
-    """Top residual of the max-entropy distribution on τ matching its (|τ|−1)-way estimated sub-marginals."""
-    k = len(tau)
-    targets = [clip_total(marginal(tuple(a for j, a in enumerate(tau) if j != i), z, sizes), total)[None]
-               for i in range(k)]
-    return top_residuals(batch_ipf(targets, total))[0]
-
-
 class LocalCompletion:
     """Incremental bottom-up completion of the unmeasured residuals of W↓ (see module docstring)."""
 
@@ -194,7 +186,7 @@ class LocalCompletion:
         return eff
 
 
-def measured_cliques(z: Mapping[Clique, np.ndarray], lam: Mapping[Clique, float], sizes: Sizes) -> list[Clique]:
+def measured_cliques(z: Mapping[Clique, np.ndarray], lam: Mapping[Clique, float]) -> list[Clique]:
     """Maximal residuals τ that are measured together with every measurable subset (the model's cliques)."""
     def subsets_measured(t: Clique) -> bool:
         k = len(t)
@@ -218,7 +210,7 @@ def global_values(attrs: Sequence[str], z: Mapping[Clique, np.ndarray], lam: Map
     meas = {t: v for t, v in z.items() if lam.get(t, 0.0) > 0}
     total = max(float(np.asarray(z.get((), 0.0))), 1.0)
     targets = []
-    for c in measured_cliques(z, lam, sizes):
+    for c in measured_cliques(z, lam):
         c = tuple(sorted(c, key=pos.__getitem__))
         targets.append((tuple(pos[a] for a in c), clip_total(marginal(c, meas, sizes), total)))
     q = ipf(shape, targets, total, iters=iters)
@@ -232,4 +224,4 @@ def global_values(attrs: Sequence[str], z: Mapping[Clique, np.ndarray], lam: Map
     return out
 
 
-__all__ = ["LocalCompletion", "clip_total", "global_values", "ipf", "local_value", "marginal", "measured_cliques"]
+__all__ = ["LocalCompletion", "clip_total", "global_values", "batch_ipf", "ipf", "marginal", "measured_cliques"]

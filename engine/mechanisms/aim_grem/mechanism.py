@@ -93,6 +93,7 @@ class AIMGReM(Mechanism):
         "distribute_min_cells": 20_000_000,  # with a client, keep estimates on workers from this many cells
         "completion": "maxent",      # maxent: unmeasured residuals implied by the measured ones | zero (paper)
         "completion_max_cells": 1 << 20,  # global max-entropy pass at release when the full domain is this small
+        "selection_on": "completed",  # completed: scores on completed estimates | measured: the paper's (complete at release)
         "anneal_on": "measured",     # measured: GReM-MLE of measured residuals | completed: the completed estimate
         "strategy": "adaptive",      # adaptive | measure-all (ResidualPlanner on the workload) | auto-suggest
         "measure_all_threshold": strategy.THRESHOLD,  # suggest measure-all below this expected error / total
@@ -116,6 +117,8 @@ class AIMGReM(Mechanism):
             raise ConfigError(f"aim-grem: eta must lie in [0, 1), got {eta!r}")
         if p["completion"] not in ("maxent", "zero"):
             raise ConfigError(f"aim-grem: completion must be 'maxent' or 'zero', got {p['completion']!r}")
+        if p["selection_on"] not in ("measured", "completed"):
+            raise ConfigError(f"aim-grem: selection_on must be 'measured' or 'completed', got {p['selection_on']!r}")
         if p["anneal_on"] not in ("measured", "completed"):
             raise ConfigError(f"aim-grem: anneal_on must be 'measured' or 'completed', got {p['anneal_on']!r}")
         if p["strategy"] not in strategy.STRATEGIES:
@@ -207,6 +210,7 @@ class AIMGReM(Mechanism):
             "crp_solver": self.params["crp_solver"], "eta": self.params["eta"],
             "noise": noise.to_dict() if hasattr(noise, "to_dict") else None,
             "completion": self.params["completion"], "anneal_on": self.params["anneal_on"],
+            "selection_on": self.params["selection_on"],
         })
 
     # ------------------------------------------------------------------------------ data access
@@ -303,7 +307,7 @@ class AIMGReM(Mechanism):
         table = self._table(oracle, prob, ctx)
         try:
             grem = GReMState(prob.domain, prob.closure, table, self.params["update"])
-            if self.params["completion"] == "maxent":
+            if self.params["completion"] == "maxent" and self.params["selection_on"] == "completed":
                 grem.use_completion(LocalCompletion(prob.domain, grem.residuals))
             if payload is not None:
                 st, saved_ledger = AIMState.restore(payload, grem, identity)
@@ -366,6 +370,12 @@ class AIMGReM(Mechanism):
         out = {"method": "maxent", "unmeasured_residuals": len(unmeasured), "full_domain_cells": cells,
                "local": "per round: top residual of the max-entropy distribution on each unmeasured clique given "
                         "its estimated (clipped, renormalised) sub-marginals, bottom-up, incremental"}
+        if grem.completion is None:  # selection_on: measured -- the loop ran the paper's GReM-MLE
+            local = LocalCompletion(prob.domain, grem.residuals)
+            local.update(grem.z, grem.lam, [], everything=True)
+            grem.use_completion(LocalCompletion(prob.domain, grem.residuals))
+            grem.set_completed(local.value)
+            out["local"] = "at release only (selection_on: measured): " + out["local"]
         if unmeasured and 0 < cells <= self.params["completion_max_cells"]:
             grem.set_completed(global_values(attrs, grem.z, grem.lam, prob.domain, unmeasured))
             out["global"] = "IPF over the full domain fitting the maximal measured cliques (at release)"

@@ -178,7 +178,8 @@ def test_auto_suggest_reports_and_stays_adaptive():
 
 
 @pytest.mark.parametrize("bad", [{"completion": "ipf"}, {"strategy": "always"}, {"measure_all_threshold": 0},
-                                 {"anneal_on": "truth"}, {"selection_on": "truth"}])
+                                 {"anneal_on": "truth"}, {"selection_on": "truth"},
+                                 {"selection_threshold": -1}])
 def test_bad_parameters_are_refused(bad):
     from privcube.errors import ConfigError
 
@@ -200,3 +201,33 @@ def test_selection_on_measured_completes_at_release_only():
     assert "at release only" in res.report["completion"]["local"]
     assert any(not np.allclose(x.estimate, y.estimate) for x, y in zip(res.answers, paper.answers))
     assert ledger.spent_rho <= budget.rho * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("mode", [{"selection_on": "completed"},
+                                  {"selection_on": "auto", "selection_threshold": 1e-12},  # auto -> completed
+                                  {"selection_on": "auto", "selection_threshold": 1e12}])  # auto -> measured
+@pytest.mark.parametrize("max_log", [0, 1000])  # a snapshot every round / only the first base and a log
+def test_resume_with_completion_equals_uninterrupted(tmp_path, mode, max_log):
+    from privcube.mechanisms.base import RunContext
+    from privcube.storage.checkpoint import RunCheckpoint
+
+    dom, rec = _records()
+    budget = PrivacyBudget.from_rho(0.05)
+    w = Workload.kway(dom, 3)
+
+    def run(params, ctx=None):
+        led = PrivacyLedger(budget)
+        return AIMGReM({**mode, **params}).run(ArrayOracle(dom, rec), w, budget, led, NoiseSource(5), ctx), led
+
+    full, full_led = run({})
+    want = "measured" if mode.get("selection_threshold", 0) > 1 else "completed"
+    assert full.report["completion"]["selection_on"] == want
+    k = full.report["rounds"] // 2
+    assert k >= 1
+    store = tmp_path / "store.zarr"
+    run({"max_rounds": k}, RunContext(checkpoint=RunCheckpoint(store, identity={"s": 5}, max_log=max_log)))
+    res, led = run({}, RunContext(checkpoint=RunCheckpoint(store, identity={"s": 5}, max_log=max_log), resume=True))
+    assert res.report["trace"] == full.report["trace"]
+    assert led.charges == full_led.charges
+    for a, b in zip(res.answers, full.answers):
+        assert np.array_equal(a.estimate, b.estimate)

@@ -93,7 +93,10 @@ class AIMGReM(Mechanism):
         "distribute_min_cells": 20_000_000,  # with a client, keep estimates on workers from this many cells
         "completion": "maxent",      # maxent: unmeasured residuals implied by the measured ones | zero (paper)
         "completion_max_cells": 1 << 20,  # global max-entropy pass at release when the full domain is this small
-        "selection_on": "completed",  # completed: scores on completed estimates | measured: the paper's (complete at release)
+        "selection_on": "auto",      # completed: scores on completed estimates | measured: the paper's (complete at
+                                     # release) | auto: measured when the public measure-all test is below
+                                     # selection_threshold (after the initial measurements), else completed
+        "selection_threshold": strategy.SELECTION_THRESHOLD,
         "anneal_on": "measured",     # measured: GReM-MLE of measured residuals | completed: the completed estimate
         "strategy": "adaptive",      # adaptive | measure-all (ResidualPlanner on the workload) | auto-suggest
         "measure_all_threshold": strategy.THRESHOLD,  # suggest measure-all below this expected error / total
@@ -117,8 +120,11 @@ class AIMGReM(Mechanism):
             raise ConfigError(f"aim-grem: eta must lie in [0, 1), got {eta!r}")
         if p["completion"] not in ("maxent", "zero"):
             raise ConfigError(f"aim-grem: completion must be 'maxent' or 'zero', got {p['completion']!r}")
-        if p["selection_on"] not in ("measured", "completed"):
-            raise ConfigError(f"aim-grem: selection_on must be 'measured' or 'completed', got {p['selection_on']!r}")
+        if p["selection_on"] not in ("auto", "measured", "completed"):
+            raise ConfigError(f"aim-grem: selection_on must be 'auto', 'measured' or 'completed', got {p['selection_on']!r}")
+        st_ = p["selection_threshold"]
+        if isinstance(st_, bool) or not isinstance(st_, (int, float)) or not st_ > 0:
+            raise ConfigError(f"aim-grem: selection_threshold must be a positive number, got {st_!r}")
         if p["anneal_on"] not in ("measured", "completed"):
             raise ConfigError(f"aim-grem: anneal_on must be 'measured' or 'completed', got {p['anneal_on']!r}")
         if p["strategy"] not in strategy.STRATEGIES:
@@ -210,7 +216,7 @@ class AIMGReM(Mechanism):
             "crp_solver": self.params["crp_solver"], "eta": self.params["eta"],
             "noise": noise.to_dict() if hasattr(noise, "to_dict") else None,
             "completion": self.params["completion"], "anneal_on": self.params["anneal_on"],
-            "selection_on": self.params["selection_on"],
+            "selection_on": self.params["selection_on"], "selection_threshold": self.params["selection_threshold"],
         })
 
     # ------------------------------------------------------------------------------ data access
@@ -307,10 +313,12 @@ class AIMGReM(Mechanism):
         table = self._table(oracle, prob, ctx)
         try:
             grem = GReMState(prob.domain, prob.closure, table, self.params["update"])
-            if self.params["completion"] == "maxent" and self.params["selection_on"] == "completed":
+            if self.params["completion"] == "maxent" and self.params["selection_on"] == "completed":  # from the start
                 grem.use_completion(LocalCompletion(prob.domain, grem.residuals))
             if payload is not None:
-                st, saved_ledger = AIMState.restore(payload, grem, identity)
+                st, saved_ledger = AIMState.restore(
+                    payload, grem, identity,
+                    lambda init, snapshot: self._start_completion(prob, grem, init.get("selection_on"), snapshot))
                 self._restore_ledger(ledger, saved_ledger)
             else:
                 if ledger.remaining_rho < rho_total * (1 - 1e-12):
@@ -319,17 +327,46 @@ class AIMGReM(Mechanism):
                 if ctx.checkpoint is not None:
                     grem.journal = []
                 st = self._initialise(prob, grem, ledger, noise, rho_total)
+                st.init["selection_on"] = self._choose_selection(workload, rho_total, grem)
+                self._start_completion(prob, grem, st.init["selection_on"], snapshot=False)
                 self._save(ctx, st, grem, ledger, identity, first=True)
             if ctx.checkpoint is not None:
                 grem.journal = []
             self._loop(prob, grem, st, ledger, noise, ctx, identity)
             completion = self._complete_globally(prob, grem)
             result = self._result(workload, prob, grem, st)
-            result.report["completion"] = completion
+            result.report["completion"] = {**completion, "selection_on": st.init.get("selection_on")}
             result.report["strategy"] = self._strategy_report(workload, st.rho_total, float(grem.z[()]))
             return result
         finally:
             table.close()
+
+    def _choose_selection(self, workload: Workload, rho: float, grem: GReMState) -> str:
+        """What the loop scores: ``completed`` or ``measured`` estimates. ``auto`` decides after the initial
+        measurements from public quantities and the released total only (the measure-all test): when
+        measuring everything would already be accurate (expected error ≤ ``selection_threshold``), the
+        paper's scores, which keep measuring new marginals, do better; otherwise completed scores."""
+        mode = self.params["selection_on"]
+        if self.params["completion"] != "maxent":
+            return "measured"
+        if mode != "auto":
+            return mode
+        grem.flush()
+        e_rp = self._test(workload, rho, float(grem.z[()]))["measure_all_expected_error"]
+        return "measured" if e_rp <= self.params["selection_threshold"] else "completed"
+
+    def _start_completion(self, prob: Problem, grem: GReMState, mode: str | None, snapshot: bool) -> None:
+        """``selection_on: auto`` chose completed scores after the initial measurements: complete now
+        (into the table, or, restoring a snapshot whose table already holds it, the values only)."""
+        if self.params["selection_on"] != "auto" or mode != "completed" or grem.completion is not None:
+            return
+        grem.use_completion(LocalCompletion(prob.domain, grem.residuals))
+        if snapshot:
+            grem.recomplete()
+            return
+        local = LocalCompletion(prob.domain, grem.residuals)
+        local.update(grem.z, grem.lam, [], everything=True)
+        grem.set_completed(local.value)
 
     def _measure_all(self, oracle: MarginalOracle, workload: Workload, budget: Any, ledger: Any, noise: Any,
                      ctx: RunContext) -> MechanismResult:

@@ -18,6 +18,7 @@ from typing import Any
 from privcube.workload import Workload
 
 STRATEGIES = ("adaptive", "measure-all", "auto-suggest")
+SELECTION_THRESHOLD = 0.02  # selection_on: auto scores measured estimates at or below this (nltcs eps >= 1)
 THRESHOLD = 0.1  # calibrated on nltcs/adult15 (benchmarks/aim_vs_pgm.py); see README aim-grem lines
 
 
@@ -44,4 +45,4 @@ def measure_all_test(workload: Workload, rho: float, total: float, threshold: fl
     }
 
 
-__all__ = ["STRATEGIES", "THRESHOLD", "measure_all_test"]
+__all__ = ["SELECTION_THRESHOLD", "STRATEGIES", "THRESHOLD", "measure_all_test"]

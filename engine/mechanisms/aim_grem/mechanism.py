@@ -12,6 +12,10 @@ workers, next to the sharded estimates, where selection scores (L1 errors) and t
 are computed; the driver receives only noisy arrays, scores and estimates (noise keyed as above, so
 the result equals the in-memory path's bit for bit).
 
+Completion (:mod:`.completion`, no budget): unmeasured residuals get the maximum-entropy values implied by
+the measured ones instead of zero, in the answers and, per ``selection_on``, in the selection scores;
+``strategy`` offers measuring the whole workload with ResidualPlanner, with a public test in the report.
+
 Checkpoints: the first is a small base (the initial measurements); each later round appends an
 O(change) record (its noisy measurements, trace row, ledger charges, next budget), with a full
 snapshot only when the log outgrows the state. A resume replays the records through the same

@@ -12,6 +12,13 @@ exact counts, μ̂_M the mechanism's estimate as released (no clipping or roundi
 The exact counts are a NON-PRIVATE evaluation diagnostic computed by this script from the raw CSV; they
 are never given to either mechanism.
 
+A second table puts ``estimate`` and ``published`` errors side by side: ``published`` is the engine's
+non-negative consistent reconstruction (issue 14 item 1) when the answers carry it, else "n/a" beside a
+clearly labelled stand-in (each marginal clipped at 0 and rescaled to its own total, "c+r*"); with the mean
+[min–max] over seeds, ResidualPlanner beside it, AIM+PGM's figures recorded at stop 12 where PGM is not run,
+and the suggestion of aim-grem's public measure-all test. ``--ours-params`` passes aim-grem parameters
+(e.g. ``'{"completion": "zero"}'`` for the paper's zero-fill).
+
 Every run is a separate subprocess so its peak RSS (``wait4`` ru_maxrss) and wall time are its own:
   - ours/RP: the project's Python, from the same config mapping (``data``/``mechanism``/``workload: [{kway:
     3}]``/``privacy: {epsilon, delta}``), default (in-process, no dask cluster) scheduler. ``--ours-mode

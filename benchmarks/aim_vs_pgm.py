@@ -12,6 +12,13 @@ exact counts, μ̂_M the mechanism's estimate as released (no clipping or roundi
 The exact counts are a NON-PRIVATE evaluation diagnostic computed by this script from the raw CSV; they
 are never given to either mechanism.
 
+A second table puts ``estimate`` and ``published`` errors side by side: ``published`` is the engine's
+non-negative consistent reconstruction (issue 14 item 1) when the answers carry it, else "n/a" beside a
+clearly labelled stand-in (each marginal clipped at 0 and rescaled to its own total, "c+r*"); with the mean
+[min–max] over seeds, ResidualPlanner beside it, AIM+PGM's figures recorded at stop 12 where PGM is not run,
+and the suggestion of aim-grem's public measure-all test. ``--ours-params`` passes aim-grem parameters
+(e.g. ``'{"completion": "zero"}'`` for the paper's zero-fill).
+
 Every run is a separate subprocess so its peak RSS (``wait4`` ru_maxrss) and wall time are its own:
   - ours/RP: the project's Python, from the same config mapping (``data``/``mechanism``/``workload: [{kway:
     3}]``/``privacy: {epsilon, delta}``), default (in-process, no dask cluster) scheduler. ``--ours-mode
@@ -70,6 +77,9 @@ SIDES = ("ours", "rp", "pgm")
 LABEL = {"ours": "AIM+GReM (privcube)", "rp": "ResidualPlanner (privcube)", "pgm": "AIM+PGM (opendp[mbi])"}
 DEFAULT_VENV = "/tmp/privcube-pgm-venv"
 DEFAULT_OUT = "/tmp/privcube-aim-vs-pgm/results.json"
+# AIM+PGM errors recorded at stop 12 (this script, same ρ, 2 threads; 15–40 min per cell, so not re-run):
+RECORDED_PGM = {("nltcs", 0.3): 0.04289, ("nltcs", 1.0): 0.01797, ("nltcs", 3.0): 0.00990, ("nltcs", 10.0): "DNF > 2401 s",
+                ("adult15", 1.0): "DNF > 3001 s"}
 NONPRIVATE_NOTE = ("NOTE: the exact marginal counts used to score every mechanism are a NON-PRIVATE "
                    "evaluation diagnostic computed from the raw data; no mechanism sees them.")
 
@@ -113,6 +123,15 @@ def exact_marginal(codes: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
     return np.bincount(flat, minlength=int(np.prod(sizes))).reshape(sizes).astype(float)
 
 
+def clip_renormalise(est: np.ndarray) -> np.ndarray:
+    """STAND-IN for ``published`` (post-processing): negative cells set to 0, rescaled to the estimate's own
+    (released) total. Not consistent across marginals; used only where the answers carry no ``published``."""
+    est = np.asarray(est, float)
+    pos = np.maximum(est, 0.0)
+    s = float(pos.sum())
+    return pos * (float(est.sum()) / s) if s > 0 and est.sum() > 0 else pos
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     """a / b, or None if either is unknown."""
     if a is None or b is None or b == 0:
@@ -129,10 +148,17 @@ def summarise(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     failed = [r for r in runs if r.get("status") == "error"]
     out: dict[str, Any] = {"trials": len(runs), "finished": len(ok)}
     if ok:
-        for key in ("time_s", "wall_s", "error", "error_raw", "error_clip0", "negative_mass", "peak_rss_mb"):
+        for key in ("time_s", "wall_s", "error", "error_raw", "error_clip0", "negative_mass", "peak_rss_mb",
+                    "error_published", "error_cliprenorm"):
             vals = [r[key] for r in ok if r.get(key) is not None]
-            out[key] = float(np.mean(vals)) if vals else None
+            out[key] = float(np.mean(vals)) if vals and len(vals) == len(ok) else None
         out["error_sd"] = float(np.std([r["error"] for r in ok])) if len(ok) > 1 else None
+        for key in ("error", "error_published", "error_cliprenorm"):
+            vals = [r[key] for r in ok if r.get(key) is not None]
+            if len(vals) > 1 and len(vals) == len(ok):
+                out[f"{key}_min"], out[f"{key}_max"] = float(min(vals)), float(max(vals))
+        sugg = [((r.get("extra") or {}).get("strategy") or {}).get("suggestion") for r in ok]
+        out["suggestion"] = sugg[0] if sugg and all(x == sugg[0] for x in sugg) else None
     out["status"] = "ok" if len(ok) == len(runs) and runs else ("dnf" if dnf else ("error" if failed else (
         "skipped" if skipped else "none")))
     if dnf:
@@ -174,7 +200,7 @@ import numpy as np
 spec = json.loads(open(sys.argv[1]).read())
 from privcube import api
 cfg = {"data": {"path": spec["csv"], "domain": spec["domain_json"]},
-       "mechanism": {"name": spec["mechanism"]},
+       "mechanism": {"name": spec["mechanism"], **spec.get("params", {})},
        "workload": [{"kway": 3}],
        "privacy": {"epsilon": spec["epsilon"], "delta": spec["delta"]}}
 if spec["mode"] == "api":  # the full public entry point: run directory, per-round checkpoints, outputs
@@ -204,11 +230,17 @@ arrays = {}
 for i, clique in enumerate(spec["cliques"]):
     a = by_set[frozenset(clique)]
     attrs = list(a.group.attributes)
+    perm = [attrs.index(x) for x in clique]
     arr = np.asarray(a.estimate, float).reshape([sizes[x] for x in attrs])
-    arrays[f"m{i}"] = np.transpose(arr, [attrs.index(x) for x in clique])
+    arrays[f"m{i}"] = np.transpose(arr, perm)
+    pub = getattr(a, "published", None)  # engine/postprocess (issue 14 item 1), when present
+    if pub is not None:
+        arrays[f"p{i}"] = np.transpose(np.asarray(pub, float).reshape([sizes[x] for x in attrs]), perm)
 np.savez(spec["estimates"], **arrays)
+rep = report or {}
 json.dump({"time_s": secs, "rho_budget": ledger["budget"]["rho"], "rho_spent": ledger["spent"]["rho"],
-           "mode": spec["mode"], "rounds": (report or {}).get("rounds")},
+           "mode": spec["mode"], "rounds": rep.get("rounds"), "strategy": rep.get("strategy"),
+           "completion": rep.get("completion"), "has_published": "p0" in arrays},
           open(spec["result"], "w"))
 '''
 
@@ -330,7 +362,8 @@ def run_side(side: str, name: str, epsilon: float, seed: int, cliques: list[tupl
                 "delta": DELTA, "rho": rho, "seed": seed, "cliques": [list(c) for c in cliques],
                 "estimates": str(tmp / "est.npz"), "result": str(tmp / "result.json"),
                 "run_dir": str(tmp / "run"), "max_size": args.pgm_max_size, "mode": args.ours_mode,
-                "mechanism": {"ours": "aim-grem", "rp": "residual-planner"}.get(side)}
+                "mechanism": {"ours": "aim-grem", "rp": "residual-planner"}.get(side),
+                "params": json.loads(args.ours_params) if side == "ours" else {}}
         (tmp / "spec.json").write_text(json.dumps(spec))
         worker = tmp / "worker.py"
         worker.write_text(PGM_WORKER if side == "pgm" else OURS_WORKER)
@@ -351,11 +384,15 @@ def run_side(side: str, name: str, epsilon: float, seed: int, cliques: list[tupl
         res = json.loads(Path(spec["result"]).read_text())
         with np.load(spec["estimates"]) as z:
             est = [z[f"m{i}"] for i in range(len(cliques))]
+            pub = [z[f"p{i}"] for i in range(len(cliques))] if "p0" in z.files else None
         if side == "pgm":
             est = [strip_null(e, [domain[a] for a in c]) for e, c in zip(est, cliques)]
         errs = l1_errors(truth, est)
         clipped = l1_errors(truth, [np.maximum(e, 0.0) for e in est])
         neg = float(np.mean([-np.minimum(e, 0.0).sum() for e in est]) / n_records)
+        stand_in = l1_errors(truth, [clip_renormalise(e) for e in est])
+        rec["error_published"] = None if pub is None else float(l1_errors(truth, pub).mean() / n_records)
+        rec["error_cliprenorm"] = float(stand_in.mean() / n_records)
         rec.update(status="ok", time_s=res["time_s"], error=float(errs.mean() / n_records),
                    error_raw=float(errs.mean()), error_clip0=float(clipped.mean() / n_records),
                    negative_mass=neg, extra={k: v for k, v in res.items() if k != "time_s"})
@@ -485,6 +522,7 @@ def format_table(results: Mapping[str, Any]) -> str:
                      f"{g('ours', 'negative_mass'):>8s} | {g('pgm', 'error_clip0'):>9s} {g('pgm', 'negative_mass'):>8s} | "
                      f"{g('rp', 'error_clip0'):>8s} {g('rp', 'negative_mass'):>8s} | "
                      f"{str(r.get('ours_finished', '—')):>11s} {(f'{sd:.5f}' if sd is not None else '—'):>11s}")
+    lines += ["", published_table(rows)]
     meta = results.get("meta", {})
     notes = [
         "",
@@ -502,6 +540,50 @@ def format_table(results: Mapping[str, Any]) -> str:
         NONPRIVATE_NOTE,
     ]
     return "\n".join(lines + notes)
+
+
+def _spread(row: Mapping[str, Any], side: str, key: str) -> str:
+    """mean [min–max] over trials of one error column; "n/a" when the runs did not produce it."""
+    v = row.get(f"{side}_{key}")
+    if row.get(f"{side}_status") != "ok":
+        return "—"
+    if v is None:
+        return "n/a"
+    lo, hi = row.get(f"{side}_{key}_min"), row.get(f"{side}_{key}_max")
+    return f"{v:.5f}" + (f" [{lo:.5f}–{hi:.5f}]" if lo is not None else "")
+
+
+def published_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``estimate`` (unbiased where measured, as released) and ``published`` (the engine's non-negative
+    consistent reconstruction, issue 14 item 1) errors side by side; where the answers carry no
+    ``published``, "n/a" and the clipped + renormalised STAND-IN (c+r*, not consistent across marginals)."""
+    head = (f"{'data':8s} {'eps':>5s} | {'ours estimate':>27s} {'ours published':>27s} {'ours c+r*':>27s} | "
+            f"{'RP estimate':>11s} {'RP published':>12s} {'RP c+r*':>9s} | {'PGM (recorded)':>14s} | "
+            f"{'ours/RP':>7s} {'ours/PGM':>8s} {'suggest':>11s}")
+    lines = ["estimate vs published (mean [min–max] over seeds; c+r* = clip at 0 + renormalise, a stand-in "
+             "for published where n/a):", head, "-" * len(head)]
+    for r in rows:
+        def best(side: str) -> float | None:
+            pub = r.get(f"{side}_error_published")
+            return pub if pub is not None else r.get(f"{side}_error_cliprenorm")
+
+        pgm = r.get("pgm_error") if r.get("pgm_status") == "ok" else RECORDED_PGM.get((r["dataset"], float(r["epsilon"])))
+        pgm_s = "not run" if pgm is None else (f"{pgm:.5f}" if isinstance(pgm, float) else str(pgm))
+        o, rp = best("ours"), best("rp")
+        ratio_rp = ratio(o, rp)
+        ratio_pgm = ratio(o, pgm) if isinstance(pgm, float) else None
+        g = lambda side, key: (f"{r[f'{side}_{key}']:.5f}" if r.get(f"{side}_{key}") is not None else (
+            "n/a" if r.get(f"{side}_status") == "ok" else "—"))
+        lines.append(
+            f"{r['dataset']:8s} {r['epsilon']:5g} | {_spread(r, 'ours', 'error'):>27s} "
+            f"{_spread(r, 'ours', 'error_published'):>27s} {_spread(r, 'ours', 'error_cliprenorm'):>27s} | "
+            f"{g('rp', 'error'):>11s} {g('rp', 'error_published'):>12s} {g('rp', 'error_cliprenorm'):>9s} | "
+            f"{pgm_s:>14s} | {(f'{ratio_rp:.3f}' if ratio_rp else '—'):>7s} "
+            f"{(f'{ratio_pgm:.3f}' if ratio_pgm else '—'):>8s} {str(r.get('ours_suggestion') or '—'):>11s}")
+    lines.append("ratios use published where both sides have it, else the c+r* stand-in; PGM: this run's error if "
+                 "run, else the figure recorded at stop 12 (its estimates are non-negative already); suggest = the "
+                 "data-independent measure-all test of aim-grem's report (strategy).")
+    return "\n".join(lines)
 
 
 # ---- main ---------------------------------------------------------------------------------------
@@ -522,6 +604,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help="ours/RP: 'mechanism' = config → open_table → DataOracle → mechanism.run, in memory "
                          "(default); 'api' = privcube.api.run with its run directory and per-round checkpoints")
     ap.add_argument("--threads", type=int, default=2, help="thread cap and CPU pinning for every run")
+    ap.add_argument("--ours-params", default="{}",
+                    help='JSON of aim-grem parameters for our side, e.g. \'{"completion": "zero"}\' (the paper\'s zero-fill)')
     ap.add_argument("--deadline", default=None, help="UTC HH:MM: kill/skip PGM runs beyond it (DNF)")
     ap.add_argument("--data-root", default=str(DATA_ROOT))
     ap.add_argument("--fresh", action="store_true", help="ignore runs already recorded in --out")
@@ -561,7 +645,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = {"runs": []} if args.fresh else load_results(out)
     pgm_python = ensure_venv(Path(args.venv)) if "pgm" in sides else None
     meta = results.setdefault("meta", {})
-    meta.update(seeds=f"{args.seed}..{args.seed + args.trials - 1}", ours_mode=args.ours_mode, threads=args.threads, pgm_max_size=args.pgm_max_size, delta=DELTA, host_cpus=os.cpu_count(),
+    meta.update(seeds=f"{args.seed}..{args.seed + args.trials - 1}", ours_mode=args.ours_mode,
+                ours_params=json.loads(args.ours_params), threads=args.threads, pgm_max_size=args.pgm_max_size, delta=DELTA, host_cpus=os.cpu_count(),
                 error_definition="mean over 3-way marginals of ||true - est||_1 / N", note=NONPRIVATE_NOTE)
     if pgm_python is not None:
         meta["pgm_versions"] = pgm_versions(pgm_python)

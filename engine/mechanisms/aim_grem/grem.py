@@ -173,6 +173,41 @@ class GReMState:
         self._kept = set(table.cliques)
         self._pending: list[tuple[Clique, np.ndarray]] = []
         self.journal: list[tuple[Clique, np.ndarray, float]] | None = None  # set to [] to record combines
+        self.completion: Any = None  # a completion.LocalCompletion: unmeasured residuals get implied values
+
+    def use_completion(self, completion: Any) -> None:
+        """Fill unmeasured residuals with ``completion``'s implied values from now on (before any combine)."""
+        self.completion = completion
+
+    def effective(self) -> dict[Clique, np.ndarray]:
+        """The residual estimates the marginals are built from: measured z_τ, completed values elsewhere."""
+        if self.completion is None:
+            return self.z
+        return self.completion.effective(self.z, self.lam)
+
+    def recomplete(self) -> None:
+        """Recompute every completed value from the current z, λ WITHOUT touching the table (whose
+        estimates, restored from a snapshot, already contain them): same values as the run's."""
+        if self.completion is not None:
+            self.completion.value = {}
+            self.completion.update(self.z, self.lam, [], everything=True)
+
+    def set_completed(self, values: Mapping[Clique, np.ndarray]) -> None:
+        """Replace the completed values of unmeasured residuals (e.g. by a global fit) and update the table."""
+        if self.completion is None:
+            raise ConfigError("set_completed needs a completion (completion: zero keeps unmeasured residuals at 0)")
+        self.flush()
+        deltas = []
+        for t, v in values.items():
+            if self.lam.get(t, 0.0) > 0:
+                continue
+            old = self.completion.value.get(t)
+            deltas.append((t, v if old is None else v - old))
+            self.completion.value[t] = v
+        if self.update == "lazy":
+            self.table.apply(deltas)
+        else:
+            self.table.rebuild(self.effective())
 
     def take_journal(self) -> list[tuple[Clique, np.ndarray, float]]:
         """The (τ, measurement, σ²) combined since the last call, in order (empty unless journaling)."""
@@ -221,10 +256,13 @@ class GReMState:
         """Propagate pending residual changes to the marginal table (lazy or full)."""
         if not self._pending:
             return
+        if self.completion is not None:
+            changed = list(dict.fromkeys(t for t, _ in self._pending))
+            self._pending.extend(self.completion.update(self.z, self.lam, changed))
         if self.update == "lazy":
             self.table.apply(self._pending)
         else:
-            self.table.rebuild(self.z)
+            self.table.rebuild(self.effective())
         self._pending = []
 
     def estimate(self, gamma: Clique) -> np.ndarray:
@@ -233,7 +271,7 @@ class GReMState:
         self.flush()
         if gamma in self._kept:
             return self.table.get(gamma)
-        return reconstruct(gamma, self.z, self.sizes)
+        return reconstruct(gamma, self.effective(), self.sizes)
 
     def variance(self, gamma: Clique) -> float:
         """Per-cell noise variance of μ̂_γ: Σ_{measured τ⊆γ} v_τ/λ_τ (unmeasured τ are biased, not noisy)."""
@@ -245,7 +283,7 @@ class GReMState:
         return out
 
     def unmeasured(self, gamma: Clique) -> list[Clique]:
-        """Residuals of γ never measured (their estimate is the zero 'no interaction' default)."""
+        """Residuals of γ never measured (estimated as zero, or by the completion when one is set)."""
         return [t for t in residual_subsets(gamma, self.sizes) if self.lam.get(t, 0.0) == 0.0]
 
 

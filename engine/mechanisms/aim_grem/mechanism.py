@@ -12,6 +12,10 @@ workers, next to the sharded estimates, where selection scores (L1 errors) and t
 are computed; the driver receives only noisy arrays, scores and estimates (noise keyed as above, so
 the result equals the in-memory path's bit for bit).
 
+Completion (:mod:`.completion`, no budget): unmeasured residuals get the maximum-entropy values implied by
+the measured ones instead of zero, in the answers and, per ``selection_on``, in the selection scores;
+``strategy`` offers measuring the whole workload with ResidualPlanner, with a public test in the report.
+
 Checkpoints: the first is a small base (the initial measurements); each later round appends an
 O(change) record (its noisy measurements, trace row, ledger charges, next budget), with a full
 snapshot only when the log outgrows the state. A resume replays the records through the same
@@ -28,8 +32,9 @@ import numpy as np
 
 from privcube.domain import Domain
 from privcube.errors import BudgetError, CheckpointError, ConfigError, MemoryLimitError, WorkloadError
-from privcube.mechanisms.aim_grem import annealing, crp, selection
-from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals, MarginalTable, measurable
+from privcube.mechanisms.aim_grem import annealing, crp, selection, strategy
+from privcube.mechanisms.aim_grem.completion import LocalCompletion, global_values
+from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals, MarginalTable, measurable, reconstruct
 from privcube.mechanisms.aim_grem.state import AIMState, normalise
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, RunContext
 from privcube.oracle import MarginalOracle, marginal_futures
@@ -90,6 +95,15 @@ class AIMGReM(Mechanism):
         "eta": crp.ETA,              # drop residuals whose budget share p_τ x_τ is below eta
         "oracle_batch_cells": 50_000_000,   # true marginals are requested in batches of at most this many cells
         "distribute_min_cells": 20_000_000,  # with a client, keep estimates on workers from this many cells
+        "completion": "maxent",      # maxent: unmeasured residuals implied by the measured ones | zero (paper)
+        "completion_max_cells": 1 << 20,  # global max-entropy pass at release when the full domain is this small
+        "selection_on": "auto",      # completed: scores on completed estimates | measured: the paper's (complete at
+                                     # release) | auto: measured when the public measure-all test is below
+                                     # selection_threshold (after the initial measurements), else completed
+        "selection_threshold": strategy.SELECTION_THRESHOLD,
+        "anneal_on": "measured",     # measured: GReM-MLE of measured residuals | completed: the completed estimate
+        "strategy": "adaptive",      # adaptive | measure-all (ResidualPlanner on the workload) | auto-suggest
+        "measure_all_threshold": strategy.THRESHOLD,  # suggest measure-all below this expected error / total
     }
 
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:
@@ -108,6 +122,23 @@ class AIMGReM(Mechanism):
         eta = p["eta"]
         if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 <= eta < 1:
             raise ConfigError(f"aim-grem: eta must lie in [0, 1), got {eta!r}")
+        if p["completion"] not in ("maxent", "zero"):
+            raise ConfigError(f"aim-grem: completion must be 'maxent' or 'zero', got {p['completion']!r}")
+        if p["selection_on"] not in ("auto", "measured", "completed"):
+            raise ConfigError(f"aim-grem: selection_on must be 'auto', 'measured' or 'completed', got {p['selection_on']!r}")
+        st_ = p["selection_threshold"]
+        if isinstance(st_, bool) or not isinstance(st_, (int, float)) or not st_ > 0:
+            raise ConfigError(f"aim-grem: selection_threshold must be a positive number, got {st_!r}")
+        if p["anneal_on"] not in ("measured", "completed"):
+            raise ConfigError(f"aim-grem: anneal_on must be 'measured' or 'completed', got {p['anneal_on']!r}")
+        if p["strategy"] not in strategy.STRATEGIES:
+            raise ConfigError(f"aim-grem: strategy must be one of {list(strategy.STRATEGIES)}, got {p['strategy']!r}")
+        thr = p["measure_all_threshold"]
+        if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not thr > 0:
+            raise ConfigError(f"aim-grem: measure_all_threshold must be a positive number, got {thr!r}")
+        cmc = p["completion_max_cells"]
+        if isinstance(cmc, bool) or not isinstance(cmc, int) or cmc < 0:
+            raise ConfigError(f"aim-grem: completion_max_cells must be a non-negative integer, got {cmc!r}")
         for key in ("memory_limit_bytes", "oracle_batch_cells", "distribute_min_cells"):
             v = p[key]
             if key == "memory_limit_bytes" and v is None:
@@ -188,6 +219,8 @@ class AIMGReM(Mechanism):
             "measure": self.measure_mode, "update": self.params["update"],
             "crp_solver": self.params["crp_solver"], "eta": self.params["eta"],
             "noise": noise.to_dict() if hasattr(noise, "to_dict") else None,
+            "completion": self.params["completion"], "anneal_on": self.params["anneal_on"],
+            "selection_on": self.params["selection_on"], "selection_threshold": self.params["selection_threshold"],
         })
 
     # ------------------------------------------------------------------------------ data access
@@ -269,6 +302,8 @@ class AIMGReM(Mechanism):
         prob = self.problem(oracle.domain, workload, ctx.client)
         if ledger is None or noise is None:
             raise ConfigError("aim-grem: a PrivacyLedger and a NoiseSource are required")
+        if self.params["strategy"] == "measure-all":
+            return self._measure_all(oracle, workload, budget, ledger, noise, ctx)
         rho_total = float(min(budget.rho, ledger.budget.rho))
         identity = self._identity(prob, rho_total, noise)
         payload = None
@@ -282,8 +317,12 @@ class AIMGReM(Mechanism):
         table = self._table(oracle, prob, ctx)
         try:
             grem = GReMState(prob.domain, prob.closure, table, self.params["update"])
+            if self.params["completion"] == "maxent" and self.params["selection_on"] == "completed":  # from the start
+                grem.use_completion(LocalCompletion(prob.domain, grem.residuals))
             if payload is not None:
-                st, saved_ledger = AIMState.restore(payload, grem, identity)
+                st, saved_ledger = AIMState.restore(
+                    payload, grem, identity,
+                    lambda init, snapshot: self._start_completion(prob, grem, init.get("selection_on"), snapshot))
                 self._restore_ledger(ledger, saved_ledger)
             else:
                 if ledger.remaining_rho < rho_total * (1 - 1e-12):
@@ -292,13 +331,98 @@ class AIMGReM(Mechanism):
                 if ctx.checkpoint is not None:
                     grem.journal = []
                 st = self._initialise(prob, grem, ledger, noise, rho_total)
+                st.init["selection_on"] = self._choose_selection(workload, rho_total, grem)
+                self._start_completion(prob, grem, st.init["selection_on"], snapshot=False)
                 self._save(ctx, st, grem, ledger, identity, first=True)
             if ctx.checkpoint is not None:
                 grem.journal = []
             self._loop(prob, grem, st, ledger, noise, ctx, identity)
-            return self._result(workload, prob, grem, st)
+            completion = self._complete_globally(prob, grem)
+            result = self._result(workload, prob, grem, st)
+            result.report["completion"] = {**completion, "selection_on": st.init.get("selection_on")}
+            result.report["strategy"] = self._strategy_report(workload, st.rho_total, float(grem.z[()]))
+            return result
         finally:
             table.close()
+
+    def _choose_selection(self, workload: Workload, rho: float, grem: GReMState) -> str:
+        """What the loop scores: ``completed`` or ``measured`` estimates. ``auto`` decides after the initial
+        measurements from public quantities and the released total only (the measure-all test): when
+        measuring everything would already be accurate (expected error ≤ ``selection_threshold``), the
+        paper's scores, which keep measuring new marginals, do better; otherwise completed scores."""
+        mode = self.params["selection_on"]
+        if self.params["completion"] != "maxent":
+            return "measured"
+        if mode != "auto":
+            return mode
+        grem.flush()
+        e_rp = self._test(workload, rho, float(grem.z[()]))["measure_all_expected_error"]
+        return "measured" if e_rp <= self.params["selection_threshold"] else "completed"
+
+    def _start_completion(self, prob: Problem, grem: GReMState, mode: str | None, snapshot: bool) -> None:
+        """``selection_on: auto`` chose completed scores after the initial measurements: complete now
+        (into the table, or, restoring a snapshot whose table already holds it, the values only)."""
+        if self.params["selection_on"] != "auto" or mode != "completed" or grem.completion is not None:
+            return
+        grem.use_completion(LocalCompletion(prob.domain, grem.residuals))
+        if snapshot:
+            grem.recomplete()
+            return
+        local = LocalCompletion(prob.domain, grem.residuals)
+        local.update(grem.z, grem.lam, [], everything=True)
+        grem.set_completed(local.value)
+
+    def _measure_all(self, oracle: MarginalOracle, workload: Workload, budget: Any, ledger: Any, noise: Any,
+                     ctx: RunContext) -> MechanismResult:
+        """``strategy: measure-all``: ResidualPlanner on the whole workload with the same budget (the user's
+        choice, never made on private data); its report says so and carries the public test."""
+        from privcube.mechanisms.residual_planner import ResidualPlanner
+
+        rp = ResidualPlanner()
+        if self.noise_sampler == "discrete":
+            rp.use_noise_sampler("discrete")
+        rho = float(min(budget.rho, ledger.budget.rho, ledger.remaining_rho))
+        result = rp.run(oracle, workload, rho, ledger, noise, ctx)
+        total = float(np.sum(result.answers[0].estimate)) if result.answers else 0.0
+        result.report = {**result.report, "mechanism": TAG, "strategy": {
+            "chosen": "measure-all", "measured_by": "residual-planner", **self._test(workload, rho, total)}}
+        return result
+
+    def _test(self, workload: Workload, rho: float, total: float) -> dict[str, Any]:
+        return strategy.measure_all_test(workload, rho, total, float(self.params["measure_all_threshold"]))
+
+    def _strategy_report(self, workload: Workload, rho: float, total: float) -> dict[str, Any]:
+        """The data-independent measure-all test beside what was run (adaptive)."""
+        out = {"chosen": "adaptive", **self._test(workload, rho, total)}
+        if self.params["strategy"] == "auto-suggest" and out["suggestion"] == "measure-all":
+            out["advice"] = ("the public test expects measuring the whole workload (strategy: measure-all) "
+                             "to be more accurate at this budget; this run stayed adaptive as configured")
+        return out
+
+    def _complete_globally(self, prob: Problem, grem: GReMState) -> dict[str, Any]:
+        """Release-time completion: one max-entropy fit over the full domain when it has at most
+        ``completion_max_cells`` cells (else the per-round local completion stands)."""
+        if self.params["completion"] != "maxent":
+            return {"method": "zero", "note": "unmeasured residuals are estimated as zero (GReM-MLE as in the paper)"}
+        grem.flush()
+        attrs = [a for a in prob.domain.attributes if any(a in c for c in prob.closure)]
+        cells = math.prod(prob.domain[a] for a in attrs)
+        unmeasured = [t for t in grem.residuals if len(t) >= 2 and grem.lam[t] <= 0]
+        out = {"method": "maxent", "unmeasured_residuals": len(unmeasured), "full_domain_cells": cells,
+               "local": "per round: top residual of the max-entropy distribution on each unmeasured clique given "
+                        "its estimated (clipped, renormalised) sub-marginals, bottom-up, incremental"}
+        if grem.completion is None:  # selection_on: measured -- the loop ran the paper's GReM-MLE
+            local = LocalCompletion(prob.domain, grem.residuals)
+            local.update(grem.z, grem.lam, [], everything=True)
+            grem.use_completion(LocalCompletion(prob.domain, grem.residuals))
+            grem.set_completed(local.value)
+            out["local"] = "at release only (selection_on: measured): " + out["local"]
+        if unmeasured and 0 < cells <= self.params["completion_max_cells"]:
+            grem.set_completed(global_values(attrs, grem.z, grem.lam, prob.domain, unmeasured))
+            out["global"] = "IPF over the full domain fitting the maximal measured cliques (at release)"
+        else:
+            out["global"] = None
+        return out
 
     def _restore_ledger(self, ledger: Any, saved: Mapping[str, Any] | None) -> None:
         """Bring the caller's ledger to the checkpoint's charges (replayed into a fresh ledger)."""
@@ -404,10 +528,10 @@ class AIMGReM(Mechanism):
             ledger.charge(f"{TAG} round {t} measure", rho=rho_meas, round=t, clique=list(gamma),
                           sigma=math.sqrt(sigma2), residuals=len(plan.sigma2), realized_rho=realized)
             st.rho_used += rho_meas
-            before = grem.estimate(gamma)
+            before = self._anneal_estimate(grem, gamma)
             self._measure(gamma, plan, sigma2, grem, noise, t)
             grem.flush()
-            after = grem.estimate(gamma)
+            after = self._anneal_estimate(grem, gamma)
             annealed = annealing.should_anneal(before, after, math.sqrt(sigma2))
             st.trace.append({
                 "round": t, "clique": list(gamma), "rho_select": b.rho_select, "rho_measure": rho_meas,
@@ -424,6 +548,14 @@ class AIMGReM(Mechanism):
             self._save(ctx, st, grem, ledger, identity)
             if ctx.progress is not None:
                 ctx.progress(TAG, min(1.0, st.rho_used / st.rho_total))
+
+    def _anneal_estimate(self, grem: GReMState, gamma: Clique) -> np.ndarray:
+        """The estimate the annealing test compares before and after a round: by default GReM-MLE from the
+        measured residuals alone (the completion predicts well, so measured-vs-completed changes are small
+        and would anneal the budget after few rounds, leaving most of the workload unmeasured)."""
+        if self.params["anneal_on"] == "measured" and grem.completion is not None:
+            return reconstruct(gamma, grem.z, prob_sizes(grem))
+        return grem.estimate(gamma)
 
     def _measure(self, gamma: Clique, plan: crp.CRPPlan, sigma2: float, grem: GReMState, noise: Any, t: int) -> None:
         """Alg. 5 per residual (CRP), or one isotropic draw on μ_γ decomposed into all its residuals (IID).
@@ -468,13 +600,20 @@ class AIMGReM(Mechanism):
             "init": st.init, "candidates": len(prob.candidates), "closure": len(prob.closure),
             "trace": st.trace, "residuals": [list(t) for t in grem.residuals],
             "unmeasured_residuals": {"-".join(c) or "total": len(grem.unmeasured(c)) for c in prob.cliques},
-            "variance_note": "per-cell noise variance from measured residuals; unmeasured residuals are estimated "
-                             "as zero (a bias not included in the variance)",
+            "variance_note": "per-cell noise variance of the measured residuals only; unmeasured residuals are "
+                             + ("completed from the measured ones (maximum entropy; a model bias plus propagated "
+                                "noise, neither included in the variance)" if self.params["completion"] == "maxent"
+                                else "estimated as zero (a bias not included in the variance)"),
         }
         return MechanismResult(answers=answers, report=report, tensors=tensors, tensor_attrs=attrs)
 
 
 __all__ = ["AIMGReM", "Problem"]
+
+
+def prob_sizes(grem: GReMState) -> Any:
+    """The domain (attribute sizes) a GReM state works on."""
+    return grem.sizes
 
 
 def _rest(total: float, ledger: Any) -> float:

@@ -13,7 +13,7 @@ combine and lazy update, so the state equals the uninterrupted run's bit for bit
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,9 +102,12 @@ class AIMState:
         return cls.restore(payload, grem, identity)[0]
 
     @classmethod
-    def restore(cls, payload: Mapping[str, Any], grem: GReMState,
-                identity: Mapping[str, Any]) -> tuple[AIMState, dict[str, Any]]:
+    def restore(cls, payload: Mapping[str, Any], grem: GReMState, identity: Mapping[str, Any],
+                after_base: Callable[[Mapping[str, Any], bool], None] | None = None) -> tuple[AIMState, dict[str, Any]]:
         """Restore ``grem`` from the base and replay the log; return (loop state, ledger record {"charges"}).
+
+        ``after_base(init, snapshot)`` runs once the base is restored and before the log is replayed (the
+        point where a run decides things from its initial measurements, e.g. ``selection_on: auto``).
 
         CheckpointError if the checkpoint belongs to another run or is malformed.
         """
@@ -141,6 +144,9 @@ class AIMState:
                     grem.z[t] = zs[t].copy()
                     grem.lam[t] = float(lam[i])
                 grem.table.load({c: arrays[f"mu.{j}"] for j, c in enumerate(grem.table.cliques)})
+                grem.recomplete()  # the stored estimates already hold the completed values; rebuild them
+            if after_base is not None:
+                after_base(dict(meta["init"]), "replay" not in meta)
             b = meta["budget"]
             st = cls(round=int(meta["round"]),
                      budget=RoundBudget(float(b["rho_select"]), float(b["rho_measure"]), bool(b["final"])),

@@ -79,6 +79,7 @@ def _owns_run_folder(fn: Any) -> Any:
     def owning(config: Any, out: Any, *args: Any, **kwargs: Any) -> Any:
         from privcube.storage.outputs import run_lock
 
+        _check_run_inputs(config, out, kwargs.get("data"))  # arguments of the wrong kind: one line, no lock
         with run_lock(out):
             return fn(config, out, *args, **kwargs)
 

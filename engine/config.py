@@ -131,7 +131,7 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
     unknown = set(raw) - TOP_KEYS
     if unknown:
         raise ConfigError(f"unknown top-level key(s) {sorted(unknown)}; known: {sorted(TOP_KEYS)}")
-    cfg = _load_checked(raw, base, need_data)
+    cfg = _load_checked(raw, base, need_data, frame)
     check_recorded(recorded, {"domain": cfg.domain.to_dict(), "privacy": cfg.budget.to_dict(),
                               "workload_groups": len(cfg.workload),
                               **({"schema": cfg.schema.to_dict()} if hasattr(cfg.schema, "to_dict") else {})})
@@ -174,7 +174,7 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _load_checked(raw: dict[str, Any], base: Path, need_data: bool) -> JobConfig:
+def _load_checked(raw: dict[str, Any], base: Path, need_data: bool, frame: Any = None) -> JobConfig:
     """The body of :func:`load_config` once the top-level keys are known."""
     mech = raw.get("mechanism")
     if isinstance(mech, str):

@@ -37,8 +37,8 @@ class PrivacyBudget:
         if not _is_real(rho) or not math.isfinite(float(rho)) or float(rho) <= 0:
             raise BudgetError(f"privacy parameter rho must be a positive number, got {_show(rho)}")
         rho, delta = float(rho), _check_delta(delta)
-        if rho > MAX_EPSILON:
-            raise BudgetError(f"privacy parameter rho = {rho:g} is too large (at most {MAX_EPSILON:g}): it gives no "
+        if rho > MAX_RHO:  # ρ -> ε overflows; far beyond any privacy (huge ρ is used for noiseless checks)
+            raise BudgetError(f"privacy parameter rho = {rho:g} is too large (at most {MAX_RHO:g}): it gives no "
                               "meaningful privacy and cannot be converted to (epsilon, delta)")
         return cls(rho, cdp_epsilon(rho, delta), delta, False)
 
@@ -84,6 +84,8 @@ def refuse_pure_for_gaussian(budget: Any, mechanism: str, alternative: str = "")
 
 #: largest ε accepted with a δ: beyond it (ε, δ) -> ρ conversion overflows and no privacy is left anyway
 MAX_EPSILON = 1e6
+#: largest ρ accepted: the ρ -> (ε, δ) reading overflows beyond about 1e300
+MAX_RHO = 1e15
 
 
 def _is_real(x: Any) -> bool:

@@ -100,7 +100,7 @@ def test_cli_one_to_many_output_contract_and_ledger(tmp_path: Path) -> None:
     proc = _cli(cfg, tmp_path, out)
     assert proc.returncode == 0, proc.stderr
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert names == [".complete", "config.yaml", "ledger.json", "report.json", "synthetic/children.parquet",
+    assert names == [".complete", "config.yaml", "ledger.json", "report.html", "report.json", "synthetic/children.parquet",
                      "synthetic/parents.parquet"]
     par = pd.read_parquet(out / "synthetic/parents.parquet")
     ch = pd.read_parquet(out / "synthetic/children.parquet")

@@ -104,7 +104,7 @@ def test_cli_self_referential_end_to_end(tmp_path: Path) -> None:
                            "--quiet"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert names == [".complete", "config.yaml", "ledger.json", "report.json", "synthetic/links.parquet",
+    assert names == [".complete", "config.yaml", "ledger.json", "report.html", "report.json", "synthetic/links.parquet",
                      "synthetic/people.parquet"]
     people = pd.read_parquet(out / "synthetic/people.parquet")
     links = pd.read_parquet(out / "synthetic/links.parquet")

@@ -344,7 +344,10 @@ def _write_records(cfg: JobConfig, result: MechanismResult, run_path: Path, nois
     if keep_existing and folder.exists():
         info["files"] = len(list(folder.glob("*.parquet")))
         return info
-    model = get_estimator(spec["estimator"]).fit(est, cfg.domain, total=max(total, 1.0), variances=var or None)
+    options = {"max_cells": spec["max_cells"]} if spec["estimator"] == "junction-tree" else {}
+    estimator = get_estimator(spec["estimator"], **options)
+    model = estimator.fit(est, cfg.domain, total=max(total, 1.0), variances=var or None)
+    info.update({"model": getattr(estimator, "info", {}), "budget_spent": 0.0})
     staging = folder.parent / f".records-{uuid.uuid4().hex[:8]}"
     try:
         info["files"] = stream_records_parquet(model, cfg.domain, rows, staging, noise=noise, schema=cfg.schema,

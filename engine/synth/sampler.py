@@ -73,7 +73,8 @@ def synthesize(marginal_estimates: Mapping[Clique, np.ndarray], domain: Domain, 
 
 
 def marginals_from_answers(answers: Sequence[Any], domain: Domain) -> tuple[dict[Clique, np.ndarray], dict[Clique, float]]:
-    """(clique -> noisy counts, clique -> per-cell variance) from a mechanism's answers.
+    """(clique -> counts, clique -> per-cell variance) from a mechanism's answers: the ``published``
+    (non-negative, consistent) estimate where the run has one, else the raw noisy ``estimate``.
 
     Takes the marginal groups (identity queries on every attribute) of any ``MechanismResult.answers``
     (ResidualPlanner, AIM+GReM, HDMM, …); other query groups (prefix, ranges, …) are skipped. Reading
@@ -86,7 +87,8 @@ def marginals_from_answers(answers: Sequence[Any], domain: Domain) -> tuple[dict
         if not getattr(g, "is_marginal", False) or not g.attributes:
             continue
         c = tuple(g.attributes)
-        arr = np.asarray(a.estimate, dtype=float)
+        pub = getattr(a, "published", None)
+        arr = np.asarray(a.estimate if pub is None else pub, dtype=float)
         if arr.size != domain.size(c):
             raise DataError(f"answers for {list(c)} have {arr.size} cells; the domain needs {domain.size(c)}")
         est[c] = arr.reshape(domain.shape_of(c))

@@ -64,24 +64,63 @@ def _normalised(marginals: Mapping[Clique, np.ndarray], domain: Domain) -> dict[
     return out
 
 
-def pair_weights(probs: Mapping[Idx, np.ndarray]) -> dict[tuple[int, int], float]:
-    """Mutual information of every attribute pair inside a published clique (mean over its holders)."""
+def pair_weights(probs: Mapping[Idx, np.ndarray], noise_sd: Mapping[Idx, float] | None = None,
+                 seed: int = 0) -> dict[tuple[int, int], float]:
+    """Mutual information of every attribute pair inside a published clique (mean over its holders),
+    less the MI that noise alone gives an independent table (``null_mi``) when ``noise_sd`` (per-cell
+    noise s.d. relative to the total, per clique) is known: edges that noise explains score ≤ 0."""
     acc: dict[tuple[int, int], list[float]] = {}
     for c, p in probs.items():
+        sd = (noise_sd or {}).get(c, 0.0)
+        cells = p.size
         for u, v in itertools.combinations(c, 2):
-            acc.setdefault((u, v), []).append(mutual_information(project_idx(p, c, (u, v))))
+            pair = project_idx(p, c, (u, v))
+            # a projection sums cells/|pair| noisy cells: its noise s.d. grows by the square root
+            psd = sd * np.sqrt(cells / pair.size)
+            acc.setdefault((u, v), []).append(mutual_information(pair) - null_mi(pair, psd, seed))
     return {e: float(np.mean(w)) for e, w in acc.items()}
+
+
+def null_mi(pair: np.ndarray, sd: float, seed: int = 0, reps: int = 3) -> float:
+    """Mean MI of the independence table with ``pair``'s margins plus N(0, sd²) noise per cell, clipped
+    at zero (the bias noise adds to a published pair's MI). Post-processing of public quantities."""
+    if sd <= 0:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    ind = np.outer(pair.sum(axis=1), pair.sum(axis=0))
+    return float(np.mean([mutual_information(np.maximum(ind + rng.normal(0.0, sd, ind.shape), 0.0))
+                          for _ in range(reps)]))
 
 
 def fit_targets(probs: Mapping[Idx, np.ndarray], cliques: list[tuple[int, ...]]) -> dict[Idx, np.ndarray]:
     """For each published clique, its largest sub-marginals the tree can hold (averaged where several
-    cliques give the same one); targets contained in another target are left out (implied by it)."""
+    cliques give the same one); targets contained in another target are left out (implied by it), except
+    the one-way margins."""
     acc: dict[Idx, list[np.ndarray]] = {}
     for c, p in probs.items():
         for s in usable_subsets(c, cliques):
             acc.setdefault(s, []).append(project_idx(p, c, s))
     keys = [s for s in acc if not any(set(s) < set(o) for o in acc)]
-    return {s: np.mean(acc[s], axis=0) for s in keys}
+    out = {s: np.mean(acc[s], axis=0) for s in keys}
+    # one-way targets too, fitted last: inputs that are only nearly consistent then keep their 1-way margins
+    ones: dict[Idx, list[np.ndarray]] = {}
+    for c, p in probs.items():
+        for a in c:
+            ones.setdefault((a,), []).append(project_idx(p, c, (a,)))
+    out.update({a: np.mean(v, axis=0) for a, v in ones.items() if a not in out})
+    return out
+
+
+def _relative_sd(marginals: Mapping[Clique, np.ndarray], domain: Domain,
+                 variances: Mapping[Clique, float] | None) -> dict[Idx, float]:
+    """Per-cell noise s.d. of each clique relative to its total (from the answers' public variances)."""
+    out: dict[Idx, float] = {}
+    for c, arr in marginals.items():
+        v = (variances or {}).get(tuple(c), (variances or {}).get(domain.canonical(c)))
+        tot = float(np.sum(arr))
+        if v is not None and v > 0 and tot > 0:
+            out[tuple(domain.index(x) for x in domain.canonical(c))] = float(np.sqrt(v)) / tot
+    return out
 
 
 class JunctionTreeEstimator:
@@ -106,7 +145,7 @@ class JunctionTreeEstimator:
         if not consistent:
             cons = make_consistent(marginals, domain, total=total, variances=variances, rounds=self.rounds)
         probs = _normalised(cons, domain)
-        weights = pair_weights(probs)
+        weights = pair_weights(probs, _relative_sd(cons, domain, variances))
         tree = select_junction_tree(len(domain), list(domain.shape), weights, self.max_cells)
         targets = fit_targets(probs, tree.cliques)
         model = JunctionTreeModel.fit(targets, domain, tree, max_sweeps=self.max_sweeps, tol=self.tol)
@@ -115,6 +154,7 @@ class JunctionTreeEstimator:
                      "max_cells": self.max_cells, "cells": tree.cells,
                      "cliques": [[names[i] for i in c] for c in tree.cliques],
                      "edges_kept": len(tree.kept), "edges_dropped": len(tree.dropped),
+                     "edges_at_noise_level": len(tree.unsupported),
                      "dropped": [[names[u], names[v]] for u, v in tree.dropped],
                      "sweeps": model.sweeps, "residual_l1": model.residual}
         return model

@@ -78,6 +78,8 @@ class JunctionTreeModel:
         for t in targets:
             holders = [i for i, c in enumerate(tree.cliques) if set(t) <= set(c)]
             assigned[min(holders, key=lambda i: beliefs[i].size)].append(t)
+        for ts in assigned.values():
+            ts.sort(key=len, reverse=True)  # lower-order targets last: they hold at the end of a sweep
         model = cls(domain, tree, beliefs, roots=_roots(tree))
         walk = model._euler_walk()
         for sweep in range(max(1, max_sweeps)):
@@ -192,7 +194,11 @@ class JunctionTreeModel:
         return _Conditional(child, sep, new, tuple(sshape), tuple(nshape), cdf.ravel())
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` records (n × d codes, domain column order): roots, then each clique given its separator."""
+        """``n`` records (n × d codes, domain column order): roots, then each clique given its separator.
+
+        Stratified (systematic) draws: within every separator value the uniforms are (j + U)/m over a
+        random order of the m records holding it, so cell counts are within one of their expectation
+        and the records are still exchangeable (the Monte Carlo noise of plain draws is removed)."""
         d = len(self.domain)
         out = np.zeros((n, d), dtype=np.int64)
         if n == 0:
@@ -200,18 +206,35 @@ class JunctionTreeModel:
         for r in self.roots:
             c = self.tree.cliques[r]
             cdf = self.root_cdf[r]
-            cell = np.minimum(np.searchsorted(cdf / cdf[-1], rng.random(n), side="right"), cdf.size - 1)
+            u = stratified_uniforms(np.zeros(n, dtype=np.int64), rng)
+            cell = np.minimum(np.searchsorted(cdf / cdf[-1], u, side="right"), cdf.size - 1)
             for a, codes in zip(c, np.unravel_index(cell, [self.domain.shape[a] for a in c])):
                 out[:, a] = codes
         for cond in self.plan:
             width = int(np.prod(cond.new_shape, dtype=np.int64))
             row = (np.ravel_multi_index(tuple(out[:, a] for a in cond.sep), cond.sep_shape)
                    if cond.sep else np.zeros(n, dtype=np.int64))
-            pos = np.searchsorted(cond.cdf, row + rng.random(n), side="right")
+            pos = np.searchsorted(cond.cdf, row + stratified_uniforms(row, rng), side="right")
             cell = np.clip(pos - row * width, 0, width - 1)
             for a, codes in zip(cond.new, np.unravel_index(cell, cond.new_shape)):
                 out[:, a] = codes
         return out
+
+
+def stratified_uniforms(groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One uniform per record in [0, 1): within each group value, (rank + U)/m with ranks a random
+    permutation of the group's m records and one U per group (systematic sampling)."""
+    n = groups.size
+    order = np.lexsort((rng.random(n), groups))
+    g = groups[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    counts = np.diff(np.r_[starts, n])
+    first = np.repeat(starts, counts)
+    rank = np.arange(n) - first
+    offset = np.repeat(rng.random(starts.size), counts)
+    u = np.empty(n)
+    u[order] = (rank + offset) / np.repeat(counts, counts)
+    return np.minimum(u, np.nextafter(1.0, 0.0))
 
 
 def _roots(tree: JunctionTree) -> list[int]:
@@ -243,4 +266,4 @@ def usable_subsets(clique: Idx, cliques: list[tuple[int, ...]]) -> list[Idx]:
     return out
 
 
-__all__ = ["JunctionTreeModel", "project_idx", "expand_idx", "usable_subsets"]
+__all__ = ["JunctionTreeModel", "project_idx", "expand_idx", "usable_subsets", "stratified_uniforms"]

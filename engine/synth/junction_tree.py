@@ -68,6 +68,7 @@ class JunctionTree:
     kept: list[Edge] = field(default_factory=list)
     dropped: list[Edge] = field(default_factory=list)
     cells: float = 0.0
+    unsupported: list[Edge] = field(default_factory=list)  # MI no larger than noise alone gives
 
     def neighbours(self) -> dict[int, list[int]]:
         """Adjacency of the tree."""
@@ -81,11 +82,14 @@ class JunctionTree:
 def select_junction_tree(n: int, sizes: Sequence[int], weights: Mapping[Edge, float],
                          max_cells: float) -> JunctionTree:
     """Greedy graph under a cell budget: the max-weight spanning forest first, then the other candidate
-    edges by decreasing weight, each kept only if the triangulated junction tree still fits."""
+    edges by decreasing weight, each kept only if the triangulated junction tree still fits (the rest
+    are ``dropped``); edges of weight ≤ 0 (noise-level MI) are not candidates (``unsupported``)."""
     def fits(es: list[Edge]) -> tuple[bool, list[frozenset[int]]]:
         cl = min_fill_cliques(n, es, sizes)
         return clique_cells(cl, sizes) <= max_cells, cl
 
+    unsupported = sorted(e for e, w in weights.items() if w <= 0)
+    weights = {e: w for e, w in weights.items() if w > 0}  # edges noise explains are left out
     forest = max_spanning_forest(n, [(w, u, v) for (u, v), w in weights.items()])
     kept: list[Edge] = []
     dropped: list[Edge] = []
@@ -106,7 +110,8 @@ def select_junction_tree(n: int, sizes: Sequence[int], weights: Mapping[Edge, fl
         else:
             dropped.append(e)
     cliques = [tuple(sorted(c)) for c in cl]
-    return JunctionTree(cliques, tree_edges([frozenset(c) for c in cliques]), kept, dropped, clique_cells(cl, sizes))
+    return JunctionTree(cliques, tree_edges([frozenset(c) for c in cliques]), kept, dropped, clique_cells(cl, sizes),
+                        unsupported)
 
 
 __all__ = ["JunctionTree", "select_junction_tree", "min_fill_cliques", "clique_cells", "tree_edges"]

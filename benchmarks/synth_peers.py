@@ -111,8 +111,9 @@ def run_ours(name: str, eps: float, delta: float, seed: int, mechanism: dict, wo
            "synthesize": {"rows": "auto", "estimator": estimator}}
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        api.run(cfg, Path(tmp) / "run", seed=seed, quiet=True)
+        summary = api.run(cfg, Path(tmp) / "run", seed=seed, quiet=True)
         secs = time.perf_counter() - t0
+        run_ours.stages = {k: summary.report["timings"].get(k) for k in ("mechanism_s", "synthesize_s")}
         files = sorted((Path(tmp) / "run" / "synthetic" / "records").glob("part-*.parquet"))
         syn = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)[list(sizes)].to_numpy()
     return syn, secs
@@ -144,10 +145,10 @@ def run_peer(peer: str, name: str, eps: float, delta: float, seed: int, timeout:
         return pd.read_csv(spec["out"])[list(sizes)].to_numpy(), secs
 
 
-OURS = {  # label -> (mechanism, workload, estimator)
-    "privcube aim-grem+jt": ({"name": "aim-grem"}, [{"kway": 3}], "junction-tree"),
-    "privcube aim-grem+tree": ({"name": "aim-grem"}, [{"kway": 3}], "tree"),
-    "privcube rp2+jt": ({"name": "residual-planner"}, [{"kway": 1}, {"kway": 2}], "junction-tree"),
+OURS = {  # label -> (mechanism, workload, estimator); aim-grem synthesizes from its measured marginals
+    "privcube aim-grem+jt": ({"name": "aim-grem"}, [{"kway": 1}, {"kway": 2}], "junction-tree"),
+    "privcube rp+jt": ({"name": "residual-planner"}, [{"kway": 1}, {"kway": 2}], "junction-tree"),
+    "privcube aim-grem+tree": ({"name": "aim-grem"}, [{"kway": 1}, {"kway": 2}], "tree"),
 }
 
 
@@ -178,16 +179,19 @@ def main() -> None:
         real, sizes, _, _ = load(name)
         real = real.to_numpy()
         for system, seed in itertools.product(args.ours + args.peers, args.seeds):
+            stages = {}
             if system in OURS:
                 syn, secs = run_ours(name, eps, args.delta, seed, *OURS[system])
+                stages = run_ours.stages
             else:
                 syn, secs = run_peer(system, name, eps, args.delta, seed, args.timeout)
             tv = [tvd(real, syn, list(sizes.values()), k) if syn is not None else None for k in (1, 2, 3)]
             rows.append({"data": name, "eps": eps, "system": system, "seed": seed, "tvd": tv, "seconds": secs,
-                         "load": os.getloadavg()[0]})
+                         "load": os.getloadavg()[0], **stages})
             shown = " ".join("DNF" if t is None else f"{t:.4f}" for t in tv)
+            extra = " ".join(f"{k} {v:.2f}" for k, v in stages.items() if v is not None)
             print(f"{name:6} eps={eps:<4g} seed={seed} {system:24} tvd1/2/3 {shown}  {secs:8.1f} s  "
-                  f"load {rows[-1]['load']:.2f}", flush=True)
+                  f"load {rows[-1]['load']:.2f} {extra}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     print_table(rows, args.ours[0] if args.ours else next(iter(OURS)))

@@ -127,7 +127,7 @@ class JunctionTreeEstimator:
     """Junction tree over the published cliques (min-fill, within ``max_cells``), fitted by IPF with exact
     belief propagation; the weakest edges (by published mutual information) are left out when it must."""
 
-    def __init__(self, max_cells: int | float = DEFAULT_MAX_CELLS, max_sweeps: int = 200, tol: float = 1e-7,
+    def __init__(self, max_cells: int | float = DEFAULT_MAX_CELLS, max_sweeps: int = 200, tol: float = 1e-4,
                  rounds: int = 10) -> None:
         """``max_cells``: public bound on the sum of the tree's clique table sizes."""
         if isinstance(max_cells, bool) or not isinstance(max_cells, (int, float)) or max_cells < 1:

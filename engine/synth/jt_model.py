@@ -70,7 +70,7 @@ class JunctionTreeModel:
             tol: float = 1e-9) -> JunctionTreeModel:
         """Max-entropy fit of the tree's beliefs to ``targets`` (ascending index tuple -> probability table,
         each inside some clique of ``tree``), by IPF with message passing; stops when no target moves by
-        more than ``tol`` in L1 within a sweep."""
+        more than ``tol`` in L1 within a sweep, or when 10 sweeps in a row gain less than 0.1 %."""
         shape = domain.shape
         beliefs = [np.full([shape[a] for a in c], 1.0 / np.prod([shape[a] for a in c], dtype=float))
                    for c in tree.cliques]
@@ -82,10 +82,12 @@ class JunctionTreeModel:
             ts.sort(key=len, reverse=True)  # lower-order targets last: they hold at the end of a sweep
         model = cls(domain, tree, beliefs, roots=_roots(tree))
         walk = model._euler_walk()
+        best, since = np.inf, 0
         for sweep in range(max(1, max_sweeps)):
             worst = model._sweep(walk, targets, assigned)
             model.sweeps, model.residual = sweep + 1, worst
-            if worst <= tol:
+            best, since = (worst, 0) if worst < best * (1 - 1e-3) else (best, since + 1)
+            if worst <= tol or since >= 10:  # converged, or stalled (targets that no model can match exactly)
                 break
         model._calibrate()
         model._prepare_sampling()

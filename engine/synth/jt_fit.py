@@ -21,7 +21,7 @@ from privcube.synth.tree_model import mutual_information
 Clique = tuple[str, ...]
 Idx = tuple[int, ...]
 
-DEFAULT_MAX_CELLS = 1_000_000
+DEFAULT_MAX_CELLS = 32_768
 
 
 def canonical(marginals: Mapping[Clique, np.ndarray], domain: Domain) -> dict[Clique, np.ndarray]:
@@ -46,9 +46,11 @@ def is_consistent(marginals: Mapping[Clique, np.ndarray], domain: Domain, rtol: 
     tol = rtol * max(1.0, max(totals))
     if max(totals) - min(totals) > tol:
         return False
-    for (a, x), (b, y) in itertools.combinations(arrs.items(), 2):
-        s = tuple(v for v in a if v in b)
-        if s and np.abs(project(x, a, s) - project(y, b, s)).max() > tol:
+    shared = {tuple(v for v in a if v in b) for a, b in itertools.combinations(arrs, 2)} - {()}
+    for s in shared:
+        holders = [c for c in arrs if set(s) <= set(c)]
+        ref = project(arrs[holders[0]], holders[0], s)
+        if any(np.abs(project(arrs[c], c, s) - ref).max() > tol for c in holders[1:]):
             return False
     return True
 
@@ -127,7 +129,7 @@ class JunctionTreeEstimator:
     """Junction tree over the published cliques (min-fill, within ``max_cells``), fitted by IPF with exact
     belief propagation; the weakest edges (by published mutual information) are left out when it must."""
 
-    def __init__(self, max_cells: int | float = DEFAULT_MAX_CELLS, max_sweeps: int = 200, tol: float = 1e-4,
+    def __init__(self, max_cells: int | float = DEFAULT_MAX_CELLS, max_sweeps: int = 100, tol: float = 1e-4,
                  rounds: int = 10) -> None:
         """``max_cells``: public bound on the sum of the tree's clique table sizes."""
         if isinstance(max_cells, bool) or not isinstance(max_cells, (int, float)) or max_cells < 1:

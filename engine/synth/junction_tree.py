@@ -9,6 +9,7 @@ Everything here is post-processing of public quantities and published estimates.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -32,7 +33,7 @@ def min_fill_cliques(n: int, edges: Sequence[Edge], sizes: Sequence[int]) -> lis
         for v in alive:
             nb = adj[v]
             fill = sum(1 for a, b in itertools.combinations(nb, 2) if b not in adj[a])
-            key = (fill, float(np.prod([sizes[x] for x in nb], dtype=float)) * sizes[v], v)
+            key = (fill, math.prod(sizes[x] for x in nb) * sizes[v], v)
             if best_key is None or key < best_key:
                 best, best_key = v, key
         nb = adj[best]

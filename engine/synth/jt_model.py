@@ -227,7 +227,7 @@ def stratified_uniforms(groups: np.ndarray, rng: np.random.Generator) -> np.ndar
     """One uniform per record in [0, 1): within each group value, (rank + U)/m with ranks a random
     permutation of the group's m records and one U per group (systematic sampling)."""
     n = groups.size
-    order = np.lexsort((rng.random(n), groups))
+    order = np.argsort(groups + rng.random(n))  # by group, random within (group ids are small integers)
     g = groups[order]
     starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
     counts = np.diff(np.r_[starts, n])

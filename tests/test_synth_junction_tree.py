@@ -14,7 +14,7 @@ from privcube.domain import Domain
 from privcube.errors import ConfigError
 from privcube.mechanisms.base import GroupAnswer
 from privcube.privacy.noise import NoiseSource
-from privcube.synth import get_estimator, sample_records, synthesize
+from privcube.synth import get_estimator, sample_records
 from privcube.synth.consistency import project
 from privcube.synth.jt_fit import JunctionTreeEstimator, is_consistent, pair_weights
 from privcube.synth.jt_model import stratified_uniforms

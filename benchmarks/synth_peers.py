@@ -192,8 +192,8 @@ def main() -> None:
             extra = " ".join(f"{k} {v:.2f}" for k, v in stages.items() if v is not None)
             print(f"{name:6} eps={eps:<4g} seed={seed} {system:24} tvd1/2/3 {shown}  {secs:8.1f} s  "
                   f"load {rows[-1]['load']:.2f} {extra}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+            if args.json:  # after every run: an interrupted benchmark keeps what it measured
+                Path(args.json).write_text(json.dumps(rows, indent=1))
     print_table(rows, args.ours[0] if args.ours else next(iter(OURS)))
 
 

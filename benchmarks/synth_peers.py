@@ -224,7 +224,7 @@ def print_table(rows: list[dict], reference: str) -> None:
                 ratios = f"{tv[1] / ref[0][1]:.2f} | {tv[2] / ref[0][2]:.2f} | {secs / ref[2]:.1f}"
             else:
                 ratios = "- | - | " + (f"> {secs / ref[2]:.1f}" if ref and tv[0] is None else "-")
-            label = s if nd == n else f"{s} ({n - nd} DNF, {secs:.0f} s limit)"
+            label = s if nd == n else f"{s} ({n - nd} DNF at the time limit)"
             shown = f"{secs:.1f}" + (f" ({stage:.1f})" if stage is not None else "")
             print(f"| {data} | {eps:g} | {label} | {nd}/{n} | {cells} | {shown} | {ratios} |")
 

@@ -465,10 +465,14 @@ def _write_records(cfg: JobConfig, result: MechanismResult, run_path: Path, nois
 
     from privcube.graphs.synth_sampling import stream_records_parquet
     from privcube.synth.estimator import get_estimator
-    from privcube.synth.sampler import marginals_from_answers
+    from privcube.synth.sampler import marginals_from_answers, measured_marginals
 
     spec = cfg.synthesize or {}
-    est, var = marginals_from_answers(result.answers, cfg.domain)
+    trace = (result.report or {}).get("trace")
+    if trace:  # adaptive run: the measured marginals (its public selection trace) and the 1-way margins
+        est, var = measured_marginals(result.answers, cfg.domain, [r.get("clique") or [] for r in trace])
+    else:
+        est, var = marginals_from_answers(result.answers, cfg.domain)
     total = float(np.mean([float(np.sum(m)) for m in est.values()]))  # noisy N: each marginal sums to it
     rows = max(0, int(round(total))) if spec["rows"] == "auto" else int(spec["rows"])
     folder = run_path / "synthetic" / "records"
@@ -477,7 +481,10 @@ def _write_records(cfg: JobConfig, result: MechanismResult, run_path: Path, nois
     if keep_existing and folder.exists():
         info["files"] = len(list(folder.glob("*.parquet")))
         return info
-    model = get_estimator(spec["estimator"]).fit(est, cfg.domain, total=max(total, 1.0), variances=var or None)
+    options = {"max_cells": spec["max_cells"]} if spec["estimator"] == "junction-tree" else {}
+    estimator = get_estimator(spec["estimator"], **options)
+    model = estimator.fit(est, cfg.domain, total=max(total, 1.0), variances=var or None)
+    info.update({"model": getattr(estimator, "info", {}), "budget_spent": 0.0})
     staging = folder.parent / f".records-{uuid.uuid4().hex[:8]}"
     try:
         info["files"] = stream_records_parquet(model, cfg.domain, rows, staging, noise=noise, schema=cfg.schema,

@@ -34,7 +34,7 @@ from privcube.yaml_io import DuplicateKeyError, load_yaml, yaml_error_line
 
 TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize",
             "privacy_unit"}
-SYNTHESIZE_KEYS = {"rows", "estimator", "chunk_size"}
+SYNTHESIZE_KEYS = {"rows", "estimator", "chunk_size", "max_cells"}
 DATA_KEYS = {"path", "schema", "domain", "compress", "format", "tables", "links"}
 OUTPUT_KEYS = {"labels", "zarr", "answers", "ci_level"}
 
@@ -294,8 +294,9 @@ def data_paths(spec: Any, base: Path) -> str | list[str]:
 def parse_synthesize(spec: Any, workload: Workload) -> dict[str, Any] | None:
     """``synthesize``: synthetic records from the run's marginal answers (post-processing, no budget).
 
-    ``true`` or a row count or ``{rows: N | auto, estimator: tree | mbi, chunk_size: N}``; ``auto`` rows =
-    the noisy record count the answers imply. The workload must hold at least one marginal group.
+    ``true`` or a row count or ``{rows: N | auto, estimator: junction-tree | tree | mbi, chunk_size: N,
+    max_cells: N}``; ``auto`` rows = the noisy record count the answers imply; ``max_cells`` is the
+    junction tree's public cell budget. The workload must hold at least one marginal group.
     """
     if spec is None or spec is False:
         return None
@@ -308,16 +309,22 @@ def parse_synthesize(spec: Any, workload: Workload) -> dict[str, Any] | None:
     bad = set(spec) - SYNTHESIZE_KEYS
     if bad:
         raise ConfigError(f"synthesize: unknown key(s) {sorted(bad)}; known: {sorted(SYNTHESIZE_KEYS)}")
-    out = {"rows": spec.get("rows", "auto"), "estimator": spec.get("estimator", "tree"),
-           "chunk_size": spec.get("chunk_size", 100_000)}
+    from privcube.synth.estimator import DEFAULT_ESTIMATOR, ESTIMATORS
+    from privcube.synth.jt_fit import DEFAULT_MAX_CELLS
+
+    out = {"rows": spec.get("rows", "auto"), "estimator": spec.get("estimator", DEFAULT_ESTIMATOR),
+           "chunk_size": spec.get("chunk_size", 100_000), "max_cells": spec.get("max_cells", DEFAULT_MAX_CELLS)}
     rows = out["rows"] = int(out["rows"]) if isinstance(out["rows"], np.integer) else out["rows"]
     if rows != "auto" and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 0):
         raise ConfigError(f"synthesize.rows must be a non-negative integer or 'auto', got {rows!r}")
     cs = out["chunk_size"]
     if isinstance(cs, bool) or not isinstance(cs, int) or cs < 1:
         raise ConfigError(f"synthesize.chunk_size must be a positive integer, got {cs!r}")
-    if out["estimator"] not in ("tree", "mbi"):
-        raise ConfigError(f"synthesize.estimator must be 'tree' or 'mbi', got {out['estimator']!r}")
+    mc = out["max_cells"]
+    if isinstance(mc, bool) or not isinstance(mc, int) or mc < 1:
+        raise ConfigError(f"synthesize.max_cells must be a positive integer, got {mc!r}")
+    if out["estimator"] not in ESTIMATORS:
+        raise ConfigError(f"synthesize.estimator must be one of {', '.join(ESTIMATORS)}; got {out['estimator']!r}")
     if not any(g.is_marginal and g.attributes for g in workload):
         raise ConfigError("synthesize: the workload has no marginal group to build records from; add one, "
                           "e.g. {kway: 2}")

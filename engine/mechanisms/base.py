@@ -33,6 +33,7 @@ class GroupAnswer:
     group: QueryGroup
     estimate: np.ndarray
     variance: np.ndarray | None = None
+    published: np.ndarray | None = None  # non-negative, consistent estimate (post-processing; marginal groups)
     #: the noise of the release, for exact intervals (``privcube.privacy.intervals``): its kind
     #: (``gaussian``, ``laplace``, ``discrete-gaussian``, ``discrete-laplace``; None: unknown), whether each
     #: answer is a single noisy draw (then ``noise_scale`` is that draw's parameter: σ² for discrete

@@ -16,6 +16,7 @@ import numpy as np
 from privcube.domain import Domain
 from privcube.errors import ConfigError
 from privcube.synth.consistency import make_consistent
+from privcube.synth.jt_fit import JunctionTreeEstimator
 from privcube.synth.tree_model import TreeModel
 
 Clique = tuple[str, ...]
@@ -118,15 +119,27 @@ class MbiEstimator:
         return _MbiModel(model, domain)
 
 
-def get_estimator(spec: Any) -> MarginalEstimator:
-    """An estimator from a name ('tree', 'mbi') or an object already implementing the protocol."""
-    if spec is None or spec == "tree":
+ESTIMATORS = ("junction-tree", "tree", "mbi")
+DEFAULT_ESTIMATOR = "junction-tree"
+
+
+def get_estimator(spec: Any, **options: Any) -> MarginalEstimator:
+    """An estimator from a name ('junction-tree', 'tree', 'mbi') or an object implementing the protocol.
+
+    ``options`` go to the junction-tree estimator (``max_cells``); the others take none."""
+    if spec is None:
+        spec = DEFAULT_ESTIMATOR
+    if spec == "junction-tree":
+        return JunctionTreeEstimator(**options)
+    if spec == "tree":
         return TreeEstimator()
     if spec == "mbi":
         return MbiEstimator()
     if isinstance(spec, MarginalEstimator):
         return spec
-    raise ConfigError(f"synth: unknown estimator {spec!r}; use 'tree', 'mbi' or an object with fit(...)")
+    raise ConfigError(f"synth: unknown estimator {spec!r}; use 'junction-tree', 'tree', 'mbi' or an object "
+                      "with fit(...)")
 
 
-__all__ = ["SamplingModel", "MarginalEstimator", "TreeEstimator", "MbiEstimator", "get_estimator"]
+__all__ = ["SamplingModel", "MarginalEstimator", "TreeEstimator", "MbiEstimator", "JunctionTreeEstimator",
+           "get_estimator", "ESTIMATORS", "DEFAULT_ESTIMATOR"]

@@ -14,6 +14,7 @@ import pandas as pd
 from privcube.domain import Domain
 from privcube.errors import ConfigError, DataError
 from privcube.privacy.noise import NoiseSource
+from privcube.synth.consistency import project
 from privcube.synth.estimator import MarginalEstimator, SamplingModel, get_estimator
 
 Clique = tuple[str, ...]
@@ -73,7 +74,8 @@ def synthesize(marginal_estimates: Mapping[Clique, np.ndarray], domain: Domain, 
 
 
 def marginals_from_answers(answers: Sequence[Any], domain: Domain) -> tuple[dict[Clique, np.ndarray], dict[Clique, float]]:
-    """(clique -> noisy counts, clique -> per-cell variance) from a mechanism's answers.
+    """(clique -> counts, clique -> per-cell variance) from a mechanism's answers: the ``published``
+    (non-negative, consistent) estimate where the run has one, else the raw noisy ``estimate``.
 
     Takes the marginal groups (identity queries on every attribute) of any ``MechanismResult.answers``
     (ResidualPlanner, AIM+GReM, HDMM, …); other query groups (prefix, ranges, …) are skipped. Reading
@@ -86,7 +88,8 @@ def marginals_from_answers(answers: Sequence[Any], domain: Domain) -> tuple[dict
         if not getattr(g, "is_marginal", False) or not g.attributes:
             continue
         c = tuple(g.attributes)
-        arr = np.asarray(a.estimate, dtype=float)
+        pub = getattr(a, "published", None)
+        arr = np.asarray(a.estimate if pub is None else pub, dtype=float)
         if arr.size != domain.size(c):
             raise DataError(f"answers for {list(c)} have {arr.size} cells; the domain needs {domain.size(c)}")
         est[c] = arr.reshape(domain.shape_of(c))
@@ -97,6 +100,30 @@ def marginals_from_answers(answers: Sequence[Any], domain: Domain) -> tuple[dict
         raise DataError("no marginal answers to synthesize from: the workload needs at least one marginal group "
                         "(identity queries), e.g. {kway: 2}")
     return est, var
+
+
+def measured_marginals(answers: Sequence[Any], domain: Domain, cliques: Sequence[Sequence[str]]
+                       ) -> tuple[dict[Clique, np.ndarray], dict[Clique, float]]:
+    """Only the marginals an adaptive mechanism measured (its selection trace), plus every 1-way margin:
+    each one projected from an answer that contains it (all answers of such a run come from the same
+    residuals, so any holder gives the same estimate). Keeps the answers that only fill in unmeasured
+    structure out of the model. Post-processing: nothing is charged."""
+    est, var = marginals_from_answers(answers, domain)
+    wanted = {domain.canonical(tuple(c)) for c in cliques if c} | {(a,) for c in est for a in c}
+    out: dict[Clique, np.ndarray] = {}
+    out_var: dict[Clique, float] = {}
+    for w in sorted(wanted, key=len, reverse=True):
+        if any(set(w) < set(o) for o in out):
+            continue
+        holder = next((c for c in sorted(est, key=len) if set(w) <= set(c)), None)
+        if holder is None:
+            continue
+        cc = domain.canonical(holder)
+        arr = np.transpose(est[holder], [holder.index(x) for x in cc]) if holder != cc else est[holder]
+        out[w] = project(arr, cc, w)
+        if holder in var:
+            out_var[w] = var[holder] * domain.size(holder) / max(domain.size(w), 1)
+    return out, out_var
 
 
 def synthesize_from_answers(answers: Sequence[Any], domain: Domain, n_records: int, *, noise: NoiseSource | None = None,
@@ -127,5 +154,5 @@ def add_labels(frame: pd.DataFrame, schema: Any) -> pd.DataFrame:
     return out
 
 
-__all__ = ["synthesize", "synthesize_from_answers", "marginals_from_answers", "add_labels", "sample_records",
+__all__ = ["synthesize", "synthesize_from_answers", "marginals_from_answers", "measured_marginals", "add_labels", "sample_records",
            "sample_chunk", "chunk_bounds", "DEFAULT_CHUNK"]

@@ -4,7 +4,7 @@ data and spends no budget; ``estimate`` and ``variance`` are left as they are.""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,24 +24,51 @@ def marginal_answers(answers: Sequence[Any]) -> list[Any]:
     return [a for a in answers if getattr(a.group, "is_marginal", False)]
 
 
-def solve(prob: MarginalProblem, spec: PostprocessSpec, map: Mapper = serial_map) -> tuple[dict[Clique, np.ndarray], dict[str, Any]]:
-    """Non-negative consistent marginals of ``prob`` by ``spec.method``, and the solver's report."""
+def residual_weights(prob: MarginalProblem, residual_variances: Mapping[Clique, float] | None
+                     ) -> dict[tuple[Clique, Clique], float] | None:
+    """GReM-LNN's metric from the residual measurements: τ measured once as μ_τ + N(0, σ_τ²) (then Decomp)
+    gives the τ-component of every clique c ⊇ τ the precision ∏_{c∖τ}n / σ_τ², shared by the k_τ cliques
+    holding τ (so each residual counts once). None unless every τ of the closure has a positive σ_τ²."""
+    if not residual_variances:
+        return None
+    var = {tuple(prob.domain.canonical(t)): float(v) for t, v in residual_variances.items()}
+    if any(not (var.get(t, 0.0) > 0 and np.isfinite(var[t])) for t in prob.closure):
+        return None
+    holders: dict[Clique, int] = {}
+    for c in prob.cliques:
+        for t in prob.subs[c]:
+            holders[t] = holders.get(t, 0) + 1
+    q = {(c, t): prob.ratio[(c, t)] / (var[t] * holders[t]) for c in prob.cliques for t in prob.subs[c]}
+    scale = float(np.median([q[k] / prob.weight[k[0]] for k in q]))  # comparable to the cell metric (ρ = 1)
+    return {k: v / scale for k, v in q.items()}
+
+
+def solve(prob: MarginalProblem, spec: PostprocessSpec, map: Mapper = serial_map,
+          residual_variances: Mapping[Clique, float] | None = None) -> tuple[dict[Clique, np.ndarray], dict[str, Any]]:
+    """Non-negative consistent marginals of ``prob`` by ``spec.method``, and the solver's report.
+    ``residual_variances`` (τ -> σ_τ² of a one-off residual measurement, e.g. ResidualPlanner's public
+    plan) gives grem-lnn its residual-basis metric; without it each cell counts with its clique's variance."""
+    q = None
     if spec.method == "grem-lnn":
-        mu, info = lnn_admm(prob, tol=spec.tolerance, max_iterations=spec.max_iterations, map=map)
+        q = residual_weights(prob, residual_variances)
+        mu, info = lnn_admm(prob, component_weight=q, tol=spec.tolerance, max_iterations=spec.max_iterations,
+                            map=map)
     elif spec.method == "dykstra":
         mu, info = dykstra(prob, tol=spec.tolerance, max_iterations=spec.max_iterations, map=map)
     else:  # wls
         mu, info = project_consistent(prob, map=map), SolveInfo(1, True, 0.0, 0.0)
     lifted, t = lift_to_nonnegative(mu, prob.domain)
-    return lifted, {"iterations": info.iterations, "converged": info.converged,
+    metric = "residual" if spec.method == "grem-lnn" and q is not None else "cell"
+    return lifted, {"metric": metric, "iterations": info.iterations, "converged": info.converged,
                     "primal_residual": info.primal_residual, "dual_residual": info.dual_residual,
                     "lift_weight": t}
 
 
 def publish(answers: Sequence[Any], domain: Domain, spec: PostprocessSpec | None = None,
-            map: Mapper = serial_map) -> dict[str, Any]:
+            map: Mapper = serial_map, residual_variances: Mapping[Clique, float] | None = None) -> dict[str, Any]:
     """Set ``published`` on every marginal group answer (in place) and return the report: method,
-    iterations, time, the released total and the final constraint violations."""
+    iterations, time, the released total and the final constraint violations. ``residual_variances``:
+    see :func:`solve` (only valid when the answers are reconstructed from those residual measurements)."""
     spec = spec or PostprocessSpec()
     t0 = time.perf_counter()
     groups = marginal_answers(answers)
@@ -49,7 +76,7 @@ def publish(answers: Sequence[Any], domain: Domain, spec: PostprocessSpec | None
         return {"method": spec.method, "groups": 0, "note": "no marginal groups: nothing to publish"}
     variances = _variances(groups)
     prob = build_problem(_fuse_duplicates(groups, domain, variances), domain, _fused_variances(groups, domain, variances))
-    mu, info = solve(prob, spec, map)
+    mu, info = solve(prob, spec, map, residual_variances)
     total = total_of(mu)
     if spec.integer:
         mu, total = round_marginals(mu, total)

@@ -185,6 +185,9 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
             rundir.write_json("ledger.json", ledger_dict)  # first: what was spent is a fact once measured
         except OSError as e:
             raise RunDirectoryError(_write_error(rundir.path, e, "ledger")) from None
+        t1 = time.perf_counter()
+        post = _postprocess(cfg, mech, result)  # `published`: non-negative, consistent; spends nothing
+        timings["postprocess_s"] = time.perf_counter() - t1
         records = None
         if cfg.synthesize:  # post-processing of the answers, while the cluster is up (chunks run there)
             t1 = time.perf_counter()
@@ -225,6 +228,7 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
         "expected_error": expected,
         "noise": noise.to_dict(),
         "mechanism_report": result.report,
+        **({"postprocess": post} if post is not None else {}),
         **({"synthetic_records": records} if records is not None else {}),
     }
     try:
@@ -235,6 +239,20 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
     except OSError as e:
         raise RunDirectoryError(_write_error(rundir.path, e, "outputs")) from None
     return RunSummary(rundir.path, ledger_dict, report, result)
+
+
+def _postprocess(cfg: JobConfig, mech: Any, result: MechanismResult) -> dict[str, Any] | None:
+    """Set ``published`` on every marginal answer (``postprocess``; None when off or no marginal group).
+    ResidualPlanner's public plan gives the residual σ² (GReM-LNN's metric). Post-processing: no charge."""
+    from privcube.postprocess import marginal_answers, publish
+
+    if cfg.postprocess is None or not marginal_answers(result.answers):
+        return None
+    rv = None
+    if cfg.mechanism == "residual-planner":
+        with contextlib.suppress(PrivcubeError):
+            rv = {tuple(m["residual"]): m["sigma2"] for m in mech.plan(cfg.workload, cfg.budget).measurements}
+    return publish(result.answers, cfg.domain, cfg.postprocess, residual_variances=rv)
 
 
 _DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)

@@ -29,7 +29,7 @@ from privcube.privacy.budget import PrivacyBudget
 from privcube.workload import Workload, parse_workload
 from privcube.yaml_io import load_yaml
 
-TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize"}
+TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize", "postprocess"}
 SYNTHESIZE_KEYS = {"rows", "estimator", "chunk_size"}
 DATA_KEYS = {"path", "schema", "domain", "compress", "format", "tables", "links"}
 OUTPUT_KEYS = {"labels", "zarr", "answers"}
@@ -53,6 +53,7 @@ class JobConfig:
     compress: bool = False
     noise_sampler: str = "continuous"
     synthesize: dict[str, Any] | None = None  # {rows: int | "auto", estimator, chunk_size}: records from the answers
+    postprocess: Any = None  # privcube.postprocess.PostprocessSpec, or None when `postprocess: none`
 
     def resolved(self) -> dict[str, Any]:
         """The resolved config as written to ``config.yaml`` in the run directory."""
@@ -158,11 +159,14 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
 
     noise_sampler = parse_noise_sampler(raw)
     synthesize = parse_synthesize(raw.get("synthesize"), workload)
+    from privcube.postprocess.spec import PostprocessSpec, parse_postprocess
+
+    postprocess = parse_postprocess(raw["postprocess"]) if "postprocess" in raw else PostprocessSpec()
 
     return JobConfig(raw=raw, base_dir=base, domain=domain, schema=schema, data_path=data_path,
                      mechanism=name, mechanism_params=params, workload=workload, budget=budget,
                      cluster=dict(cluster), output=dict(output), compress=compress,
-                     noise_sampler=noise_sampler, synthesize=synthesize)
+                     noise_sampler=noise_sampler, synthesize=synthesize, postprocess=postprocess)
 
 
 def parse_synthesize(spec: Any, workload: Workload) -> dict[str, Any] | None:

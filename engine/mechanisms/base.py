@@ -33,6 +33,7 @@ class GroupAnswer:
     group: QueryGroup
     estimate: np.ndarray
     variance: np.ndarray | None = None
+    published: np.ndarray | None = None  # non-negative, consistent estimate (post-processing; marginal groups)
 
 
 @dataclass

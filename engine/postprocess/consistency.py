@@ -107,15 +107,19 @@ def _chunk_recon(args: tuple) -> dict[Clique, np.ndarray]:
 
 
 def project_consistent(prob: MarginalProblem, x: Mapping[Clique, np.ndarray] | None = None,
-                       weight: Mapping[Clique, float] | None = None, map: Mapper = serial_map) -> dict[Clique, np.ndarray]:
+                       weight: Mapping[Clique, float] | None = None, map: Mapper = serial_map,
+                       total: float | None = None) -> dict[Clique, np.ndarray]:
     """argmin over consistent μ of Σ_c w_c‖μ_c − x_c‖² (x defaults to the noisy marginals): the
-    weighted least-squares estimate, which keeps every marginal in agreement but not non-negative."""
+    weighted least-squares estimate, which keeps every marginal in agreement but not non-negative.
+    ``total`` fixes the common total (the empty set's component) instead of estimating it."""
     x = prob.y if x is None else x
     coef = coefficients(prob, weight)
     parts = chunks(prob)
     sums = merge_sums(map(_chunk_sums, [({c: x[c] for c in ch}, {c: prob.subs[c] for c in ch},
                                          {k: v for k, v in coef.items() if k[0] in ch}) for ch in parts]))
     z = residuals(sums, mass(prob, coef))
+    if total is not None:
+        z[()] = np.asarray(float(total))
     return recon_chunks(prob, z, parts, map)
 
 

@@ -49,14 +49,19 @@ def solve(prob: MarginalProblem, spec: PostprocessSpec, map: Mapper = serial_map
     ``residual_variances`` (τ -> σ_τ² of a one-off residual measurement, e.g. ResidualPlanner's public
     plan) gives grem-lnn its residual-basis metric; without it each cell counts with its clique's variance."""
     q = None
+    wls = project_consistent(prob, map=map)
+    total = max(0.0, total_of(wls))  # the released total: least squares over every marginal's sum
+    if total == 0.0:
+        return {c: np.zeros_like(a) for c, a in wls.items()}, {"metric": "cell", "iterations": 0, "converged": True,
+                                                               "note": "estimated total <= 0: all zeros"}
     if spec.method == "grem-lnn":
         q = residual_weights(prob, residual_variances)
         mu, info = lnn_admm(prob, component_weight=q, tol=spec.tolerance, max_iterations=spec.max_iterations,
-                            map=map)
+                            map=map, total=total)
     elif spec.method == "dykstra":
-        mu, info = dykstra(prob, tol=spec.tolerance, max_iterations=spec.max_iterations, map=map)
+        mu, info = dykstra(prob, tol=spec.tolerance, max_iterations=spec.max_iterations, map=map, total=total)
     else:  # wls
-        mu, info = project_consistent(prob, map=map), SolveInfo(1, True, 0.0, 0.0)
+        mu, info = project_consistent(prob, map=map, total=total), SolveInfo(1, True, 0.0, 0.0)
     lifted, t = lift_to_nonnegative(mu, prob.domain)
     metric = "residual" if spec.method == "grem-lnn" and q is not None else "cell"
     return lifted, {"metric": metric, "iterations": info.iterations, "converged": info.converged,

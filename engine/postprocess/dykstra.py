@@ -19,15 +19,16 @@ def _wnorm2(prob: MarginalProblem, a: Mapping[Clique, np.ndarray], b: Mapping[Cl
 
 
 def dykstra(prob: MarginalProblem, *, tol: float = 1e-6, max_iterations: int = 2000,
-            map: Mapper = serial_map) -> tuple[dict[Clique, np.ndarray], SolveInfo]:
-    """Consistent marginals (non-negative up to ``tol``) nearest to the noisy ones in the weighted norm."""
+            map: Mapper = serial_map, total: float | None = None) -> tuple[dict[Clique, np.ndarray], SolveInfo]:
+    """Consistent marginals (non-negative up to ``tol``) nearest to the noisy ones in the weighted norm;
+    ``total`` fixes their common total."""
     x = {c: a.copy() for c, a in prob.y.items()}
     p = {c: np.zeros_like(a) for c, a in x.items()}
     q = {c: np.zeros_like(a) for c, a in x.items()}
     info = SolveInfo(0, False, math.inf, math.inf)
     y = x
     for it in range(1, max_iterations + 1):
-        y = project_consistent(prob, {c: x[c] + p[c] for c in prob.cliques}, map=map)
+        y = project_consistent(prob, {c: x[c] + p[c] for c in prob.cliques}, map=map, total=total)
         p = {c: x[c] + p[c] - y[c] for c in prob.cliques}
         new_x = {c: np.maximum(y[c] + q[c], 0.0) for c in prob.cliques}
         q = {c: y[c] + q[c] - new_x[c] for c in prob.cliques}

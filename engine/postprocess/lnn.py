@@ -68,9 +68,10 @@ def _items(prob: MarginalProblem, parts: Sequence[Sequence[Clique]], z: Mapping[
 
 def lnn_admm(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, Clique], float] | None = None,
              rho: float = 1.0, tol: float = 1e-6, max_iterations: int = 2000, map: Mapper = serial_map,
-             start: Mapping[Clique, np.ndarray] | None = None) -> tuple[dict[Clique, np.ndarray], SolveInfo]:
+             start: Mapping[Clique, np.ndarray] | None = None, total: float | None = None) -> tuple[dict[Clique, np.ndarray], SolveInfo]:
     """Consistent marginals (non-negative up to the tolerance) minimising the weighted distance to the
-    noisy ones; ``component_weight[(c, τ)]`` overrides q_cτ (precision of the τ-component of clique c)."""
+    noisy ones; ``component_weight[(c, τ)]`` overrides q_cτ (precision of the τ-component of clique c);
+    ``total`` fixes the common total (a hard constraint: without it, clipping noise inflates the total)."""
     q = dict(prob.weight) if component_weight is None else None
     coef_w = coefficients(prob)  # w_c / ∏_{c∖τ} n: the penalty's metric
     coef_y = coef_w if q is not None else {k: component_weight[k] / prob.ratio[k] for k in coef_w}
@@ -80,7 +81,7 @@ def lnn_admm(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, C
     if start is None:
         from privcube.postprocess.consistency import project_consistent
 
-        start = project_consistent(prob, map=map)
+        start = project_consistent(prob, map=map, total=total)
     nu = {c: np.maximum(a, 0.0) for c, a in start.items()}
     u = {c: np.zeros_like(a) for c, a in nu.items()}
     sum_nu = merge_sums([tau_marginals({c: nu[c] for c in ch}, prob.subs, coef_w) for ch in parts])
@@ -90,6 +91,8 @@ def lnn_admm(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, C
     for it in range(1, max_iterations + 1):
         sums = {t: y_sums[t] + rho * (sum_nu[t] - sum_u[t]) for t in prob.closure}
         z = residuals(sums, {t: mass_y[t] + rho * mass_w[t] for t in prob.closure})
+        if total is not None:
+            z[()] = np.asarray(float(total))
         out = map(_admm_chunk, _items(prob, parts, z, nu, u, coef_w))
         r2 = s2 = n2 = u2 = 0.0
         for part in out:

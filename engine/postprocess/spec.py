@@ -20,8 +20,8 @@ class PostprocessSpec:
 
     method: str = DEFAULT_METHOD
     integer: bool = False
-    max_iterations: int = 1000
-    tolerance: float = 1e-5
+    max_iterations: int = 300
+    tolerance: float = 1e-4
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "integer": self.integer, "max_iterations": self.max_iterations,

@@ -382,7 +382,8 @@ def _write_tensors(path: Path, cfg: JobConfig, result: MechanismResult, keep_exi
 
     Every query group's answers are stored as 1-D arrays ``group-NNNN-<label>.estimate`` and ``.variance``
     (query order and name of ``answers/group-NNNN-<label>.parquet``; attrs name the group's attributes,
-    query types and weight); marginal groups also as an ``estimate`` tensor shaped like the marginal."""
+    query types and weight); marginal groups also as an ``estimate`` tensor shaped like the marginal, and
+    with post-processing as ``group-...published`` and a ``published`` tensor."""
     from privcube.storage.outputs import answer_file_stem
     from privcube.storage.zarr_store import TensorStore, marginal_name
 
@@ -394,11 +395,15 @@ def _write_tensors(path: Path, cfg: JobConfig, result: MechanismResult, keep_exi
             shape = cfg.domain.shape_of(g.attributes)
             store.write_marginal(g.attributes, np.asarray(ans.estimate, dtype=float).reshape(shape), cfg.domain,
                                  kind="estimate")
+        if (g.is_marginal and g.attributes and ans.published is not None
+                and marginal_name(g.attributes, "published") not in done):
+            store.write_marginal(g.attributes, np.asarray(ans.published, dtype=float).reshape(
+                cfg.domain.shape_of(g.attributes)), cfg.domain, kind="published")
         stem = answer_file_stem(i, g)
         meta = {"group": i, "group_attributes": list(g.attributes), "queries": g.query_types(), "weight": g.weight,
                 "answers_file": f"answers/{stem}.parquet"}
         est = np.asarray(ans.estimate, dtype=float).ravel()
-        for quantity, values in (("estimate", est), ("variance", ans.variance)):
+        for quantity, values in (("estimate", est), ("variance", ans.variance), ("published", ans.published)):
             if values is not None and f"{stem}.{quantity}" not in done:
                 store.write(f"{stem}.{quantity}", np.broadcast_to(np.asarray(values, dtype=float).ravel(), est.shape),
                             {**meta, "quantity": quantity})

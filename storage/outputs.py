@@ -294,7 +294,7 @@ def _publish_local(source: Path, target: Path) -> None:
 
 def answer_frame(ans: Any, domain: Any, schema: Any = None) -> pd.DataFrame:
     """Tidy table of one group's answers: attribute codes and labels (marginals) or ``query`` number and
-    ``description`` (other groups), ``estimate``, ``variance``."""
+    ``description`` (other groups), ``estimate``, ``variance`` and, when post-processing ran, ``published``."""
     g = ans.group
     est = np.asarray(ans.estimate, dtype=float).ravel()
     cols: dict[str, Any] = {}
@@ -311,6 +311,9 @@ def answer_frame(ans: Any, domain: Any, schema: Any = None) -> pd.DataFrame:
     if ans.variance is not None:
         var = np.broadcast_to(np.asarray(ans.variance, dtype=float).ravel(), est.shape)
         cols["variance"] = np.array(var)
+    published = getattr(ans, "published", None)
+    if published is not None:  # non-negative, consistent estimate (post-processing, marginal groups)
+        cols["published"] = np.asarray(published).ravel()
     values = _value_labels(g.attributes, schema)
     if not g.is_marginal and est.size <= MAX_DESCRIBED_ROWS:
         cols = {"query": cols["query"], "description": g.row_descriptions(domain, values),

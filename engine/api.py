@@ -186,7 +186,7 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
         except OSError as e:
             raise RunDirectoryError(_write_error(rundir.path, e, "ledger")) from None
         t1 = time.perf_counter()
-        post = _postprocess(cfg, mech, result)  # `published`: non-negative, consistent; spends nothing
+        post = _postprocess(cfg, mech, result, cl)  # `published`: non-negative, consistent; spends nothing
         timings["postprocess_s"] = time.perf_counter() - t1
         records = None
         if cfg.synthesize:  # post-processing of the answers, while the cluster is up (chunks run there)
@@ -241,20 +241,30 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
     return RunSummary(rundir.path, ledger_dict, report, result)
 
 
-def _postprocess(cfg: JobConfig, mech: Any, result: MechanismResult) -> dict[str, Any] | None:
+def _postprocess(cfg: JobConfig, mech: Any, result: MechanismResult, client: Any = None) -> dict[str, Any] | None:
     """Set ``published`` on every marginal answer (``postprocess``; None when off or no marginal group).
-    ResidualPlanner's public plan gives the residual σ² (GReM-LNN's metric). Post-processing: no charge."""
+    ResidualPlanner's public plan gives the residual σ² (GReM-LNN's metric); above POSTPROCESS_TASK_CELLS
+    cells the per-clique chunks run as cluster tasks. Post-processing: no charge."""
     from privcube.postprocess import marginal_answers, publish
+    from privcube.postprocess.consistency import serial_map
 
-    if cfg.postprocess is None or not marginal_answers(result.answers):
+    groups = marginal_answers(result.answers)
+    if cfg.postprocess is None or not groups:
         return None
+    mapper = serial_map
+    if client is not None and sum(np.size(a.estimate) for a in groups) > POSTPROCESS_TASK_CELLS:
+        from privcube.graphs.scatter import map_tasks
+
+        def mapper(fn: Any, items: Any) -> list[Any]:
+            return map_tasks(fn, items, client=client, label="postprocess")
     rv = None
     if cfg.mechanism == "residual-planner":
         with contextlib.suppress(PrivcubeError):
             rv = {tuple(m["residual"]): m["sigma2"] for m in mech.plan(cfg.workload, cfg.budget).measurements}
-    return publish(result.answers, cfg.domain, cfg.postprocess, residual_variances=rv)
+    return publish(result.answers, cfg.domain, cfg.postprocess, map=mapper, residual_variances=rv)
 
 
+POSTPROCESS_TASK_CELLS = 20_000_000  # below this, reconstruction runs in process (seconds)
 _DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 WORKER_LOSS_RETRIES = 3
 _WORKER_LOSS_NAMES = {"KilledWorker", "FutureCancelledError", "CancelledError", "CommClosedError",

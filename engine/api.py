@@ -243,8 +243,9 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
 
 def _postprocess(cfg: JobConfig, mech: Any, result: MechanismResult, client: Any = None) -> dict[str, Any] | None:
     """Set ``published`` on every marginal answer (``postprocess``; None when off or no marginal group).
-    ResidualPlanner's public plan gives the residual σ² (GReM-LNN's metric); above POSTPROCESS_TASK_CELLS
-    cells the per-clique chunks run as cluster tasks. Post-processing: no charge."""
+    Each cell counts with its marginal's variance (measured better than ResidualPlanner's per-residual σ²
+    metric on adult15 and nltcs: benchmarks/postprocess_candidates.py); above POSTPROCESS_TASK_CELLS cells
+    the per-clique chunks run as cluster tasks. Post-processing: no charge."""
     from privcube.postprocess import marginal_answers, publish
     from privcube.postprocess.consistency import serial_map
 
@@ -257,11 +258,7 @@ def _postprocess(cfg: JobConfig, mech: Any, result: MechanismResult, client: Any
 
         def mapper(fn: Any, items: Any) -> list[Any]:
             return map_tasks(fn, items, client=client, label="postprocess")
-    rv = None
-    if cfg.mechanism == "residual-planner":
-        with contextlib.suppress(PrivcubeError):
-            rv = {tuple(m["residual"]): m["sigma2"] for m in mech.plan(cfg.workload, cfg.budget).measurements}
-    return publish(result.answers, cfg.domain, cfg.postprocess, map=mapper, residual_variances=rv)
+    return publish(result.answers, cfg.domain, cfg.postprocess, map=mapper)
 
 
 POSTPROCESS_TASK_CELLS = 20_000_000  # below this, reconstruction runs in process (seconds)

@@ -85,7 +85,7 @@ def test_published_is_nonnegative_consistent_one_total(method: str, case: tuple)
     report = publish(answers, domain, PostprocessSpec(method=method))
     total = _check_published(domain, answers)
     assert report["consistency_violation"] <= 1e-9 and report["negativity"] == 0.0
-    assert abs(report["total"] - total) <= 1e-9 * max(1.0, total)
+    assert "total" not in report  # the report holds no value derived from the data
     for a, c in zip(answers, cliques):  # the unbiased estimate is left as released
         assert np.array_equal(a.estimate, _in_order(values[c], c, tuple(a.group.attributes)))
 
@@ -108,10 +108,9 @@ def test_integer_rounding_keeps_integers_nonnegative_and_the_total(case: tuple) 
     domain, cliques, values, variances, _ = case
     answers = _answers(domain, cliques, values, variances)
     real = [a for a in _answers(domain, cliques, values, variances)]
-    rep_real = publish(real, domain, PostprocessSpec())
-    report = publish(answers, domain, PostprocessSpec(integer=True))
-    n = int(round(rep_real["total"]))
-    assert report["total"] == n
+    publish(real, domain, PostprocessSpec())
+    publish(answers, domain, PostprocessSpec(integer=True))
+    n = max(0, int(round(float(np.sum(real[0].published)))))
     for a, r in zip(answers, real):
         assert a.published.dtype.kind == "i" and int(a.published.min()) >= 0 and int(a.published.sum()) == n
         assert np.all(np.abs(a.published - r.published) < 1.0)  # each cell is the floor or ceiling

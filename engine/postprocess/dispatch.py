@@ -72,7 +72,8 @@ def solve(prob: MarginalProblem, spec: PostprocessSpec, map: Mapper = serial_map
 def publish(answers: Sequence[Any], domain: Domain, spec: PostprocessSpec | None = None,
             map: Mapper = serial_map, residual_variances: Mapping[Clique, float] | None = None) -> dict[str, Any]:
     """Set ``published`` on every marginal group answer (in place) and return the report: method,
-    iterations, time, the released total and the final constraint violations. ``residual_variances``:
+    iterations, time and the final constraint violations (no data-derived value: the released total is
+    in the published arrays, never in the report's text). ``residual_variances``:
     see :func:`solve` (only valid when the answers are reconstructed from those residual measurements)."""
     spec = spec or PostprocessSpec()
     t0 = time.perf_counter()
@@ -94,7 +95,7 @@ def publish(answers: Sequence[Any], domain: Domain, spec: PostprocessSpec | None
         a.published = np.ascontiguousarray(arr).reshape(-1).copy()
     return {"method": spec.method, "integer": spec.integer, **info,
             "time_s": time.perf_counter() - t0, "groups": len(groups), "cliques": len(prob.cliques),
-            "cells": prob.cells, "total": float(total),
+            "cells": prob.cells,
             "consistency_violation": consistency_violation(mu), "negativity": negativity(mu),
             "budget": "none: post-processing of released answers"}
 

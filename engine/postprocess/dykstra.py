@@ -37,7 +37,9 @@ def dykstra(prob: MarginalProblem, *, tol: float = 1e-6, max_iterations: int = 2
         scale = max(1.0, math.sqrt(_wnorm2(prob, new_x)))
         x = new_x
         info = SolveInfo(it, False, gap, step)
-        if gap <= tol * scale and step <= tol * scale:
+        low = min(float(np.min(a)) for a in y.values())  # the final lift is small only if this is
+        size = float(np.sum(next(iter(y.values()))))
+        if gap <= tol * scale and step <= tol * scale and low >= -1e-2 * tol * max(1.0, abs(size)):
             info.converged = True
             break
     return y, info

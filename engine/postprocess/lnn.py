@@ -104,7 +104,9 @@ def lnn_admm(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, C
         sum_u = merge_sums([p["sum_u"] for p in out])
         r, s = math.sqrt(r2), rho * math.sqrt(s2)
         info = SolveInfo(it, False, r, s, rho)
-        if r <= tol * max(1.0, math.sqrt(n2)) and s <= tol * max(1.0, rho * math.sqrt(u2)):
+        low = min(float(np.min(a)) for a in mu.values())  # the final lift is small only if this is
+        size = max(1.0, abs(float(np.sum(next(iter(mu.values()))))))
+        if r <= tol * max(1.0, math.sqrt(n2)) and s <= tol * max(1.0, rho * math.sqrt(u2)) and low >= -1e-2 * tol * size:
             info.converged = True
             break
         if it % 10 == 0 and (r > 10 * s or s > 10 * r):  # residual balancing; u is scaled by 1/ρ

@@ -33,7 +33,7 @@ from privcube.workload import Workload, parse_workload
 from privcube.yaml_io import DuplicateKeyError, load_yaml, yaml_error_line
 
 TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize",
-            "privacy_unit"}
+            "privacy_unit", "postprocess"}
 SYNTHESIZE_KEYS = {"rows", "estimator", "chunk_size", "max_cells"}
 DATA_KEYS = {"path", "schema", "domain", "compress", "format", "tables", "links"}
 OUTPUT_KEYS = {"labels", "zarr", "answers", "ci_level"}
@@ -57,6 +57,7 @@ class JobConfig:
     compress: bool = False
     noise_sampler: str = "continuous"
     synthesize: dict[str, Any] | None = None  # {rows: int | "auto", estimator, chunk_size}: records from the answers
+    postprocess: Any = None  # privcube.postprocess.PostprocessSpec, or None when `postprocess: none`
     data_frame: Any = None  # a pandas/polars DataFrame given in Python instead of data.path (never serialised)
     privacy_unit: Any = None  # privcube.privacy.unit.PrivacyUnit: one person = rows sharing an id, at most K
 
@@ -242,12 +243,15 @@ def _load_checked(raw: dict[str, Any], base: Path, need_data: bool, frame: Any =
     from privcube.privacy.unit import parse_privacy_unit
 
     unit = parse_privacy_unit(raw.get("privacy_unit"), name, params)
+    from privcube.postprocess.spec import PostprocessSpec, parse_postprocess
+
+    postprocess = parse_postprocess(raw["postprocess"]) if "postprocess" in raw else PostprocessSpec()
 
     return JobConfig(raw=raw, base_dir=base, domain=domain, schema=schema, data_path=data_path,
                      mechanism=name, mechanism_params=params, workload=workload, budget=budget,
                      cluster=dict(cluster), output=dict(output), compress=compress,
                      noise_sampler=noise_sampler, synthesize=synthesize, data_frame=frame,
-                     privacy_unit=unit)
+                     privacy_unit=unit, postprocess=postprocess)
 
 
 #: what ``config.yaml`` records as ``data.path`` when the data was a DataFrame given in Python

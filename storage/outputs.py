@@ -440,8 +440,8 @@ def _publish_local(source: Path, target: Path) -> None:
 
 def answer_frame(ans: Any, domain: Any, schema: Any = None, ci_level: float = 0.95) -> pd.DataFrame:
     """Tidy table of one group's answers: attribute codes and labels (marginals) or ``query`` number and
-    ``description`` (other groups), ``estimate``, ``variance``, ``published`` when post-processing ran, and the ``ci_low``/``ci_high`` interval at
-    ``ci_level`` from the noise distribution of the release (post-processing: no budget)."""
+    ``description`` (other groups), ``estimate``, ``variance``, ``published`` when post-processing ran, and the
+    ``ci_low``/``ci_high`` interval at ``ci_level`` from the noise distribution of the release (no budget)."""
     from privcube.privacy.intervals import half_widths
 
     g = ans.group
@@ -460,9 +460,9 @@ def answer_frame(ans: Any, domain: Any, schema: Any = None, ci_level: float = 0.
     if ans.variance is not None:
         var = np.broadcast_to(np.asarray(ans.variance, dtype=float).ravel(), est.shape)
         cols["variance"] = np.array(var)
-    published = getattr(ans, "published", None)
-    if published is not None:  # non-negative, consistent estimate (post-processing, marginal groups)
-        cols["published"] = np.asarray(published).ravel()
+    if ans.published is not None:  # non-negative, consistent estimate (post-processing, marginal groups)
+        cols["published"] = np.asarray(ans.published, dtype=float).ravel()
+    if ans.variance is not None:
         half, _ = half_widths(ans, ci_level)
         if half is not None:
             cols["ci_low"], cols["ci_high"] = est - half, est + half

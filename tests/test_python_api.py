@@ -93,7 +93,7 @@ def test_result_synthetic_records_with_labels(tmp_path: Path) -> None:
     rec = res.synthetic()
     assert len(rec) == 50 and set(rec["sex_label"]) <= {"F", "M"}
     m = res.marginal("age", "sex")
-    assert list(m.columns) == ["age", "age_label", "sex", "sex_label", "estimate", "variance", "ci_low", "ci_high"]
+    assert list(m.columns) == ["age", "age_label", "sex", "sex_label", "estimate", "published", "variance", "ci_low", "ci_high"]
     assert len(m) == 6
     assert list(m.loc[m["sex"] == 1, "sex_label"].unique()) == ["M"]
 

@@ -67,7 +67,7 @@ def solve(prob: MarginalProblem, spec: PostprocessSpec, map: Mapper = serial_map
     if spec.method == "grem-lnn":
         target = normsub_target(prob, total)
         mu, info = lnn_admm(MarginalProblem(prob.domain, target, dict(prob.weight)), tol=spec.tolerance,
-                            max_iterations=spec.max_iterations, map=map, total=total)
+                            max_iterations=spec.max_iterations, map=map, total=total, warm=target)
     elif spec.method == "dykstra":
         mu, info = dykstra(prob, tol=spec.tolerance, max_iterations=spec.max_iterations, map=map, total=total)
     else:  # wls

@@ -30,31 +30,26 @@ class FlatOperator:
         sizes = [math.prod(prob.domain.shape_of(t)) for t in self.closure]
         self.t_off = dict(zip(self.closure, np.cumsum([0] + sizes).tolist()))
         self.n_tau = int(sum(sizes))
-        rows, cols, pairs = [], [], []
+        cols, pairs, counts = [], [], []
         self.pairs: list[tuple[Clique, Clique]] = []
-        for i, c in enumerate(self.cliques):
+        for c in self.cliques:  # CSR of `up` built row by row (cell-major): no sort of the 8·cells entries
             shape = prob.domain.shape_of(c)
             coords = np.indices(shape).reshape(len(shape), math.prod(shape))
-            cell = np.arange(self.c_off[i], self.c_off[i + 1])
-            for t in prob.subs[c]:
-                tshape = prob.domain.shape_of(t)
-                tcell = (np.ravel_multi_index(tuple(coords[[c.index(a) for a in t]]), tshape) if t
-                         else np.zeros(cell.size, dtype=np.int64))
-                rows.append(tcell + self.t_off[t])
-                cols.append(cell)
-                pairs.append(np.full(cell.size, len(self.pairs), dtype=np.int32))
-                self.pairs.append((c, t))
+            block = np.empty((coords.shape[1], len(prob.subs[c])), dtype=np.int64)
+            for j, t in enumerate(prob.subs[c]):
+                block[:, j] = self.t_off[t] + (np.ravel_multi_index(tuple(coords[[c.index(a) for a in t]]),
+                                                                    prob.domain.shape_of(t)) if t else 0)
+            cols.append(block.reshape(-1))
+            pairs.append(np.tile(np.arange(len(self.pairs), len(self.pairs) + block.shape[1]), block.shape[0]))
+            counts.append(np.full(block.shape[0], block.shape[1], dtype=np.int64))
+            self.pairs.extend((c, t) for t in prob.subs[c])
         n_cells = int(self.c_off[-1])
-        # one sparse pattern each way; its data is the pair index, replaced by coefficients on demand
-        pid = np.concatenate(pairs).astype(float)
-        up = sp.csr_matrix((pid + 1.0, (np.concatenate(cols), np.concatenate(rows))), shape=(n_cells, self.n_tau))
-        self._up_pattern = up
-        self._up_pid = np.rint(up.data).astype(np.int64) - 1
-        down = up.T.tocsr()
-        self._down_pattern = down
-        self._down_pid = np.rint(down.data).astype(np.int64) - 1
+        self._indices = np.concatenate(cols)
+        self._indptr = np.concatenate([[0], np.cumsum(np.concatenate(counts))])
+        self._pid = np.concatenate(pairs)
+        self._shape = (n_cells, self.n_tau)
         inv_ratio = np.array([1.0 / prob.ratio[k] for k in self.pairs])
-        self.up = sp.csr_matrix((inv_ratio[self._up_pid], up.indices, up.indptr), shape=up.shape)
+        self.up = sp.csr_matrix((inv_ratio[self._pid], self._indices, self._indptr), shape=self._shape)
         self._groups = self._shape_groups()
         self.cell_weight = np.concatenate([np.full(prob.y[c].size, prob.weight[c]) for c in self.cliques])
 
@@ -74,8 +69,7 @@ class FlatOperator:
     def down(self, coef: Mapping[tuple[Clique, Clique], float]) -> sp.csr_matrix:
         """The matrix x ↦ Σ_c a_cτ·(x_c summed to τ), stacked over τ."""
         a = np.array([coef[k] for k in self.pairs])
-        d = self._down_pattern
-        return sp.csr_matrix((a[self._down_pid], d.indices, d.indptr), shape=d.shape)
+        return sp.csr_matrix((a[self._pid], self._indices, self._indptr), shape=self._shape).T  # CSC
 
     def mass(self, coef: Mapping[tuple[Clique, Clique], float]) -> np.ndarray:
         """Σ_c a_cτ per τ, repeated over τ's cells (positive where τ is held by some clique)."""

@@ -73,9 +73,9 @@ _TRACE = bool(__import__("os").environ.get("PRIVCUBE_LNN_TRACE"))
 
 
 def lnn_flat(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, Clique], float] | None = None,
-             rho: float = 1.0, tol: float = 1e-6, max_iterations: int = 2000, total: float | None = None,
-             alpha: float = 1.6, check_every: int = 5, balance: float = 3.0,
-             lift_tol: float = 1e-2) -> tuple[dict[Clique, np.ndarray], SolveInfo]:
+             rho: float = 2.0, tol: float = 1e-6, max_iterations: int = 2000, total: float | None = None,
+             alpha: float = 1.8, check_every: int = 5, balance: float = 3.0,
+             lift_tol: float = 1e-2, warm: Mapping[Clique, np.ndarray] | None = None) -> tuple[dict[Clique, np.ndarray], SolveInfo]:
     """:func:`lnn_admm` on flat vectors (:class:`~privcube.postprocess.flat.FlatOperator`): the same
     problem, every iteration two sparse products and elementwise work; over-relaxation ``alpha``
     (Boyd et al. 2011, §3.4.3) and the same stopping test. Starts from the least-squares solution."""
@@ -88,8 +88,8 @@ def lnn_flat(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, C
     y_sums = (op.down(coef_y) if component_weight is not None else down_w) @ op.pack(prob.y)
     mass_y, mass_w = op.mass(coef_y), op.mass(coef_w)
     w = op.cell_weight
-    mu = op.up @ op.center(y_sums / mass_y, total)  # weighted least squares: the warm start
-    nu = np.maximum(mu, 0.0)
+    mu = op.up @ op.center(y_sums / mass_y, total)  # weighted least squares: the default warm start
+    nu = np.maximum(mu if warm is None else op.pack(warm), 0.0)
     u = np.zeros_like(nu)
     size = max(1.0, abs(float(total))) if total is not None else max(1.0, abs(float(mu.sum())) / len(op.cliques))
     uniform = size / np.concatenate([np.full(prob.y[c].size, float(prob.y[c].size)) for c in op.cliques])
@@ -133,14 +133,16 @@ def lnn_flat(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, C
 
 def lnn_admm(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, Clique], float] | None = None,
              rho: float = 1.0, tol: float = 1e-6, max_iterations: int = 2000, map: Mapper = serial_map,
-             start: Mapping[Clique, np.ndarray] | None = None, total: float | None = None) -> tuple[dict[Clique, np.ndarray], SolveInfo]:
+             start: Mapping[Clique, np.ndarray] | None = None, total: float | None = None,
+             warm: Mapping[Clique, np.ndarray] | None = None) -> tuple[dict[Clique, np.ndarray], SolveInfo]:
     """Consistent marginals (non-negative up to the tolerance) minimising the weighted distance to the
     noisy ones; ``component_weight[(c, τ)]`` overrides q_cτ (precision of the τ-component of clique c);
-    ``total`` fixes the common total (a hard constraint: without it, clipping noise inflates the total).
+    ``total`` fixes the common total (a hard constraint: without it, clipping noise inflates the total);
+    ``warm``: a non-negative starting point for the flat solver (default: the clipped least squares).
     Problems up to :data:`FLAT_MAX_CELLS` cells (and no ``start``) run :func:`lnn_flat` in this process."""
     if start is None and prob.cells <= FLAT_MAX_CELLS:
-        return lnn_flat(prob, component_weight=component_weight, rho=rho, tol=tol,
-                        max_iterations=max_iterations, total=total)
+        return lnn_flat(prob, component_weight=component_weight, tol=tol,
+                        max_iterations=max_iterations, total=total, warm=warm)
     q = dict(prob.weight) if component_weight is None else None
     coef_w = coefficients(prob)  # w_c / ∏_{c∖τ} n: the penalty's metric
     coef_y = coef_w if q is not None else {k: component_weight[k] / prob.ratio[k] for k in coef_w}

@@ -57,8 +57,10 @@ def normsub_target(prob: MarginalProblem, total: float) -> dict[Clique, np.ndarr
 def solve(prob: MarginalProblem, spec: PostprocessSpec, map: Mapper = serial_map,
           residual_variances: Mapping[Clique, float] | None = None) -> tuple[dict[Clique, np.ndarray], dict[str, Any]]:
     """Non-negative consistent marginals of ``prob`` by ``spec.method``, and the solver's report.
-    ``residual_variances`` (τ -> σ_τ² of a one-off residual measurement, e.g. ResidualPlanner's public
-    plan) gives grem-lnn its residual-basis metric; without it each cell counts with its clique's variance."""
+    grem-lnn projects the norm-sub pre-estimate (:func:`normsub_target`) in the cell metric (each cell
+    weighted by its clique's precision); ``residual_variances`` (τ -> σ_τ², see :func:`residual_weights`)
+    is accepted but no longer used: the residual metric on the raw measurements was measured less accurate
+    (adult15 ε=1: 0.48 converged vs 0.37; nltcs ε=0.3: 0.0329 vs 0.0317)."""
     wls = project_consistent(prob, map=map)
     total = max(0.0, total_of(wls))  # the released total: least squares over every marginal's sum
     if total == 0.0:

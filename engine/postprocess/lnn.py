@@ -9,7 +9,11 @@ clique's per-cell precision for every τ, i.e. Σ_c w_c‖μ_c − y_c‖²). Th
 per-τ weighted average of :mod:`privcube.postprocess.consistency` (penalty ρ·w_c per clique keeps it
 closed form), the ν-step clips at zero, u is the scaled dual; ρ is balanced every few iterations
 (Boyd et al. 2011, §3.4.1). The consistent iterate is finally lifted to exact non-negativity.
-Each iteration runs per-clique chunks through ``map``.
+
+Problems up to :data:`FLAT_MAX_CELLS` cells run :func:`lnn_flat`: every iteration is two sparse products
+on one flat vector (:mod:`privcube.postprocess.flat`), over-relaxed, with a stopping test that also asks
+the final lift to be small (mixing ≤ ``lift_tol`` of the uniform collection); larger problems run
+:func:`lnn_admm`'s per-clique chunks through ``map`` (cluster tasks).
 """
 from __future__ import annotations
 

@@ -9,9 +9,10 @@ Part 1, error: ResidualPlanner on adult15 and nltcs (``/work/shared/data``), all
   consistent, its violation is printed);
 - ``wls``: consistent least squares, then the least lift to ≥ 0 (mixing with an independence model);
 - ``dykstra``: alternating weighted projections (cell metric);
-- ``grem-lnn/cell``: ADMM, every cell weighted by its clique's variance;
-- ``grem-lnn/resid``: ADMM in the residual metric from ResidualPlanner's public plan (σ_τ² per residual):
-  what ``privcube run`` uses for residual-planner.
+- ``grem-lnn/cell``: the default: the norm-sub pre-estimate projected by ADMM onto the exactly consistent
+  non-negative set (every cell weighted by its clique's variance);
+- ``grem-lnn/resid``: the same call with ResidualPlanner's public plan (σ_τ² per residual) passed, as
+  ``privcube run`` does for residual-planner (the residual metric is no longer used: same result).
 
 Part 2, time at census scale: the census domain (30 attributes as ``benchmarks/census_scale.py``), all 465
 1- and 2-way marginals plus the total, truth from a random 10^8-record independence model, Gaussian noise

@@ -16,6 +16,10 @@ import numpy as np
 from privcube.domain import Domain
 from privcube.postprocess.problem import Clique, project
 
+#: smoothing of the independence anchors tried by :func:`lift_to_nonnegative` (1e-3: close to the
+#: 1-way marginals; 10: close to uniform, larger in the sparse cells where negatives tend to be)
+ANCHOR_SMOOTHING = (1e-3, 0.1, 1.0, 10.0)
+
 
 def total_of(mu: Mapping[Clique, np.ndarray]) -> float:
     """The common total (mean over cliques; equal for consistent input)."""
@@ -31,12 +35,14 @@ def one_way(mu: Mapping[Clique, np.ndarray], domain: Domain) -> dict[str, np.nda
     return {x: np.mean(v, axis=0) for x, v in acc.items()}
 
 
-def independence_anchor(mu: Mapping[Clique, np.ndarray], domain: Domain, total: float) -> dict[Clique, np.ndarray]:
-    """Strictly positive, consistent marginals with sum ``total``: products of smoothed 1-way distributions."""
+def independence_anchor(mu: Mapping[Clique, np.ndarray], domain: Domain, total: float,
+                        smoothing: float = 1e-3) -> dict[Clique, np.ndarray]:
+    """Strictly positive, consistent marginals with sum ``total``: products of 1-way distributions, each
+    mixed with ``smoothing`` times the uniform one (large smoothing: nearly uniform)."""
     probs = {}
     for x, m in one_way(mu, domain).items():
         m = np.maximum(m, 0.0)
-        m = m + max(float(m.sum()), 1.0) * 1e-3 / m.size  # every level gets a little mass
+        m = m + max(float(m.sum()), 1.0) * smoothing / m.size  # every level gets a little mass
         probs[x] = m / m.sum()
     out = {}
     for c in mu:
@@ -55,16 +61,28 @@ def lift_to_nonnegative(mu: Mapping[Clique, np.ndarray], domain: Domain) -> tupl
     total = total_of(mu)
     if not total > 0:
         return {c: np.zeros_like(a, dtype=float) for c, a in mu.items()}, 1.0
-    anchor = independence_anchor(mu, domain, total)
+    if all(float(np.min(a)) >= 0 for a in mu.values()):
+        return {c: np.asarray(a, dtype=float).copy() for c, a in mu.items()}, 0.0
+    best = None
+    for smoothing in ANCHOR_SMOOTHING:  # the anchor that moves the estimate least (L1) wins
+        anchor = independence_anchor(mu, domain, total, smoothing)
+        t = _mix_weight(mu, anchor)
+        change = t * sum(float(np.abs(anchor[c] - a).sum()) for c, a in mu.items())
+        if best is None or change < best[0]:
+            best = (change, t, anchor)
+    _, t, anchor = best
+    t = min(1.0, t * (1 + 1e-12) + 1e-15)
+    return {c: np.maximum((1 - t) * a + t * anchor[c], 0.0) for c, a in mu.items()}, t
+
+
+def _mix_weight(mu: Mapping[Clique, np.ndarray], anchor: Mapping[Clique, np.ndarray]) -> float:
+    """The least t with (1−t)·mu + t·anchor ≥ 0 everywhere."""
     t = 0.0
     for c, a in mu.items():
         neg = a < 0
         if neg.any():
             t = max(t, float(np.max(-a[neg] / (anchor[c][neg] - a[neg]))))
-    if t == 0.0:
-        return {c: np.asarray(a, dtype=float).copy() for c, a in mu.items()}, 0.0
-    t = min(1.0, t * (1 + 1e-12) + 1e-15)
-    return {c: np.maximum((1 - t) * a + t * anchor[c], 0.0) for c, a in mu.items()}, t
+    return t
 
 
 def consistency_violation(mu: Mapping[Clique, np.ndarray]) -> float:

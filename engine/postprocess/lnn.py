@@ -9,7 +9,11 @@ clique's per-cell precision for every τ, i.e. Σ_c w_c‖μ_c − y_c‖²). Th
 per-τ weighted average of :mod:`privcube.postprocess.consistency` (penalty ρ·w_c per clique keeps it
 closed form), the ν-step clips at zero, u is the scaled dual; ρ is balanced every few iterations
 (Boyd et al. 2011, §3.4.1). The consistent iterate is finally lifted to exact non-negativity.
-Each iteration runs per-clique chunks through ``map``.
+
+Problems up to :data:`FLAT_MAX_CELLS` cells run :func:`lnn_flat`: every iteration is two sparse products
+on one flat vector (:mod:`privcube.postprocess.flat`), over-relaxed, with a stopping test that also asks
+the final lift to be small (mixing ≤ ``lift_tol`` of the uniform collection); larger problems run
+:func:`lnn_admm`'s per-clique chunks through ``map`` (cluster tasks).
 """
 from __future__ import annotations
 
@@ -66,12 +70,83 @@ def _items(prob: MarginalProblem, parts: Sequence[Sequence[Clique]], z: Mapping[
     return out
 
 
+#: problems up to this many cells run the vectorised solver in this process; larger ones go chunk by
+#: chunk through ``map`` (cluster tasks)
+FLAT_MAX_CELLS = 20_000_000
+_TRACE = bool(__import__("os").environ.get("PRIVCUBE_LNN_TRACE"))
+
+
+def lnn_flat(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, Clique], float] | None = None,
+             rho: float = 2.0, tol: float = 1e-6, max_iterations: int = 2000, total: float | None = None,
+             alpha: float = 1.8, check_every: int = 5, balance: float = 3.0,
+             lift_tol: float = 1e-2, warm: Mapping[Clique, np.ndarray] | None = None) -> tuple[dict[Clique, np.ndarray], SolveInfo]:
+    """:func:`lnn_admm` on flat vectors (:class:`~privcube.postprocess.flat.FlatOperator`): the same
+    problem, every iteration two sparse products and elementwise work; over-relaxation ``alpha``
+    (Boyd et al. 2011, §3.4.3) and the same stopping test. Starts from the least-squares solution."""
+    from privcube.postprocess.flat import FlatOperator
+
+    op = FlatOperator(prob)
+    coef_w = coefficients(prob)
+    coef_y = coef_w if component_weight is None else {k: component_weight[k] / prob.ratio[k] for k in coef_w}
+    down_w = op.down(coef_w)
+    y_sums = (op.down(coef_y) if component_weight is not None else down_w) @ op.pack(prob.y)
+    mass_y, mass_w = op.mass(coef_y), op.mass(coef_w)
+    w = op.cell_weight
+    mu = op.up @ op.center(y_sums / mass_y, total)  # weighted least squares: the default warm start
+    nu = np.maximum(mu if warm is None else op.pack(warm), 0.0)
+    u = np.zeros_like(nu)
+    size = max(1.0, abs(float(total))) if total is not None else max(1.0, abs(float(mu.sum())) / len(op.cliques))
+    uniform = size / np.concatenate([np.full(prob.y[c].size, float(prob.y[c].size)) for c in op.cliques])
+    info = SolveInfo(0, False, math.inf, math.inf, rho)
+    inv = 1.0 / (mass_y + rho * mass_w)
+    for it in range(1, max_iterations + 1):
+        t = down_w @ (nu - u)
+        t *= rho
+        t += y_sums
+        t *= inv
+        mu = op.up @ op.center(t, total)
+        check = it % check_every == 0 or it == max_iterations
+        old = nu.copy() if check else None
+        if alpha != 1.0:  # over-relaxation: u += α·μ + (1−α)·ν
+            u += (1.0 - alpha) * nu
+            u += alpha * mu
+        else:
+            u += mu
+        nu = np.maximum(u, 0.0)
+        u -= nu
+        if not check:
+            continue
+        r = math.sqrt(float(np.dot(w, (mu - nu) ** 2)))
+        s = rho * math.sqrt(float(np.dot(w, (nu - old) ** 2)))
+        info = SolveInfo(it, False, r, s, rho)
+        if _TRACE:
+            print(it, f"r={r:.3g} s={s:.3g} rho={rho:.3g} min={float(mu.min()):.3g} lift={float(np.max(-mu / uniform)):.3g}", flush=True)
+        n_norm = math.sqrt(float(np.dot(w, nu * nu)))
+        u_norm = rho * math.sqrt(float(np.dot(w, u * u)))
+        lift = float(np.max(-mu / uniform))  # the mix with the uniform collection that would lift μ to ≥ 0
+        if r <= tol * max(1.0, n_norm) and s <= tol * max(1.0, u_norm) and lift <= lift_tol:
+            info.converged = True
+            break
+        if r > balance * s or s > balance * r:  # residual balancing; u is scaled by 1/ρ
+            f = 2.0 if r > balance * s else 0.5
+            rho *= f
+            u /= f
+            inv = 1.0 / (mass_y + rho * mass_w)
+    return op.unpack(mu), info
+
+
 def lnn_admm(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, Clique], float] | None = None,
              rho: float = 1.0, tol: float = 1e-6, max_iterations: int = 2000, map: Mapper = serial_map,
-             start: Mapping[Clique, np.ndarray] | None = None, total: float | None = None) -> tuple[dict[Clique, np.ndarray], SolveInfo]:
+             start: Mapping[Clique, np.ndarray] | None = None, total: float | None = None,
+             warm: Mapping[Clique, np.ndarray] | None = None) -> tuple[dict[Clique, np.ndarray], SolveInfo]:
     """Consistent marginals (non-negative up to the tolerance) minimising the weighted distance to the
     noisy ones; ``component_weight[(c, τ)]`` overrides q_cτ (precision of the τ-component of clique c);
-    ``total`` fixes the common total (a hard constraint: without it, clipping noise inflates the total)."""
+    ``total`` fixes the common total (a hard constraint: without it, clipping noise inflates the total);
+    ``warm``: a non-negative starting point for the flat solver (default: the clipped least squares).
+    Problems up to :data:`FLAT_MAX_CELLS` cells (and no ``start``) run :func:`lnn_flat` in this process."""
+    if start is None and prob.cells <= FLAT_MAX_CELLS:
+        return lnn_flat(prob, component_weight=component_weight, tol=tol,
+                        max_iterations=max_iterations, total=total, warm=warm)
     q = dict(prob.weight) if component_weight is None else None
     coef_w = coefficients(prob)  # w_c / ∏_{c∖τ} n: the penalty's metric
     coef_y = coef_w if q is not None else {k: component_weight[k] / prob.ratio[k] for k in coef_w}
@@ -117,4 +192,4 @@ def lnn_admm(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, C
     return mu, info
 
 
-__all__ = ["SolveInfo", "lnn_admm"]
+__all__ = ["FLAT_MAX_CELLS", "SolveInfo", "lnn_admm", "lnn_flat"]

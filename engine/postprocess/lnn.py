@@ -78,7 +78,7 @@ _TRACE = bool(__import__("os").environ.get("PRIVCUBE_LNN_TRACE"))
 
 def lnn_flat(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, Clique], float] | None = None,
              rho: float = 2.0, tol: float = 1e-6, max_iterations: int = 2000, total: float | None = None,
-             alpha: float = 1.8, check_every: int = 5, balance: float = 3.0,
+             alpha: float = 1.8, check_every: int = 5, balance: float = 1.5,
              lift_tol: float = 1e-2, warm: Mapping[Clique, np.ndarray] | None = None) -> tuple[dict[Clique, np.ndarray], SolveInfo]:
     """:func:`lnn_admm` on flat vectors (:class:`~privcube.postprocess.flat.FlatOperator`): the same
     problem, every iteration two sparse products and elementwise work; over-relaxation ``alpha``
@@ -99,12 +99,12 @@ def lnn_flat(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, C
     uniform = size / np.concatenate([np.full(prob.y[c].size, float(prob.y[c].size)) for c in op.cliques])
     info = SolveInfo(0, False, math.inf, math.inf, rho)
     inv = 1.0 / (mass_y + rho * mass_w)
+    rho_inv, y_inv = rho * inv, y_sums * inv
     for it in range(1, max_iterations + 1):
         t = down_w @ (nu - u)
-        t *= rho
-        t += y_sums
-        t *= inv
-        mu = op.up @ op.center(t, total)
+        t *= rho_inv
+        t += y_inv
+        mu = op.up @ op.center(t, total, copy=False)
         check = it % check_every == 0 or it == max_iterations
         old = nu.copy() if check else None
         if alpha != 1.0:  # over-relaxation: u += α·μ + (1−α)·ν
@@ -132,6 +132,7 @@ def lnn_flat(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, C
             rho *= f
             u /= f
             inv = 1.0 / (mass_y + rho * mass_w)
+            rho_inv, y_inv = rho * inv, y_sums * inv
     return op.unpack(mu), info
 
 

@@ -73,7 +73,6 @@ def _items(prob: MarginalProblem, parts: Sequence[Sequence[Clique]], z: Mapping[
 #: problems up to this many cells run the vectorised solver in this process; larger ones go chunk by
 #: chunk through ``map`` (cluster tasks)
 FLAT_MAX_CELLS = 20_000_000
-_TRACE = bool(__import__("os").environ.get("PRIVCUBE_LNN_TRACE"))
 
 
 def lnn_flat(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, Clique], float] | None = None,
@@ -119,8 +118,6 @@ def lnn_flat(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, C
         r = math.sqrt(float(np.dot(w, (mu - nu) ** 2)))
         s = rho * math.sqrt(float(np.dot(w, (nu - old) ** 2)))
         info = SolveInfo(it, False, r, s, rho)
-        if _TRACE:
-            print(it, f"r={r:.3g} s={s:.3g} rho={rho:.3g} min={float(mu.min()):.3g} lift={float(np.max(-mu / uniform)):.3g}", flush=True)
         n_norm = math.sqrt(float(np.dot(w, nu * nu)))
         u_norm = rho * math.sqrt(float(np.dot(w, u * u)))
         lift = float(np.max(-mu / uniform))  # the mix with the uniform collection that would lift μ to ≥ 0

@@ -81,10 +81,10 @@ class FlatOperator:
             out[self.t_off[t]:self.t_off[t] + math.prod(self.prob.domain.shape_of(t))] = m[t]
         return out
 
-    def center(self, v: np.ndarray, total: float | None = None) -> np.ndarray:
+    def center(self, v: np.ndarray, total: float | None = None, copy: bool = True) -> np.ndarray:
         """Each τ block minus its means along every axis (the τ-component); the total block is kept or
-        set to ``total``."""
-        out = v.copy()
+        set to ``total``; ``copy=False`` overwrites ``v``."""
+        out = v.copy() if copy else v
         for start, stop, shape in self._groups:
             blk = out[start:stop].reshape(shape)
             for ax in range(1, blk.ndim):

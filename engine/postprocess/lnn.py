@@ -73,12 +73,11 @@ def _items(prob: MarginalProblem, parts: Sequence[Sequence[Clique]], z: Mapping[
 #: problems up to this many cells run the vectorised solver in this process; larger ones go chunk by
 #: chunk through ``map`` (cluster tasks)
 FLAT_MAX_CELLS = 20_000_000
-_TRACE = bool(__import__("os").environ.get("PRIVCUBE_LNN_TRACE"))
 
 
 def lnn_flat(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, Clique], float] | None = None,
              rho: float = 2.0, tol: float = 1e-6, max_iterations: int = 2000, total: float | None = None,
-             alpha: float = 1.8, check_every: int = 5, balance: float = 3.0,
+             alpha: float = 1.8, check_every: int = 5, balance: float = 1.5,
              lift_tol: float = 1e-2, warm: Mapping[Clique, np.ndarray] | None = None) -> tuple[dict[Clique, np.ndarray], SolveInfo]:
     """:func:`lnn_admm` on flat vectors (:class:`~privcube.postprocess.flat.FlatOperator`): the same
     problem, every iteration two sparse products and elementwise work; over-relaxation ``alpha``
@@ -99,12 +98,12 @@ def lnn_flat(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, C
     uniform = size / np.concatenate([np.full(prob.y[c].size, float(prob.y[c].size)) for c in op.cliques])
     info = SolveInfo(0, False, math.inf, math.inf, rho)
     inv = 1.0 / (mass_y + rho * mass_w)
+    rho_inv, y_inv = rho * inv, y_sums * inv
     for it in range(1, max_iterations + 1):
         t = down_w @ (nu - u)
-        t *= rho
-        t += y_sums
-        t *= inv
-        mu = op.up @ op.center(t, total)
+        t *= rho_inv
+        t += y_inv
+        mu = op.up @ op.center(t, total, copy=False)
         check = it % check_every == 0 or it == max_iterations
         old = nu.copy() if check else None
         if alpha != 1.0:  # over-relaxation: u += α·μ + (1−α)·ν
@@ -119,8 +118,6 @@ def lnn_flat(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, C
         r = math.sqrt(float(np.dot(w, (mu - nu) ** 2)))
         s = rho * math.sqrt(float(np.dot(w, (nu - old) ** 2)))
         info = SolveInfo(it, False, r, s, rho)
-        if _TRACE:
-            print(it, f"r={r:.3g} s={s:.3g} rho={rho:.3g} min={float(mu.min()):.3g} lift={float(np.max(-mu / uniform)):.3g}", flush=True)
         n_norm = math.sqrt(float(np.dot(w, nu * nu)))
         u_norm = rho * math.sqrt(float(np.dot(w, u * u)))
         lift = float(np.max(-mu / uniform))  # the mix with the uniform collection that would lift μ to ≥ 0
@@ -132,6 +129,7 @@ def lnn_flat(prob: MarginalProblem, *, component_weight: Mapping[tuple[Clique, C
             rho *= f
             u /= f
             inv = 1.0 / (mass_y + rho * mass_w)
+            rho_inv, y_inv = rho * inv, y_sums * inv
     return op.unpack(mu), info
 
 

@@ -536,28 +536,43 @@ def _write_tensors(path: Path, cfg: JobConfig, result: MechanismResult, keep_exi
 
     store = TensorStore(path, domain=cfg.domain)
     done = set(store.names()) if keep_existing else set()
+    writes: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []  # (function, args, kwargs), all independent
     for i, ans in enumerate(result.answers):
         g = ans.group
-        if g.is_marginal and g.attributes and marginal_name(g.attributes, "estimate") not in done:
+        if g.is_marginal and g.attributes:
             shape = cfg.domain.shape_of(g.attributes)
-            store.write_marginal(g.attributes, np.asarray(ans.estimate, dtype=float).reshape(shape), cfg.domain,
-                                 kind="estimate")
-        if (g.is_marginal and g.attributes and ans.published is not None
-                and marginal_name(g.attributes, "published") not in done):
-            store.write_marginal(g.attributes, np.asarray(ans.published, dtype=float).reshape(
-                cfg.domain.shape_of(g.attributes)), cfg.domain, kind="published")
+            for kind, values in (("estimate", ans.estimate), ("published", ans.published)):
+                if values is not None and marginal_name(g.attributes, kind) not in done:
+                    writes.append((store.write_marginal, (g.attributes, np.asarray(values, dtype=float).reshape(shape),
+                                                          cfg.domain), {"kind": kind}))
         stem = answer_file_stem(i, g)
         meta = {"group": i, "group_attributes": list(g.attributes), "queries": g.query_types(), "weight": g.weight,
                 "answers_file": f"answers/{stem}.parquet"}
         est = np.asarray(ans.estimate, dtype=float).ravel()
         for quantity, values in (("estimate", est), ("variance", ans.variance), ("published", ans.published)):
             if values is not None and f"{stem}.{quantity}" not in done:
-                store.write(f"{stem}.{quantity}", np.broadcast_to(np.asarray(values, dtype=float).ravel(), est.shape),
-                            {**meta, "quantity": quantity})
+                writes.append((store.write, (f"{stem}.{quantity}", np.broadcast_to(
+                    np.asarray(values, dtype=float).ravel(), est.shape), {**meta, "quantity": quantity}), {}))
     for name, arr in result.tensors.items():
         if name not in done:
-            store.write(name, np.asarray(arr), attrs=result.tensor_attrs.get(name))
+            writes.append((store.write, (name, np.asarray(arr)), {"attrs": result.tensor_attrs.get(name)}))
+    _run_writes(writes)
     store.cleanup()  # temporaries left by an interrupted earlier attempt (resume)
+
+
+def _run_writes(writes: Sequence[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> None:
+    """Run independent array writes on a few threads: each zarr array costs a few file-system round
+    trips (create, write, rename), so hundreds of small arrays are bound by latency, not by bytes
+    (AIM+GReM on nltcs: 3,548 arrays, 6.4 s one by one). The first failure is raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(writes) < 16:
+        for fn, args, kwargs in writes:
+            fn(*args, **kwargs)
+        return
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for f in [pool.submit(fn, *args, **kwargs) for fn, args, kwargs in writes]:
+            f.result()
 
 
 def exact_marginals(data: str, schema: Any, attrs: Sequence[str], *, client: Any = None) -> np.ndarray:

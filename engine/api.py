@@ -79,7 +79,7 @@ def _owns_run_folder(fn: Any) -> Any:
     def owning(config: Any, out: Any, *args: Any, **kwargs: Any) -> Any:
         from privcube.storage.outputs import run_lock
 
-        _check_run_inputs(config, out, kwargs.get("data"))  # arguments of the wrong kind: one line, no lock
+        config, out = _check_run_inputs(config, out, kwargs.get("data"))  # wrong kinds: one line, before the lock
         with run_lock(out):
             return fn(config, out, *args, **kwargs)
 
@@ -126,7 +126,6 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
     from privcube.result import Result
     from privcube.storage.outputs import RunDirectory
 
-    config, out = _check_run_inputs(config, out, data)
     if overwrite and not resume and RunDirectory(out).finished:
         import os
         import shutil

@@ -137,7 +137,7 @@ def stage_child(spec: dict[str, Any]) -> None:
 
     from privcube import api
     from privcube.domain import Domain
-    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.cluster.handle import resolve_cluster
     from privcube.graphs.marginals import compute_marginals
 
     stage = spec["stage"]
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         stage_child(json.loads(args.stage_child))
         return {"ok": True}
 
-    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.cluster.handle import resolve_cluster
 
     rows = int(args.rows)
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     import dask
     import dask.dataframe as dd
 
-    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.cluster.handle import resolve_cluster
     from privcube.graphs.marginals import compute_marginals, plan_batch
 
     rows = int(args.rows)

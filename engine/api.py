@@ -187,7 +187,7 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
              scheduler_address: str | None, scheduler_file: str | None, workers: int | None, client: Any,
              quiet: bool) -> RunSummary:
     """The body of :func:`run` once inputs are validated: measure, then write the run directory."""
-    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.cluster.handle import resolve_cluster
     from privcube.graphs.marginals import DataOracle
     from privcube.privacy.ledger import PrivacyLedger
     from privcube.privacy.discrete import make_noise_source

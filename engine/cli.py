@@ -244,7 +244,7 @@ def _marginals(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from privcube import api
-    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.cluster.handle import resolve_cluster
     from privcube.storage.outputs import atomic_write_parquet
 
     attrs = [a.strip() for a in args.attrs.split(",") if a.strip()]

@@ -261,7 +261,7 @@ def _run_relational_owned(raw: Mapping[str, Any], base: str | Path, out: str | P
     unseeded run with partly written outputs but no checkpoint is refused (it would release anew).
     """
     from privcube.api import INPUT_ERRORS, RunSummary, _progress_callback, _set_quiet
-    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.cluster.handle import resolve_cluster
     from privcube.mechanisms.base import MechanismResult
     from privcube.mechanisms.relational.mechanism import run_relational
     from privcube.privacy.discrete import make_noise_source

@@ -115,7 +115,7 @@ def fit_passes(domain: Domain, roots: Sequence[Clique], client: Any, *, split_ev
     the fan-in of the reduction is lowered first (cheap), then roots are spread over more passes
     (each one re-reads the data). A marginal that cannot be counted on one worker even at fan-in 2
     raises MemoryLimitError naming it, before anything is computed."""
-    from privcube.graphs.cluster import worker_resources
+    from privcube.graphs.cluster.handle import worker_resources
 
     limit, threads = worker_resources(client) if client is not None else (None, 1)
     if limit is None:

@@ -248,7 +248,7 @@ def test_cluster_flags_override_the_config_file(tmp_path, small_data, monkeypatc
     in-process scheduler, so this checks the CLI -> api.run -> resolve_cluster plumbing quickly.
     """
     from privcube.cli import main
-    from privcube.graphs.cluster import ClusterHandle
+    from privcube.graphs.cluster.handle import ClusterHandle
 
     parts, dom, _ = small_data
     cfg = write_config(tmp_path / "job.yaml", parts, dom,

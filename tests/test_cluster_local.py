@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from privcube.errors import ConfigError, DataError
-from privcube.graphs import cluster as cluster_mod
-from privcube.graphs.cluster import SCRATCH_PREFIX, private_scratch_dir, remove_scratch_dir, resolve_cluster
+from privcube.graphs.cluster import handle as cluster_mod
+from privcube.graphs.cluster.handle import SCRATCH_PREFIX, private_scratch_dir, remove_scratch_dir, resolve_cluster
 
 LOCAL = {"type": "local", "n_workers": 1, "threads_per_worker": 1, "memory_limit": "512MiB"}
 

@@ -13,7 +13,7 @@ from privcube.domain import Domain
 from reference_counts import groupby_dense
 from privcube.errors import ConfigError
 from privcube.graphs import progress as prog
-from privcube.graphs.cluster import resolve_cluster
+from privcube.graphs.cluster.handle import resolve_cluster
 from privcube.graphs.marginals import DataOracle, compute_marginals
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from privcube.errors import ConfigError
-from privcube.graphs import hpc
-from privcube.graphs.kubernetes import (
+from privcube.graphs.cluster import hpc
+from privcube.graphs.cluster.kubernetes import (
     daskcluster_manifest,
     kube_cluster_from_spec,
     manifests_to_yaml,
@@ -246,7 +246,7 @@ def test_daskjob_runner_accepts_its_in_cluster_scheduler_only_with_consent():
     """Without TLS the runner's --scheduler-address is tcp://NAME-scheduler.NS.svc...: privcube refuses plain
     text off loopback, so rendering a DaskJob with its config needs allow_insecure and ships it to the runner."""
     from privcube.config import parse_cluster
-    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.cluster.handle import resolve_cluster
 
     raw = yaml.safe_load((K8S / "privcube-job.yaml").read_text())
     plain = {k: v for k, v in raw["cluster"].items() if k != "tls_secret"}
@@ -257,7 +257,7 @@ def test_daskjob_runner_accepts_its_in_cluster_scheduler_only_with_consent():
     address = "tcp://privcube-scheduler.privcube.svc.cluster.local:8786"  # what the operator injects
     handle = resolve_cluster(shipped, scheduler_address=address)
     assert handle.type == "address" and handle.allow_insecure is True
-    from privcube.graphs.security import check_address_security
+    from privcube.graphs.cluster.security import check_address_security
 
     assert check_address_security(address, handle.security, handle.allow_insecure) == address
     with pytest.raises(ConfigError, match="allow_insecure"):  # what the runner would hit without consent
@@ -325,7 +325,7 @@ def check_tls_pods(doc: dict[str, Any], secret: str, pem_dir: Path) -> None:
 
 def test_kubernetes_tls_is_rendered_into_every_pod(tmp_path, crds):
     from privcube.config import parse_cluster
-    from privcube.graphs.security import security_from_spec
+    from privcube.graphs.cluster.security import security_from_spec
 
     pem = _tls_pem(tmp_path / "tls")
     job_config = {"mechanism": "residual-planner", "cluster": dict(SPEC)}
@@ -384,7 +384,7 @@ def test_bad_kubernetes_tls_keys_are_named(extra, key):
 def test_kube_cluster_from_a_laptop_refuses_tls():
     """KubeCluster (dask-kubernetes 2026.3) talks plain tcp:// to its scheduler: TLS is refused there, with
     the way out (a DaskJob) named, and before anything is started."""
-    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.cluster.handle import resolve_cluster
 
     base = {k: v for k, v in SPEC.items() if k != "allow_insecure"}
     for spec in ({**base, "security": {"tls": "auto"}}, {**base, "security": "auto"}, {**base, "tls_secret": "x"}):
@@ -405,8 +405,8 @@ def test_kube_cluster_from_a_laptop_refuses_tls():
 def test_kube_cluster_scheduler_address_is_security_checked(monkeypatch):
     """From a laptop, KubeCluster's address is checked like any other: a port-forward to localhost passes,
     a plain LoadBalancer address needs allow_insecure; a refused cluster is closed again."""
-    from privcube.graphs import kubernetes as k8s
-    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.cluster import kubernetes as k8s
+    from privcube.graphs.cluster.handle import resolve_cluster
 
     closed: list[str] = []
 
@@ -460,7 +460,7 @@ def test_operator_helm_values_use_chart_keys():
 
 
 def test_render_cli_prints_apply_ready_yaml(capsys):
-    from privcube.graphs.kubernetes import main
+    from privcube.graphs.cluster.kubernetes import main
 
     assert main([str(K8S / "privcube-job.yaml"), "--kind", "DaskCluster", "--kind", "DaskJob"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
@@ -953,7 +953,7 @@ def test_tls_auto_works_with_the_core_dependencies():
     """`security: {tls: auto}` needs cryptography: it is a core dependency, not only a test one."""
     import tomllib
 
-    from privcube.graphs.security import security_from_spec
+    from privcube.graphs.cluster.security import security_from_spec
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(re.match(r"cryptography\b", d) for d in deps)
@@ -976,7 +976,7 @@ def test_sbatch_runner_refuses_tls_auto(tmp_path):
 # ------------------------------------------------------------------------------------------ hpc TLS
 def test_hpc_plain_scheduler_is_refused_before_any_job_is_submitted(monkeypatch):
     """A plain-text jobqueue scheduler off loopback: refused once it listens, before sbatch/qsub runs."""
-    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.cluster.handle import resolve_cluster
 
     events: list[str] = []
 
@@ -1008,7 +1008,7 @@ def test_hpc_plain_scheduler_is_refused_before_any_job_is_submitted(monkeypatch)
         pass
     assert events == ["started", "closed"] and handle.cluster is None
     events.clear()
-    from privcube.graphs.cluster import ClusterHandle
+    from privcube.graphs.cluster.handle import ClusterHandle
 
     monkeypatch.setattr(ClusterHandle, "_connect", lambda self, cluster, ckw: "client")
     monkeypatch.setattr(hpc, "wait_for_first_worker", lambda cluster, client: events.append(f"wait {client}"))
@@ -1019,7 +1019,7 @@ def test_hpc_plain_scheduler_is_refused_before_any_job_is_submitted(monkeypatch)
 
 def test_hpc_job_script_with_tls_files(tmp_path):
     pytest.importorskip("dask_jobqueue", reason="optional extra 'hpc'")
-    from privcube.graphs.security import security_from_spec
+    from privcube.graphs.cluster.security import security_from_spec
 
     pem = _tls_pem(tmp_path / "tls")
     sec = security_from_spec({"tls": pem})
@@ -1043,7 +1043,7 @@ def test_slurm_tls_worker_job_joins_over_tls(tmp_path):
     pytest.importorskip("dask_jobqueue", reason="optional extra 'hpc'")
     from distributed import Client
 
-    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.cluster.handle import resolve_cluster
 
     certs = tmp_path / "certs"
     certs.mkdir(mode=0o700)

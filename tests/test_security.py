@@ -9,7 +9,7 @@ import pytest
 from distributed import Client, LocalCluster, Security
 
 from privcube.errors import ConfigError
-from privcube.graphs.security import (
+from privcube.graphs.cluster.security import (
     allow_insecure_from_spec,
     check_address_security,
     client_kwargs,
@@ -127,7 +127,7 @@ def test_tls_local_cluster_through_resolve_cluster_counts_marginals():
     import dask.dataframe as dd
 
     from privcube.domain import Domain
-    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.cluster.handle import resolve_cluster
     from privcube.graphs.marginals import compute_marginals
 
     rng = np.random.default_rng(3)
@@ -142,7 +142,7 @@ def test_tls_local_cluster_through_resolve_cluster_counts_marginals():
 
 
 def test_tls_auto_is_refused_for_schedulers_privcube_does_not_start(tmp_path: Path) -> None:
-    from privcube.graphs.cluster import resolve_cluster
+    from privcube.graphs.cluster.handle import resolve_cluster
 
     with pytest.raises(ConfigError, match=r"'auto'.*\(address\).*ca_file"):
         resolve_cluster({"type": "address", "address": "tls://10.0.0.1:8786", "security": {"tls": "auto"}})
@@ -160,7 +160,7 @@ def test_full_job_on_a_tls_local_cluster(tmp_path: Path, monkeypatch: pytest.Mon
     import yaml
 
     from privcube import api
-    from privcube.graphs import cluster as cluster_mod
+    from privcube.graphs.cluster import handle as cluster_mod
 
     rng = np.random.default_rng(12)
     (tmp_path / "data").mkdir()

@@ -134,8 +134,8 @@ def test_inspector_prints_the_submitted_script_and_passes_fit_the_workers(slurm,
     worker can hold), its work folder is private and its dashboard, like the scheduler's, on loopback."""
     from privcube.domain import Domain
     from privcube.errors import MemoryLimitError
-    from privcube.graphs import hpc
-    from privcube.graphs.cluster import resolve_cluster, worker_resources
+    from privcube.graphs.cluster import hpc
+    from privcube.graphs.cluster.handle import resolve_cluster, worker_resources
     from privcube.graphs.marginals import fit_passes
 
     folder, _ = job

@@ -633,7 +633,7 @@ def _rest(total: float, ledger: Any) -> float:
 
 def _worker_memory_limit(client: Any) -> int | None:
     """The smallest memory limit of the client's workers in bytes (None: no client, no workers, no limits)."""
-    from privcube.graphs.cluster import worker_resources
+    from privcube.graphs.cluster.handle import worker_resources
 
     return worker_resources(client)[0]
 
@@ -642,7 +642,7 @@ def _scheduler_on_loopback(client: Any) -> bool:
     """Whether the client's scheduler listens on the loopback interface (a cluster on this machine)."""
     from urllib.parse import urlsplit
 
-    from privcube.graphs.security import is_loopback_host
+    from privcube.graphs.cluster.security import is_loopback_host
 
     address = str(getattr(getattr(client, "scheduler", None), "address", "") or "")
     if address.startswith("inproc://"):

@@ -119,7 +119,7 @@ class KubeSpec:
 # ------------------------------------------------------------------------------------- validation
 def _check_transport(spec: Mapping[str, Any]) -> dict[str, Any]:
     """``security``/``allow_insecure``/``tls_secret`` of a kubernetes cluster: ``{tls, tls_secret, tls_files}``."""
-    from privcube.graphs.security import allow_insecure_from_spec, security_from_spec
+    from privcube.graphs.cluster.security import allow_insecure_from_spec, security_from_spec
 
     allow = spec.get("allow_insecure", False)
     if not isinstance(allow, bool):
@@ -589,7 +589,7 @@ def kube_cluster_from_spec(spec: Mapping[str, Any], **kwargs: Any) -> Any:
     ks = validate_kubernetes_spec(spec)
     if ks.tls:
         raise _fail("security.tls", "dask-kubernetes' KubeCluster connects to its scheduler over plain tcp:// only; "
-                                    "render a TLS DaskJob with 'python -m privcube.graphs.kubernetes CONFIG' instead")
+                                    "render a TLS DaskJob with 'python -m privcube.graphs.cluster.kubernetes CONFIG' instead")
     try:
         from dask_kubernetes.operator import KubeCluster
     except ImportError:
@@ -625,13 +625,13 @@ def manifests_to_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m privcube.graphs.kubernetes CONFIG [--kind K] [--no-config-map]``: print manifests."""
+    """``python -m privcube.graphs.cluster.kubernetes CONFIG [--kind K] [--no-config-map]``: print manifests."""
     import argparse
 
     from privcube.config import read_config_file
     from privcube.errors import PrivcubeError
 
-    p = argparse.ArgumentParser(prog="python -m privcube.graphs.kubernetes",
+    p = argparse.ArgumentParser(prog="python -m privcube.graphs.cluster.kubernetes",
                                 description="Render dask-operator resources for a job config.")
     p.add_argument("config", help="job config whose cluster section has type: kubernetes")
     p.add_argument("--kind", action="append", choices=["DaskCluster", "DaskJob"],

@@ -20,7 +20,7 @@ Spec keys (``cluster.<key>``): ``cores`` and ``memory`` per job (required unless
 ``allow_insecure``.
 
 What privcube adds to dask-jobqueue's defaults (``worker_job_kwargs``, shared by the started cluster
-and by the inspector ``python -m privcube.graphs.hpc CONFIG``, which therefore prints the script that
+and by the inspector ``python -m privcube.graphs.cluster.hpc CONFIG``, which therefore prints the script that
 is really submitted, up to the scheduler address and the names of temporary certificate files):
 
 - every worker job works in a private folder ``privcube-dask-JOBID-XXXXXXXX`` (mode 0o700, made by
@@ -35,7 +35,7 @@ is really submitted, up to the scheduler address and the names of temporary cert
   seconds (default 3600: jobs may queue), and fails as soon as every submitted Slurm job has ended
   without a worker joining. ``adapt`` keeps at least one job for that reason.
 
-TLS (``security`` in the cluster section, see ``privcube.graphs.security``): the scheduler listens on
+TLS (``security`` in the cluster section, see ``privcube.graphs.cluster.security``): the scheduler listens on
 ``tls://`` and every worker job gets ``--protocol tls:// --tls-ca-file ... --tls-cert ... --tls-key
 ...``. With ``tls: auto`` dask-jobqueue writes the temporary certificate and key (mode 0o600) into
 ``shared_temp_directory``, which must be a private folder every compute node can read (default: the
@@ -59,7 +59,7 @@ COMMON_KEYS = frozenset({
     "worker_extra_args", "local_directory", "log_directory", "interface", "python", "death_timeout",
     "scheduler_options", "shared_temp_directory", "startup_timeout",
 })
-SECURITY_KEYS = frozenset({"security", "allow_insecure"})  # read by privcube.graphs.security
+SECURITY_KEYS = frozenset({"security", "allow_insecure"})  # read by privcube.graphs.cluster.security
 TYPE_KEYS = {"slurm": frozenset({"job_cpu", "job_mem"}), "pbs": frozenset({"resource_spec"})}
 SCHEDULER_OPTION_KEYS = frozenset({"host", "port", "interface", "dashboard_address", "protocol"})
 ADAPT_KEYS = frozenset({"minimum_jobs", "maximum_jobs"})
@@ -257,7 +257,7 @@ def _is_temporary(security: Any) -> bool:
 
 def _security_for_spec(spec: Mapping[str, Any]) -> Any:
     """The Security of a cluster section's ``security`` key (None without TLS)."""
-    from privcube.graphs.security import security_from_spec
+    from privcube.graphs.cluster.security import security_from_spec
 
     return security_from_spec(spec.get("security"))
 
@@ -459,14 +459,14 @@ def job_script(spec: Mapping[str, Any], *, scheduler_address: str | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m privcube.graphs.hpc CONFIG``: print the batch script of the first worker job that
+    """``python -m privcube.graphs.cluster.hpc CONFIG``: print the batch script of the first worker job that
     ``privcube run CONFIG`` would submit (the config's ``security`` and ``allow_insecure`` included)."""
     import argparse
 
     from privcube.config import parse_cluster, read_config_file
     from privcube.errors import PrivcubeError
 
-    p = argparse.ArgumentParser(prog="python -m privcube.graphs.hpc",
+    p = argparse.ArgumentParser(prog="python -m privcube.graphs.cluster.hpc",
                                 description="Print the dask-jobqueue worker job script for a job config.")
     p.add_argument("config", help="job config whose cluster section has type: slurm or pbs")
     p.add_argument("--scheduler-address", default=None,

@@ -18,13 +18,13 @@ Spec ``{"type": ..., **options}``:
   removed by the next LocalCluster started under the same parent (it holds a lock while in use).
 - ``address``: ``Client(address)`` to an existing scheduler; option ``address``.
 - ``scheduler-file``: ``Client(scheduler_file=...)``; option ``scheduler_file``.
-- ``kubernetes``: a dask-kubernetes ``KubeCluster`` (``privcube.graphs.kubernetes``); TLS is refused
+- ``kubernetes``: a dask-kubernetes ``KubeCluster`` (``privcube.graphs.cluster.kubernetes``); TLS is refused
   here (KubeCluster only talks plain tcp:// to its scheduler) and rendered into DaskJob resources.
-- ``slurm``, ``pbs``: a dask-jobqueue cluster (``privcube.graphs.hpc``): its jobs are submitted and the
+- ``slurm``, ``pbs``: a dask-jobqueue cluster (``privcube.graphs.cluster.hpc``): its jobs are submitted and the
   first worker is awaited on entry (a refused submission or jobs that all ended are one-line errors).
 
 Every type also takes ``security`` (``auto`` or ``{tls: {ca_file, cert, key}}``, see
-``privcube.graphs.security``) and ``allow_insecure``. A plain ``tcp://`` scheduler that is not on the
+``privcube.graphs.cluster.security``) and ``allow_insecure``. A plain ``tcp://`` scheduler that is not on the
 loopback interface is refused unless ``allow_insecure: true``; local clusters bind to 127.0.0.1.
 
 CLI flags override the spec: ``scheduler_address`` → type address, ``scheduler_file`` → type
@@ -182,7 +182,7 @@ class ClusterHandle:
         import dask
         from distributed import Client, LocalCluster
 
-        from privcube.graphs.security import check_address_security, client_kwargs, local_cluster_kwargs
+        from privcube.graphs.cluster.security import check_address_security, client_kwargs, local_cluster_kwargs
 
         t, o = self.type, self.options
         ckw = client_kwargs(self.security)
@@ -222,13 +222,13 @@ class ClusterHandle:
             self.client = Client(scheduler_file=str(o["scheduler_file"]), **ckw)
             return self.client
         if t == "kubernetes":
-            from privcube.graphs.kubernetes import kube_cluster_from_spec
+            from privcube.graphs.cluster.kubernetes import kube_cluster_from_spec
 
             self.cluster = kube_cluster_from_spec({"type": t, **o})
             check_address_security(self.cluster.scheduler_address, None, self.allow_insecure)
             return self._connect(self.cluster, ckw)
         if t in ("slurm", "pbs"):
-            from privcube.graphs.hpc import jobqueue_cluster_from_spec, wait_for_first_worker
+            from privcube.graphs.cluster.hpc import jobqueue_cluster_from_spec, wait_for_first_worker
 
             extra = {"security": self.security, "protocol": "tls://"} if self.security is not None else {}
             # refused before any batch job is submitted; a refused submission raises here
@@ -280,7 +280,7 @@ def resolve_cluster(spec: Mapping[str, Any] | None, *, scheduler_address: str | 
     """Validate a cluster spec (CLI flags override it) and return an unopened ``ClusterHandle``."""
     if spec is not None and not isinstance(spec, Mapping):
         raise ConfigError(f"cluster spec must be a mapping with a 'type' key, got {spec!r}")
-    from privcube.graphs.security import allow_insecure_from_spec, security_from_spec
+    from privcube.graphs.cluster.security import allow_insecure_from_spec, security_from_spec
 
     spec = dict(spec or {})
     spec_type = str(spec.pop("type", "none"))
@@ -294,12 +294,12 @@ def resolve_cluster(spec: Mapping[str, Any] | None, *, scheduler_address: str | 
         raise ConfigError(f"unknown cluster type {spec_type!r}; choose one of "
                           f"{sorted(_ALLOWED) + sorted(_EXTERNAL)}")
     if spec_type == "kubernetes":
-        from privcube.graphs.kubernetes import validate_kubernetes_spec
+        from privcube.graphs.cluster.kubernetes import validate_kubernetes_spec
 
         validate_kubernetes_spec({"type": spec_type, **spec,
                                   **({"security": sec_spec} if sec_spec is not None else {})})
     elif spec_type in ("slurm", "pbs"):
-        from privcube.graphs.hpc import validate_hpc_spec
+        from privcube.graphs.cluster.hpc import validate_hpc_spec
 
         if workers is not None and scheduler_address is None and scheduler_file is None:
             spec["jobs"] = _positive_int(spec_type, "workers", workers)
@@ -341,13 +341,13 @@ def resolve_cluster(spec: Mapping[str, Any] | None, *, scheduler_address: str | 
                           f"scheduler privcube does not start ({spec_type}) cannot trust; give "
                           f"{{ca_file, cert, key}} of the cluster's CA instead")
     if spec_type == "kubernetes":
-        from privcube.graphs.kubernetes import tls_requested
+        from privcube.graphs.cluster.kubernetes import tls_requested
 
         if security is not None or tls_requested(spec):
             raise ConfigError(
                 "cluster.security.tls (kubernetes): dask-kubernetes' KubeCluster connects to its scheduler over "
                 "plain tcp:// only, so privcube cannot start a TLS cluster from here; render a TLS DaskJob with "
-                "'python -m privcube.graphs.kubernetes CONFIG | kubectl apply -f -' instead")
+                "'python -m privcube.graphs.cluster.kubernetes CONFIG | kubectl apply -f -' instead")
     return ClusterHandle(spec_type, spec, security, allow_insecure)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -82,14 +82,28 @@ class MechanismResult:
     tensor_attrs: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> JSON attributes of that array
 
 
+def local_map(fn: Callable[[Any], Any], items: Sequence[Any], *, cost: Callable[[Any], float] | None = None,
+              label: str = "task", title: str | None = None) -> list[Any]:
+    """``[fn(x) for x in items]`` in this process: the ``map`` of a run without a cluster."""
+    return [fn(x) for x in items]
+
+
 @dataclass
 class RunContext:
-    """Services a run may use; all optional. ``client`` is a dask Client (or None for local)."""
+    """What a mechanism may use of the run's execution; the driver builds it, mechanisms never import
+    ``privcube.graphs``. ``map(fn, items, *, cost=, label=, title=)`` runs independent tasks (on the
+    cluster when there is one; results in input order); ``remote`` says the scheduler is on another
+    machine (ship work to the data, not data to the driver); ``worker_memory`` is bytes per worker
+    (None: unknown / no cluster); ``client`` is the opaque cluster handle the oracle and the graphs
+    layer's builders use (None locally)."""
 
     client: Any = None
     checkpoint: Any = None  # an object with save(round, state) / load() (see privcube.storage.checkpoint)
     progress: Callable[[str, float], None] | None = None
     resume: bool = False
+    map: Callable[..., list[Any]] = local_map
+    remote: bool = False
+    worker_memory: int | None = None
 
 
 class Mechanism(ABC):

@@ -32,7 +32,7 @@ from privcube.errors import (
     WorkloadError,
 )
 from privcube.mechanisms import get_mechanism
-from privcube.mechanisms.base import MechanismResult, PlanSummary, RunContext
+from privcube.mechanisms.base import MechanismResult, PlanSummary
 
 if TYPE_CHECKING:
     from privcube.result import Result
@@ -188,6 +188,7 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
              quiet: bool) -> RunSummary:
     """The body of :func:`run` once inputs are validated: measure, then write the run directory."""
     from privcube.graphs.cluster.handle import resolve_cluster
+    from privcube.graphs.execution import run_context
     from privcube.graphs.marginals import DataOracle
     from privcube.privacy.ledger import PrivacyLedger
     from privcube.privacy.discrete import make_noise_source
@@ -210,8 +211,7 @@ def _run_job(cfg: JobConfig, rundir: Any, mech: Any, table: Any, *, seed: int | 
             t0 = time.perf_counter()
             for attempt in range(WORKER_LOSS_RETRIES + 1):
                 ledger = PrivacyLedger(cfg.mechanism_budget)  # per row; see privcube.privacy.unit
-                ctx = RunContext(client=cl, checkpoint=checkpoint, progress=_progress_callback(quiet),
-                                 resume=resume)
+                ctx = run_context(cl, checkpoint=checkpoint, progress=_progress_callback(quiet), resume=resume)
                 try:
                     result = mech.run(oracle, cfg.workload, cfg.mechanism_budget, ledger, noise, ctx)
                     break

@@ -93,8 +93,9 @@ class RunContext:
     """What a mechanism may use of the run's execution; the driver builds it, mechanisms never import
     ``privcube.graphs``. ``map(fn, items, *, cost=, label=, title=)`` runs independent tasks (on the
     cluster when there is one; results in input order); ``remote`` says the scheduler is on another
-    machine (ship work to the data, not data to the driver); ``worker_memory`` is bytes per worker
-    (None: unknown / no cluster); ``client`` is the opaque cluster handle the oracle and the graphs
+    machine (ship work to the data, not data to the driver); ``worker_memory()`` is the smallest
+    worker's memory limit in bytes (None: unknown / no cluster), asked when sizing work because batch
+    and adaptive clusters gain workers late; ``client`` is the opaque cluster handle the oracle and the graphs
     layer's builders use (None locally)."""
 
     client: Any = None
@@ -103,7 +104,7 @@ class RunContext:
     resume: bool = False
     map: Callable[..., list[Any]] = local_map
     remote: bool = False
-    worker_memory: int | None = None
+    worker_memory: Callable[[], int | None] = lambda: None
 
 
 class Mechanism(ABC):

@@ -117,3 +117,36 @@ def test_bad_names(tmp_path):
         ts.write("a/b", np.zeros(2))
     with pytest.raises(DataError, match="'.tmp-x'"):
         ts.write(".tmp-x", np.zeros(2))
+
+
+def test_write_many_equals_one_by_one(tmp_path):
+    rng = np.random.default_rng(3)
+    items = [(f"g{i}.estimate", rng.normal(size=5 + i % 3), {"group": i}, None) for i in range(40)]
+    items.append(("cube", rng.integers(0, 9, size=(2, 3)).astype(float), {"kind": "estimate"}, ("a", "b")))
+    items.append(("scalar", np.array(7.5), None, None))
+    one = TensorStore(tmp_path / "one.zarr")
+    for name, arr, attrs, dims in items:
+        one.write(name, arr, attrs, dimension_names=dims)
+    many = TensorStore(tmp_path / "many.zarr")
+    many.write_many(items)
+    assert many.names() == one.names() == sorted(n for n, *_ in items)
+    for name, arr, attrs, dims in items:
+        np.testing.assert_array_equal(many.read(name), arr)
+        assert many.attrs(name) == one.attrs(name) == dict(attrs or {})
+        assert many.group[name].metadata.dimension_names == one.group[name].metadata.dimension_names
+    assert not [p.name for p in (tmp_path / "many.zarr").iterdir() if p.name.startswith((".tmp-", ".old-"))]
+
+
+def test_write_many_replaces_and_fails_whole(tmp_path):
+    store = TensorStore(tmp_path / "s.zarr")
+    store.write("keep", np.arange(3.0))
+    store.write_many([("keep", np.arange(4.0), {"v": 2}, None)])
+    np.testing.assert_array_equal(store.read("keep"), np.arange(4.0))
+    with pytest.raises(DataError, match="invalid array name 'a/b'"):
+        store.write_many([("new", np.ones(2), None, None), ("a/b", np.ones(2), None, None)])
+    assert store.names() == ["keep"]
+    with pytest.raises(Exception):  # an object array cannot be stored: nothing new appears, no temporaries
+        store.write_many([("ok", np.ones(2), None, None), ("bad", np.array([{}, []], dtype=object), None, None)])
+    assert store.names() == ["keep"]
+    np.testing.assert_array_equal(store.read("keep"), np.arange(4.0))
+    assert not [p.name for p in (tmp_path / "s.zarr").iterdir() if p.name.startswith((".tmp-", ".old-"))]

@@ -34,6 +34,7 @@ import numpy as np
 from privcube.domain import Domain
 from privcube.errors import ConfigError, DataError, DomainError, MemoryLimitError
 from privcube.graphs.progress import distributed_progress, local_task_progress
+from privcube.oracle import ClusterMarginalsOracle, LazyMarginalOracle, MeasuringOracle
 
 Clique = tuple[str, ...]
 
@@ -462,8 +463,11 @@ def remote_marginals(frame: Any, domain: Domain, cliques: Sequence[Sequence[str]
 
 
 # ------------------------------------------------------------------------------------ oracle
-class DataOracle:
-    """MarginalOracle over a (dask) DataFrame of codes: EXACT, non-private counts, cached and batched."""
+class DataOracle(MeasuringOracle, ClusterMarginalsOracle, LazyMarginalOracle):
+    """MarginalOracle over a (dask) DataFrame of codes: EXACT, non-private counts, cached and batched.
+
+    Declares every optional oracle ability (``privcube.oracle``): measuring next to the data, exact
+    marginals left on the cluster, lazy chunked marginals."""
 
     exact = True
 

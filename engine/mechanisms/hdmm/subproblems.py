@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -238,3 +239,18 @@ def task_cost(task: Opt0Task | KronTask | MarginalsTask) -> float:
     if isinstance(task, KronTask):
         return 10.0 * sum(float(np.atleast_2d(f).shape[1]) ** 3 for f in task.terms[0][1]) * len(task.terms)
     return 100.0 * len(task.shape) * 2.0 ** len(task.shape)
+
+
+#: task-key prefix of HDMM's scattered subproblems
+LABEL = "hdmm-opt"
+
+
+def task_mapper(map_fn: Callable[..., list[Any]], label: str = LABEL) -> Mapper:
+    """A :data:`Mapper` over a run context's ``map(fn, items, *, cost=, label=)``: every subproblem one task
+    (longest first); task keys are ``{label}-{token}-{i}`` with a fresh token per batch, so batches never
+    share keys."""
+    def mapper(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        token = uuid.uuid4().hex[:8]
+        cost = task_cost if fn.__name__ == "run_task" else None
+        return map_fn(fn, items, cost=cost, label=f"{label}-{token}")
+    return mapper

@@ -15,13 +15,8 @@ from privcube.domain import Domain
 from reference_counts import groupby_dense
 from privcube.errors import ConfigError, DataError, DomainError, MemoryLimitError
 from privcube.graphs import progress as prog
-from privcube.graphs.marginals import (
-    DataOracle,
-    compute_marginals,
-    derive_marginal,
-    flat_index,
-    plan_batch,
-)
+from privcube.counting import derive_marginal, flat_index, plan_batch
+from privcube.graphs.marginals import DataOracle, compute_marginals
 from privcube.oracle import MarginalOracle
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -30,6 +30,7 @@ class Opt0Result:
 
 
 def check_gram(v: np.ndarray) -> np.ndarray:
+    """A workload Gram V = WᵀW as a float square matrix, symmetrised (WorkloadError if it is not square)."""
     v = np.asarray(v, dtype=float)
     if v.ndim != 2 or v.shape[0] != v.shape[1]:
         raise WorkloadError(f"Gram matrix V must be square, got shape {v.shape}")

@@ -606,7 +606,7 @@ def _open_checkpoint(rundir: Any, cfg: JobConfig, seed: int | None) -> Any:
 
 def _set_quiet(quiet: bool) -> None:
     with contextlib.suppress(ImportError):
-        from privcube.graphs import progress
+        from privcube import progress
 
         progress.set_quiet(quiet)
 

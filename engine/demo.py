@@ -77,13 +77,14 @@ def run_demo(out: str | Path | None = None, rows: int = 200_000, seed: int | Non
     cfg = load_config(cfg_path)
     summary = api.run(cfg, run_dir, seed=seed, workers=workers, quiet=quiet)
 
-    # Error summary: the demo data is generated (public), so exact answers may be used here.
-    from privcube.graphs.marginals import compute_marginals
+    # Error summary: the demo data is generated (public), so exact answers may be used here; it was made in
+    # memory, so it is counted in memory too (the engine's ArrayOracle, no task graph).
+    from privcube.oracle import ArrayOracle
     from privcube.storage.ingest import open_table
 
     table = open_table(cfg.data_path, cfg.schema)
     cliques = [a.group.attributes for a in summary.result.answers]
-    exact = compute_marginals(table.frame, table.domain, cliques)
+    exact = ArrayOracle.from_frame(table.domain, table.frame.compute()).marginals(cliques)
     n = float(np.asarray(exact[cliques[0]]).sum())
     by_k: dict[int, list[float]] = {}
     sq: dict[int, list[float]] = {}

@@ -2,7 +2,9 @@
 
 A mechanism asks for exact marginals of attribute sets (cliques, in domain order) and adds noise
 itself. ``ArrayOracle`` answers from in-memory records (tests, small data); the Parquet/Dask oracle
-lives in ``privcube.graphs.marginals``.
+lives in ``privcube.graphs.marginals``. Optional abilities (measuring next to the data, futures on the
+cluster, lazy chunked marginals) are declared as Protocols here; mechanisms use them through
+:func:`measure`, :func:`marginal_futures` and :func:`lazy_marginal`.
 """
 from __future__ import annotations
 
@@ -28,26 +30,63 @@ class MarginalOracle(Protocol):
         ...
 
 
+# ------------------------------------------------------------------------------ optional abilities
+# An oracle declares what more than ``marginals`` it can do by having these methods (checked with
+# isinstance against the runtime-checkable Protocols below; an oracle may also subclass them to say so
+# explicitly). Mechanisms ask through the functions further down, which fall back to ``marginals``.
+@runtime_checkable
+class MeasuringOracle(Protocol):
+    """Applies a measurement next to the data: only the (noisy) outputs reach the caller."""
+
+    def measure(self, cliques: Sequence[Clique], fn: Callable[[Clique, np.ndarray], Any]) -> dict[Clique, Any]:
+        """``{c: fn(c, exact marginal of c)}``, ``fn`` run where the counts are (picklable, keyed noise)."""
+        ...
+
+
+@runtime_checkable
+class ClusterMarginalsOracle(Protocol):
+    """Leaves exact marginals on the cluster as futures, for tasks that run next to them."""
+
+    def marginal_futures(self, cliques: Sequence[Clique]) -> dict[Clique, Any] | None:
+        """``{c: future of the exact marginal}``, or None when this oracle has no cluster for them."""
+        ...
+
+
+@runtime_checkable
+class LazyMarginalOracle(Protocol):
+    """Hands one (large) exact marginal as a lazy chunked array, counted where the data is."""
+
+    def marginal_dask(self, clique: Clique) -> Any:
+        """The exact marginal of ``clique`` as a lazy chunked (dask) array, axes in the clique's order."""
+        ...
+
+
 def measure(oracle: MarginalOracle, cliques: Sequence[Clique],
             fn: Callable[[Clique, np.ndarray], Any]) -> dict[Clique, Any]:
-    """``{c: fn(c, exact marginal)}``: where the oracle supports it (``DataOracle`` with a client),
-    ``fn`` runs next to the data and only its (noisy) outputs come back to this process."""
+    """``{c: fn(c, exact marginal)}``: where the oracle is a :class:`MeasuringOracle` (``DataOracle`` with a
+    client), ``fn`` runs next to the data and only its (noisy) outputs come back to this process."""
     cliques = [tuple(c) for c in cliques]
-    remote = getattr(oracle, "measure", None)
-    if callable(remote):
-        return remote(cliques, fn)
+    if isinstance(oracle, MeasuringOracle):
+        return oracle.measure(cliques, fn)
     mus = oracle.marginals(cliques)
     return {c: fn(c, mus[c]) for c in cliques}
 
 
 def marginal_futures(oracle: MarginalOracle, cliques: Sequence[Clique]) -> dict[Clique, Any] | None:
-    """``{c: future of the exact marginal}`` left on the cluster, where the oracle supports it (a
-    ``DataOracle`` over a dask frame with a client), else None. The futures are for tasks that run
-    next to them (scores, noisy releases); the caller must never gather them to this process."""
-    remote = getattr(oracle, "marginal_futures", None)
-    if not callable(remote):
+    """``{c: future of the exact marginal}`` left on the cluster, where the oracle is a
+    :class:`ClusterMarginalsOracle` able to (a ``DataOracle`` over a dask frame with a client), else None. The
+    futures are for tasks that run next to them (scores, noisy releases); never gather them to this process."""
+    if not isinstance(oracle, ClusterMarginalsOracle):
         return None
-    return remote([tuple(c) for c in cliques])
+    return oracle.marginal_futures([tuple(c) for c in cliques])
+
+
+def lazy_marginal(oracle: MarginalOracle, clique: Clique) -> Any | None:
+    """The exact marginal of ``clique`` as a lazy chunked array where the oracle is a
+    :class:`LazyMarginalOracle`, else None (the caller then measures through :func:`measure`)."""
+    if not isinstance(oracle, LazyMarginalOracle):
+        return None
+    return oracle.marginal_dask(tuple(clique))
 
 
 class ArrayOracle:

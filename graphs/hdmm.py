@@ -1,8 +1,8 @@
 """Scatter HDMM's independent optimisations (restarts, per-factor / per-product OPT_0, OPT_M starts) over a client."""
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,20 +12,14 @@ from privcube.mechanisms.hdmm.implicit import ImplicitWorkload
 from privcube.mechanisms.hdmm.mechanism import select_strategy
 from privcube.mechanisms.hdmm.opt_0 import Opt0Result, opt0
 from privcube.mechanisms.hdmm.strategy import Strategy
-from privcube.mechanisms.hdmm.subproblems import task_cost
-
-LABEL = "hdmm-opt"
+from privcube.mechanisms.hdmm.subproblems import LABEL, Mapper, task_mapper
 
 
-def cluster_mapper(client: Any, label: str = LABEL) -> Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]:
+def cluster_mapper(client: Any, label: str = LABEL) -> Mapper:
     """A mapper for :func:`select_strategy`: every subproblem one task on ``client`` (longest first).
 
     Task keys are ``{label}-{token}-{i}`` with a fresh token per batch, so batches never share keys."""
-    def mapper(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-        token = uuid.uuid4().hex[:8]
-        cost = task_cost if fn.__name__ == "run_task" else None
-        return map_tasks(fn, items, client=client, cost=cost, label=f"{label}-{token}")
-    return mapper
+    return task_mapper(functools.partial(map_tasks, client=client), label)
 
 
 def _opt0_task(args: tuple[np.ndarray, str, int, int | None]) -> Opt0Result:

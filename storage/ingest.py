@@ -16,7 +16,7 @@ import pandas as pd
 
 from privcube.domain import Domain
 from privcube.errors import DataError
-from privcube.storage.schema import Attribute, Schema, _cat_str, _fmt_edge, load_schema
+from privcube.storage.schema import Attribute, Schema, category_text, edge_text, load_schema
 
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst", ".tsv")
 _MAX_SHOWN = 10
@@ -139,13 +139,13 @@ def _encode_categorical(attr: Attribute, series: pd.Series, parse_text: bool) ->
     na = series.isna().to_numpy()
     dt = series.dtype
     if isinstance(dt, pd.CategoricalDtype) or dt == object:
-        strs = series.map(_cat_str, na_action="ignore")
+        strs = series.map(category_text, na_action="ignore")
     elif pd.api.types.is_string_dtype(dt):
         strs = series
     elif pd.api.types.is_bool_dtype(dt) or pd.api.types.is_integer_dtype(dt):
-        strs = series.astype(object).map(_cat_str, na_action="ignore")
+        strs = series.astype(object).map(category_text, na_action="ignore")
     elif pd.api.types.is_float_dtype(dt):
-        strs = series.map(_cat_str, na_action="ignore")
+        strs = series.map(category_text, na_action="ignore")
     else:
         raise _wrong_type(attr, series, ~na, "a category label")
     codes = pd.Index(list(attr.categories or ()), dtype=object).get_indexer(strs.astype(object)).astype(np.int64)
@@ -179,7 +179,7 @@ def _encode_numeric(attr: Attribute, series: pd.Series, parse_text: bool) -> tup
     na = np.isnan(v)
     _missing(attr, series, na)
     edges = attr.bin_edges()
-    shown = f"[{_fmt_edge(float(edges[0]))}, {_fmt_edge(float(edges[-1]))})"
+    shown = f"[{edge_text(float(edges[0]))}, {edge_text(float(edges[-1]))})"
     return _binned(attr, series, np.where(na, edges[0], v), na, edges, shown), na
 
 

@@ -39,7 +39,7 @@ def code_dtype(size: int) -> np.dtype:
     return np.dtype(np.uint64)
 
 
-def _fmt_edge(x: float) -> str:
+def edge_text(x: float) -> str:
     """Render a numeric bin edge compactly (integers without a trailing .0)."""
     if math.isfinite(x) and float(x).is_integer():
         return str(int(x))
@@ -123,7 +123,7 @@ class Attribute:
         cats = self.categories
         if cats is None or isinstance(cats, (str, bytes)) or len(tuple(cats)) == 0:
             raise DomainError(f"attribute {self.name!r}: categorical needs a non-empty categories list")
-        cats = tuple(_cat_str(c) for c in cats)
+        cats = tuple(category_text(c) for c in cats)
         if len(set(cats)) != len(cats):
             dup = sorted({c for c in cats if cats.count(c) > 1})
             raise DomainError(f"attribute {self.name!r}: categories repeat {dup}")
@@ -200,7 +200,7 @@ class Attribute:
         elif self.kind == "categorical":
             out = list(self.categories or ())
         elif self.kind == "numeric":
-            e = [_fmt_edge(x) for x in self.bins or ()]
+            e = [edge_text(x) for x in self.bins or ()]
             out = [f"[{a}, {b})" for a, b in zip(e, e[1:])]
         else:
             e = list(self.bins or ())
@@ -276,7 +276,7 @@ class Attribute:
         return cls(name, kind, bins=tuple(bins), missing=missing, clip=clip)
 
 
-def _cat_str(c: Any) -> str:
+def category_text(c: Any) -> str:
     """Canonical string form of a category (ints as "3", not "3.0")."""
     if isinstance(c, (float, np.floating)) and float(c).is_integer():
         return str(int(c))

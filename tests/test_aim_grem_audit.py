@@ -92,7 +92,7 @@ class _FakeClient:
 
 def test_marginal_over_the_smallest_worker_memory_limit_is_refused():
     from privcube.errors import MemoryLimitError
-    from privcube.mechanisms.base import RunContext
+    from privcube.graphs.execution import run_context
 
     dom = Domain(("a", "b"), (400, 500))  # the 2-way marginal: 200,000 cells, 1.6 MB in float64
     oracle = _CountingOracle(dom, np.zeros((10, 2), dtype=int))
@@ -101,10 +101,10 @@ def test_marginal_over_the_smallest_worker_memory_limit_is_refused():
     _CountingOracle.calls = 0
     with pytest.raises(MemoryLimitError, match=r"\['a', 'b'\].*1600000 bytes.*workers' memory limit \(1000000 bytes"):
         AIMGReM().run(oracle, Workload.kway(dom, 2), budget, ledger, NoiseSource(0),
-                      RunContext(client=_FakeClient([4_000_000, 1_000_000])))
+                      run_context(_FakeClient([4_000_000, 1_000_000])))
     assert _CountingOracle.calls == 0 and ledger.charges == []
     # workers with room (or reporting no limit) do not block the run
-    prob = AIMGReM().problem(dom, Workload.kway(dom, 2), _FakeClient([2_000_000, 0]))
+    prob = AIMGReM().problem(dom, Workload.kway(dom, 2), run_context(_FakeClient([2_000_000, 0])).worker_memory())
     assert ("a", "b") in prob.closure
 
 

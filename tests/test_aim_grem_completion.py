@@ -237,7 +237,7 @@ def test_resume_with_completion_equals_uninterrupted(tmp_path, mode, max_log):
 def test_completion_on_the_distributed_table_matches_local(update):
     """Completed residuals travel to the sharded table as ordinary residual deltas: same answers."""
     distributed = pytest.importorskip("distributed")
-    from privcube.mechanisms.base import RunContext
+    from privcube.graphs.execution import run_context
 
     dom, rec = _records()
     budget = PrivacyBudget.from_rho(0.05)
@@ -246,7 +246,7 @@ def test_completion_on_the_distributed_table_matches_local(update):
     local = AIMGReM(params).run(ArrayOracle(dom, rec), w, budget, PrivacyLedger(budget), NoiseSource(2))
     with distributed.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
         dist = AIMGReM({**params, "distribute_min_cells": 1}).run(
-            ArrayOracle(dom, rec), w, budget, PrivacyLedger(budget), NoiseSource(2), RunContext(client=c))
+            ArrayOracle(dom, rec), w, budget, PrivacyLedger(budget), NoiseSource(2), run_context(c))
     assert dist.report["trace"] == local.report["trace"]
     for a, b in zip(dist.answers, local.answers):
         assert np.allclose(a.estimate, b.estimate, rtol=1e-9, atol=1e-9)

@@ -6,7 +6,7 @@ import pytest
 
 from privcube.domain import Domain
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
-from privcube.mechanisms.base import RunContext
+from privcube.graphs.execution import run_context
 from privcube.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.ledger import PrivacyLedger
@@ -35,7 +35,7 @@ def _run(params, ctx=None):
 @pytest.mark.parametrize("update", ["lazy", "full"])
 def test_distributed_table_matches_local(client, update):
     local = _run({"update": update})
-    dist = _run({"update": update, "distribute_min_cells": 1}, RunContext(client=client))
+    dist = _run({"update": update, "distribute_min_cells": 1}, run_context(client))
     assert [r["clique"] for r in dist.report["trace"]] == [r["clique"] for r in local.report["trace"]]
     for a, b in zip(dist.answers, local.answers):
         np.testing.assert_allclose(a.estimate, b.estimate, rtol=1e-12, atol=1e-9)

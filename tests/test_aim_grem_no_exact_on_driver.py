@@ -21,6 +21,7 @@ import pytest
 from privcube.domain import Domain
 from privcube.mechanisms.aim_grem.grem import LocalMarginals
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
+from privcube.graphs.execution import run_context
 from privcube.mechanisms.base import RunContext
 from privcube.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
@@ -132,7 +133,7 @@ def test_driver_receives_only_noisy_arrays_and_scores(cluster, monkeypatch):
 
     monkeypatch.setattr(distributed.Client, "_gather", recording_gather)
     ledger = PrivacyLedger(BUDGET)
-    res = AIMGReM(params).run(oracle, workload, BUDGET, ledger, NoiseSource(7), RunContext(client=client))
+    res = AIMGReM(params).run(oracle, workload, BUDGET, ledger, NoiseSource(7), run_context(client))
 
     # the search sees everything the workers sent, and that includes the noisy measurements
     assert len(received) >= 3 * res.report["rounds"]
@@ -189,7 +190,7 @@ def test_remote_cluster_keeps_exact_marginals_on_workers_whatever_the_size(addre
     mech = AIMGReM({})
     client = SimpleNamespace(scheduler=SimpleNamespace(address=address))
     tiny = SimpleNamespace(cells_kept=10)
-    assert mech._distributed(tiny, RunContext(client=client)) is remote
+    assert mech._distributed(tiny, run_context(client)) is remote
     assert mech._distributed(tiny, RunContext(client=None)) is False
     big = SimpleNamespace(cells_kept=mech.params["distribute_min_cells"])
-    assert mech._distributed(big, RunContext(client=client)) is True
+    assert mech._distributed(big, run_context(client)) is True

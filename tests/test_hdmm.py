@@ -346,7 +346,7 @@ def test_mechanism_run_with_a_client_scatters_the_strategy_search():
     from privcube.domain import Domain
     from privcube.graphs.hdmm import LABEL
     from privcube.mechanisms import get_mechanism
-    from privcube.mechanisms.base import RunContext
+    from privcube.graphs.execution import run_context
     from privcube.oracle import ArrayOracle
     from privcube.privacy.budget import PrivacyBudget
     from privcube.privacy.ledger import PrivacyLedger
@@ -361,7 +361,7 @@ def test_mechanism_run_with_a_client_scatters_the_strategy_search():
     try:
         with get_task_stream(client=client) as ts:
             res = get_mechanism("hdmm")({"restarts": 2}).run(oracle, wl, budget, PrivacyLedger(budget), NoiseSource(0),
-                                                             RunContext(client=client))
+                                                             run_context(client))
         ran = [t for t in ts.data if str(t["key"]).strip("()'\"").startswith(LABEL)]
     finally:
         client.close()

@@ -262,6 +262,7 @@ def test_large_data_vector_released_as_a_chunked_task_graph(optimizer):
     from functools import reduce
 
     import privcube.graphs.hdmm as gh
+    from privcube.graphs.execution import run_context
     from privcube.linalg.marginals import MarginalsStrategy
     from privcube.mechanisms.hdmm.strategy import KronStrategy, MarginalStrategy, UnionStrategy
 
@@ -270,7 +271,7 @@ def test_large_data_vector_released_as_a_chunked_task_graph(optimizer):
     mech = get_mechanism("hdmm")({"optimizer": optimizer, "restarts": 1, "chunk_cells": 10})
     old, gh.RELEASE_BLOCK = gh.RELEASE_BLOCK, 16
     try:
-        res = mech.run(oracle, WL, budget, PrivacyLedger(budget), NoiseSource(5))
+        res = mech.run(oracle, WL, budget, PrivacyLedger(budget), NoiseSource(5), run_context())
     finally:
         gh.RELEASE_BLOCK = old
     assert oracle.lazy_calls == 1
@@ -298,6 +299,7 @@ def test_data_oracle_takes_the_chunked_release_path():
     import dask.dataframe as dd
     import pandas as pd
 
+    from privcube.graphs.execution import run_context
     from privcube.graphs.marginals import DataOracle
 
     frame = dd.from_pandas(pd.DataFrame(REC, columns=list(DOM.attributes)), npartitions=3)
@@ -306,8 +308,9 @@ def test_data_oracle_takes_the_chunked_release_path():
     np.testing.assert_array_equal(lazy.compute(), ORACLE.marginals([("a", "c")])[("a", "c")])
     budget = PrivacyBudget.pure_epsilon(1.0)
     params = {"optimizer": "kron", "restarts": 1, "chunk_cells": 10}
-    got = get_mechanism("hdmm")(params).run(data, WL, budget, PrivacyLedger(budget), NoiseSource(5))
-    ref = get_mechanism("hdmm")(params).run(_LazyOracle(DOM, REC), WL, budget, PrivacyLedger(budget), NoiseSource(5))
+    got = get_mechanism("hdmm")(params).run(data, WL, budget, PrivacyLedger(budget), NoiseSource(5), run_context())
+    ref = get_mechanism("hdmm")(params).run(_LazyOracle(DOM, REC), WL, budget, PrivacyLedger(budget), NoiseSource(5),
+                                            run_context())
     np.testing.assert_allclose(got.tensors["hdmm.measurements"], ref.tensors["hdmm.measurements"], rtol=1e-12)
     assert data.n_passes == 0  # no dense exact marginal was computed in this process
 

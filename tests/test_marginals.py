@@ -15,13 +15,8 @@ from privcube.domain import Domain
 from reference_counts import groupby_dense
 from privcube.errors import ConfigError, DataError, DomainError, MemoryLimitError
 from privcube.graphs import progress as prog
-from privcube.graphs.marginals import (
-    DataOracle,
-    compute_marginals,
-    derive_marginal,
-    flat_index,
-    plan_batch,
-)
+from privcube.counting import derive_marginal, flat_index, plan_batch
+from privcube.graphs.marginals import DataOracle, compute_marginals
 from privcube.oracle import MarginalOracle
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -261,3 +256,32 @@ def test_marginal_dask_blocks_equal_pandas_counts(tmp_path):
     store = TensorStore(tmp_path / "s.zarr")
     store.write("big", arr)
     assert np.array_equal(store.read("big"), truth)
+
+
+def test_oracle_abilities_are_declared_not_probed():
+    """DataOracle declares its optional abilities (Protocols in privcube.oracle); an ArrayOracle has none, and
+    the oracle functions fall back to exact marginals here (measure) or say the ability is absent (None)."""
+    from privcube.domain import Domain
+    from privcube.oracle import (
+        ArrayOracle,
+        ClusterMarginalsOracle,
+        LazyMarginalOracle,
+        MeasuringOracle,
+        lazy_marginal,
+        marginal_futures,
+        measure,
+    )
+
+    dom = Domain(("a", "b"), (3, 2))
+    rec = np.array([[0, 1], [2, 1], [2, 0], [1, 1]])
+    data = DataOracle(pd.DataFrame(rec, columns=["a", "b"]), dom)
+    plain = ArrayOracle(dom, rec)
+    for ability in (MeasuringOracle, ClusterMarginalsOracle, LazyMarginalOracle):
+        assert isinstance(data, ability) and issubclass(DataOracle, ability)
+        assert not isinstance(plain, ability)
+    assert isinstance(plain, MarginalOracle) and isinstance(data, MarginalOracle)
+    assert marginal_futures(plain, [("a",)]) is None and lazy_marginal(plain, ("a",)) is None
+    assert marginal_futures(data, [("a",)]) is None  # no client: nothing can stay on a cluster
+    np.testing.assert_array_equal(lazy_marginal(data, ("a", "b")).compute(), [[0, 1], [0, 1], [1, 1]])
+    got = measure(plain, [("a",), ("b",)], lambda c, mu: int(mu.sum()) * 10 + len(c))
+    assert got == {("a",): 41, ("b",): 41} == measure(data, [("a",), ("b",)], lambda c, mu: int(mu.sum()) * 10 + len(c))

@@ -38,3 +38,16 @@ def test_map_tasks_quiet_and_untitled_write_nothing(loud, capsys):
     prog.set_quiet(True)
     assert map_tasks(_slow_square, [4, 5], title="solving parts") == [16, 25]
     assert capsys.readouterr().err == ""
+
+
+def test_local_map_of_a_run_context_draws_the_same_bar(loud, capsys):
+    """The run context's map without a cluster (privcube.mechanisms.base.local_map) draws the titled bar
+    of privcube.progress, and nothing untitled; graphs.progress.set_quiet silences it (one flag)."""
+    from privcube.mechanisms.base import local_map
+
+    assert local_map(_slow_square, [2, 3], title="solving parts") == [4, 9]
+    frames = [f for f in capsys.readouterr().err.replace("\r", "\n").splitlines() if f.strip()]
+    assert frames and frames[-1].startswith("solving parts [") and "2/2" in frames[-1]
+    assert local_map(_slow_square, [2]) == [4] and capsys.readouterr().err == ""
+    prog.set_quiet(True)
+    assert local_map(_slow_square, [2], title="solving parts") == [4] and capsys.readouterr().err == ""

@@ -7,6 +7,7 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 from privcube.domain import Domain  # noqa: E402
+from privcube.graphs.execution import run_context  # noqa: E402
 from privcube.mechanisms.querysmasher.mechanism import QuerySmasher  # noqa: E402
 from privcube.privacy.budget import PrivacyBudget  # noqa: E402
 from privcube.workload import parse_workload  # noqa: E402
@@ -24,7 +25,7 @@ def test_scatter_matches_local_plan() -> None:
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                                   dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
         with distributed.get_task_stream(client) as ts:
-            sols, info = QuerySmasher().optimize(wl, COST1, client=client)
+            sols, info = QuerySmasher().optimize(wl, COST1, context=run_context(client))
         names = [t["key"] for t in ts.data]
         workers = {t["worker"] for t in ts.data if "querysmasher-solve" in str(t["key"])}
     assert sum("querysmasher-solve" in str(k) for k in names) == info["distinct_parts"]
@@ -49,7 +50,7 @@ def test_scatter_factored_parts() -> None:
     assert "lowrank" in local_info["methods"]
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                                   dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
-        sols, info = QuerySmasher(params).optimize(wl, COST1, client=client)
+        sols, info = QuerySmasher(params).optimize(wl, COST1, context=run_context(client))
     assert info["methods"] == local_info["methods"]
     for key, x in sols.items():
         y = local_sols[key]

@@ -12,7 +12,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -82,10 +82,43 @@ class MechanismResult:
     tensor_attrs: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> JSON attributes of that array
 
 
+#: a titled bar redraws its elapsed time this often while no item finishes
+HEARTBEAT_S = 1.0
+
+
 def local_map(fn: Callable[[Any], Any], items: Sequence[Any], *, cost: Callable[[Any], float] | None = None,
               label: str = "task", title: str | None = None) -> list[Any]:
-    """``[fn(x) for x in items]`` in this process: the ``map`` of a run without a cluster."""
-    return [fn(x) for x in items]
+    """``[fn(x) for x in items]`` in this process: the ``map`` of a run without a cluster. ``title`` draws a
+    progress bar on stderr (one step per item, elapsed time redrawn every second)."""
+    items = list(items)
+    if not title:
+        return [fn(x) for x in items]
+    from privcube.progress import progress
+
+    out = []
+    with progress(title, len(items), heartbeat=HEARTBEAT_S) as update:
+        for x in items:
+            out.append(fn(x))
+            update(1)
+    return out
+
+
+class ShardedMarginals(Protocol):
+    """Builds a marginal table sharded over the cluster's workers (AIM+GReM's lazy updates on the workers):
+    ``(domain, cliques, truth, truth_futures=None)`` -> an object with the ``MarginalTable`` interface of
+    ``privcube.mechanisms.aim_grem.grem``; ``truth`` is None when ``truth_futures`` (exact marginals left on
+    the cluster by the oracle) are given."""
+
+    def __call__(self, domain: Any, cliques: Sequence[tuple[str, ...]], truth: Mapping[Any, np.ndarray] | None,
+                 truth_futures: Mapping[Any, Any] | None = None) -> Any: ...
+
+
+class ChunkedRelease(Protocol):
+    """Builds and computes ``y = A x + noise`` as one task graph over a lazy chunked exact vector ``x`` (a
+    :class:`privcube.oracle.LazyMarginalOracle`'s ``marginal_dask``), noise drawn per block next to the block
+    (stream keyed by ``key`` and the block index): only the noisy ``y`` is computed here (HDMM)."""
+
+    def __call__(self, x: Any, strategy: Any, kind: str, scale: float, key: tuple, noise: Any) -> np.ndarray: ...
 
 
 @dataclass
@@ -96,7 +129,9 @@ class RunContext:
     machine (ship work to the data, not data to the driver); ``worker_memory()`` is the smallest
     worker's memory limit in bytes (None: unknown / no cluster), asked when sizing work because batch
     and adaptive clusters gain workers late; ``client`` is the opaque cluster handle the oracle and the graphs
-    layer's builders use (None locally)."""
+    layer's builders use (None locally). ``sharded_marginals`` and ``chunked_release`` are the task graphs
+    the graphs layer builds for mechanisms (None: not available here; the mechanism then works in this
+    process)."""
 
     client: Any = None
     checkpoint: Any = None  # an object with save(round, state) / load() (see privcube.storage.checkpoint)
@@ -105,6 +140,8 @@ class RunContext:
     map: Callable[..., list[Any]] = local_map
     remote: bool = False
     worker_memory: Callable[[], int | None] = lambda: None
+    sharded_marginals: ShardedMarginals | None = None
+    chunked_release: ChunkedRelease | None = None
 
 
 class Mechanism(ABC):

@@ -163,15 +163,16 @@ def querysmasher_part(g: np.ndarray, *, variant: str = "best", solver: str = "CL
     V = AᵀA of the Eigen-Design strategy scaled to privacy cost 1 (max diag V = 1), L = tr(G V⁺), certified
     by the uniform-λ dual (tr √G)² / c, which is Eigen-Design's own lower bound (Li & Miklau, Thm 2).
     """
-    from privcube.mechanisms.querysmasher.solvers import PartSolution, _psd_pinv, _psd_sqrt
+    from privcube.linalg.psd import psd_pinv, psd_sqrt
+    from privcube.mechanisms.querysmasher.solution import PartSolution
 
     g = np.asarray(g, dtype=float)
     g = (g + g.T) / 2
     res = eigen_design(g, variant=variant, solver=solver)
     v = res.matrix.T @ res.matrix
     v = v / float(np.max(np.diag(v)))
-    vp = _psd_pinv(v)
-    return PartSolution(float(np.sum(g * vp)), vp, _psd_sqrt(v), "eigen-design", res.svdb,
+    vp = psd_pinv(v)
+    return PartSolution(float(np.sum(g * vp)), vp, psd_sqrt(v), "eigen-design", res.svdb,
                         {"variant": res.variant})
 
 

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from privcube.domain import Domain
-from privcube.errors import BudgetError, ConfigError
+from privcube.errors import ConfigError
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
 from privcube.oracle import MarginalOracle, measure
-from privcube.privacy.budget import refuse_pure_for_gaussian
+from privcube.privacy.budget import rho_of
 from privcube.privacy.discrete import is_discrete
 from privcube.workload import Workload
 
@@ -202,7 +202,7 @@ class ResidualPlanner(Mechanism):
     def optimize(self, workload: Workload, budget: Any) -> ResidualPlan:
         """Noise scales for every residual in the downward closure of the workload."""
         self._check(workload)
-        rho = _rho(budget)
+        rho = rho_of(budget, "residual-planner")
         beta = 2.0 * rho
         weights = {workload.domain.canonical(c): w for c, w in workload.weights().items()}
         lattice = self.noise_sampler == "discrete"
@@ -242,7 +242,7 @@ class ResidualPlanner(Mechanism):
         domain = workload.domain
         taus = [t for t in downward_closure(domain, rp.weights) if t in rp.sigma2]
         progress = context.progress if context is not None else None
-        spend = min(rp.privacy_cost() / 2.0, _rho(budget))
+        spend = min(rp.privacy_cost() / 2.0, rho_of(budget, "residual-planner"))
         ledger.charge(self.name, rho=spend, residuals=len(taus), objective=self.params["objective"])
         # Each residual release runs where its marginal is counted (on a worker when there is a
         # client), so only the noisy residuals reach this process.
@@ -299,14 +299,6 @@ def reconstruct(domain: Domain, residuals: Mapping[Clique, np.ndarray], gamma: S
         if t in residuals:
             recon_add(out, np.asarray(residuals[t], dtype=float), t, gamma, domain)
     return out
-
-
-def _rho(budget: Any) -> float:
-    refuse_pure_for_gaussian(budget, "residual-planner")
-    rho = getattr(budget, "rho", budget)
-    if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho <= 0:
-        raise BudgetError(f"residual-planner: budget rho must be a positive number, got {rho!r}")
-    return float(rho)
 
 
 def _summary(name: str, objective: str, workload: Workload, budget: Any, rp: ResidualPlan) -> PlanSummary:

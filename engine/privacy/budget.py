@@ -82,6 +82,17 @@ def refuse_pure_for_gaussian(budget: Any, mechanism: str, alternative: str = "")
                           "delta: 1.0e-9}) or give privacy.rho")
 
 
+def rho_of(budget: Any, mechanism: str) -> float:
+    """The zCDP ρ a Gaussian ``mechanism`` spends from ``budget`` (a :class:`PrivacyBudget`, or a bare ρ):
+    the one budget -> ρ conversion of the batch mechanisms. A pure-ε budget is refused
+    (:func:`refuse_pure_for_gaussian`); a ρ that is not a positive finite number is a BudgetError."""
+    refuse_pure_for_gaussian(budget, mechanism)
+    rho = getattr(budget, "rho", budget)
+    if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho <= 0:
+        raise BudgetError(f"{mechanism}: budget rho must be a positive number, got {rho!r}")
+    return float(rho)
+
+
 #: largest ε accepted with a δ: beyond it (ε, δ) -> ρ conversion overflows and no privacy is left anyway
 MAX_EPSILON = 1e6
 #: largest ρ accepted: the ρ -> (ε, δ) reading overflows beyond about 1e300

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from privcube.errors import BudgetError
-from privcube.privacy.noise import _encode_key
+from privcube.privacy.keys import encode_key
 
 _BLOCK = 4096  # bytes drawn per refill (one syscall or one SHAKE-256 call)
 _TAG = b"privcube-csprng-v1\x00"
@@ -70,7 +70,7 @@ class RandomBits:
         if not key:
             raise BudgetError("key must name the stream, e.g. ('residual', 3); got none")
         parts: Sequence[Any] = key
-        digest = hashlib.sha256(_TAG + _seed_bytes(seed) + _encode_key(parts)).digest()
+        digest = hashlib.sha256(_TAG + _seed_bytes(seed) + encode_key(parts)).digest()
         return cls(digest)
 
     @property

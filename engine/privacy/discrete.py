@@ -58,7 +58,8 @@ import numpy as np
 
 from privcube.errors import BudgetError, ConfigError
 from privcube.privacy.csprng import RandomBits
-from privcube.privacy.noise import KeyPart, NoiseSource, _as_key
+from privcube.privacy.keys import KeyPart, as_key
+from privcube.privacy.noise import NoiseSource
 
 # A float σ² or scale is rounded up to ~20 significant bits (relative excess < 2⁻¹⁹): never less noise.
 _ROUND_BITS = 20
@@ -368,7 +369,7 @@ class DiscreteNoiseSource(NoiseSource):
 
     def _bits(self, tag: str, key: KeyPart | Any) -> RandomBits:
         """The uniform source for one measurement: a DRBG keyed by (root entropy, measurement key)."""
-        parts = _as_key(key)
+        parts = as_key(key)
         if not parts:
             raise BudgetError("noise key must name the measurement, e.g. ('aim', round, 'age,sex'); got none")
         return RandomBits.keyed(self._entropy, "discrete", tag, parts)
@@ -428,7 +429,7 @@ def require_integers(values: Any, key: KeyPart | Any = None) -> np.ndarray:
     """
     v = np.asarray(values, dtype=float)
     if not np.all(np.isfinite(v)) or not np.array_equal(v, np.round(v)):
-        what = "" if key is None else f" {list(_as_key(key))!r}"
+        what = "" if key is None else f" {list(as_key(key))!r}"
         raise ConfigError(f"noise_sampler: discrete adds integer noise, which is private only for integer-valued "
                           f"measurements; measurement{what} is not integer-valued (weighted data or a real-valued "
                           f"strategy): use noise_sampler: continuous")

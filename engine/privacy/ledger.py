@@ -24,7 +24,7 @@ import numpy as np
 from privcube.errors import BudgetError
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.noise import NoiseSource
-from privcube.privacy.zcdp import _is_number, cdp_epsilon
+from privcube.privacy.zcdp import cdp_epsilon, is_number
 
 #: Relative slack for float round-off when comparing spent against the budget, and no more.
 REL_TOL = 1e-9
@@ -50,7 +50,7 @@ def _jsonable(value: Any) -> Any:
 
 def _amount(value: Any, name: str, label: str) -> float:
     """Validate a charged amount (finite, non-negative), naming the parameter and the charge."""
-    if not _is_number(value) or not math.isfinite(float(value)) or float(value) < 0:
+    if not is_number(value) or not math.isfinite(float(value)) or float(value) < 0:
         raise BudgetError(f"charge {label!r}: {name} must be a non-negative finite number, got {value!r}")
     return float(value)
 

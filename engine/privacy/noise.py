@@ -31,33 +31,11 @@ from typing import Any
 import numpy as np
 
 from privcube.errors import BudgetError
-
-KeyPart = str | int | Sequence[Any]
-
-
-def _encode_key(parts: Sequence[Any]) -> bytes:
-    """Unambiguous, type-tagged byte encoding of a key (nested tuples/lists of str and int)."""
-    out: list[bytes] = []
-    for p in parts:
-        if isinstance(p, bool):
-            raise BudgetError(f"noise key parts must be str, int or tuples of them, got bool {p!r}")
-        if isinstance(p, str):
-            b = p.encode("utf-8")
-            out.append(b"s" + len(b).to_bytes(8, "big") + b)
-        elif isinstance(p, (int, np.integer)):
-            b = str(int(p)).encode("ascii")
-            out.append(b"i" + len(b).to_bytes(8, "big") + b)
-        elif isinstance(p, (tuple, list)):
-            b = _encode_key(p)
-            out.append(b"t" + len(b).to_bytes(8, "big") + b)
-        else:
-            raise BudgetError(f"noise key parts must be str, int or tuples of them, got {type(p).__name__} {p!r}")
-    return b"".join(out)
-
+from privcube.privacy.keys import KeyPart, as_key, encode_key
 
 def _spawn_key(parts: Sequence[Any]) -> tuple[int, ...]:
     """Eight 32-bit words of SHA-256 of the encoded key: a stable spawn_key (unlike hash())."""
-    digest = hashlib.sha256(b"privcube-noise-v1\x00" + _encode_key(parts)).digest()
+    digest = hashlib.sha256(b"privcube-noise-v1\x00" + encode_key(parts)).digest()
     return tuple(int.from_bytes(digest[i : i + 4], "little") for i in range(0, 32, 4))
 
 
@@ -101,7 +79,7 @@ class NoiseSource:
         """The CSPRNG stream (keyed SHAKE-256) of one measurement of an unseeded source."""
         from privcube.privacy.csprng import RandomBits
 
-        parts = _as_key(key)
+        parts = as_key(key)
         if not parts:
             raise BudgetError("noise key must name the measurement, e.g. ('aim', round, 'age,sex'); got none")
         return RandomBits.keyed(self._entropy, "continuous", tag, parts)
@@ -111,7 +89,7 @@ class NoiseSource:
         if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.floating)) or not math.isfinite(sigma) or sigma < 0:
             raise BudgetError(f"sigma must be a non-negative finite number, got {sigma!r}")
         if self.seeded:
-            return self.generator(*_as_key(key)).normal(0.0, float(sigma), size=shape)
+            return self.generator(*as_key(key)).normal(0.0, float(sigma), size=shape)
         shp, n = _shape(shape)
         rb = self._secure("gaussian", key)
         m = (n + 1) // 2
@@ -126,7 +104,7 @@ class NoiseSource:
         if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not math.isfinite(scale) or scale < 0:
             raise BudgetError(f"scale must be a non-negative finite number, got {scale!r}")
         if self.seeded:
-            return self.generator(*_as_key(key)).laplace(0.0, float(scale), size=shape)
+            return self.generator(*as_key(key)).laplace(0.0, float(scale), size=shape)
         shp, n = _shape(shape)
         bits = self._secure("laplace", key).uint64(n)
         u = 1.0 - (bits >> np.uint64(11)).astype(np.float64) * 2.0**-53  # (0, 1]
@@ -139,7 +117,7 @@ class NoiseSource:
         Seeded, it equals ``generator(*key).gumbel(size=shape)``.
         """
         if self.seeded:
-            return self.generator(*_as_key(key)).gumbel(size=shape)
+            return self.generator(*as_key(key)).gumbel(size=shape)
         shp, n = _shape(shape)
         u = 1.0 - _unit(self._secure("gumbel", key), n)  # (0, 1]
         e = -np.log(u)  # standard exponential, >= 0
@@ -202,13 +180,6 @@ def _shape(shape: int | tuple[int, ...]) -> tuple[tuple[int, ...], int]:
 def _unit(rb: Any, n: int) -> np.ndarray:
     """``n`` uniforms on [0, 1) with 53 random bits each, from a RandomBits stream."""
     return (rb.uint64(n) >> np.uint64(11)).astype(np.float64) * 2.0**-53
-
-
-def _as_key(key: KeyPart | Sequence[Any]) -> tuple[Any, ...]:
-    """A key given as one str/int, or as a tuple/list of parts, becomes the part tuple."""
-    if isinstance(key, (tuple, list)):
-        return tuple(key)
-    return (key,)
 
 
 __all__ = ["NoiseSource"]

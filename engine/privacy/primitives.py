@@ -9,19 +9,19 @@ import numpy as np
 from scipy.special import log_ndtr, ndtr
 
 from privcube.errors import BudgetError
-from privcube.privacy.zcdp import _check_delta, _check_epsilon, _check_rho, _is_number
+from privcube.privacy.zcdp import check_delta, check_epsilon, check_rho, is_number
 
 
 def _check_sensitivity(value: float, name: str) -> float:
     """Validate a sensitivity (positive, finite) and name it in the error."""
-    if not _is_number(value) or not math.isfinite(float(value)) or float(value) <= 0:
+    if not is_number(value) or not math.isfinite(float(value)) or float(value) <= 0:
         raise BudgetError(f"{name} must be a positive finite number, got {value!r}")
     return float(value)
 
 
 def gaussian_sigma(rho: float, l2_sensitivity: float = 1.0) -> float:
     """σ = Δ₂/√(2ρ): the Gaussian mechanism with this σ is ρ-zCDP (Bun & Steinke 2016, Prop. 1.6)."""
-    rho = _check_rho(rho)
+    rho = check_rho(rho)
     sens = _check_sensitivity(l2_sensitivity, "l2_sensitivity")
     return sens / math.sqrt(2.0 * rho)
 
@@ -35,14 +35,14 @@ def gaussian_rho(sigma: float, l2_sensitivity: float = 1.0) -> float:
 
 def laplace_scale(epsilon: float, l1_sensitivity: float = 1.0) -> float:
     """b = Δ₁/ε: the Laplace mechanism with this scale is ε-DP."""
-    epsilon = _check_epsilon(epsilon)
+    epsilon = check_epsilon(epsilon)
     sens = _check_sensitivity(l1_sensitivity, "l1_sensitivity")
     return sens / epsilon
 
 
 def exponential_rho(epsilon: float) -> float:
     """ρ = ε²/8: the exponential mechanism is ε²/8-zCDP (Cesar & Rogers 2021, bounded range)."""
-    epsilon = _check_epsilon(epsilon)
+    epsilon = check_epsilon(epsilon)
     return epsilon * epsilon / 8.0
 
 
@@ -58,7 +58,7 @@ def exponential_mechanism(
     ``NoiseSource.gumbel``, cryptographically secure when unseeded). The cost is ε-DP, or
     ``exponential_rho(epsilon)`` = ε²/8 in zCDP. Scores of −inf are never chosen.
     """
-    epsilon = _check_epsilon(epsilon)
+    epsilon = check_epsilon(epsilon)
     sens = _check_sensitivity(sensitivity, "sensitivity")
     if isinstance(rng, np.random.Generator):
         draw = lambda n: rng.gumbel(size=n)  # noqa: E731
@@ -82,7 +82,7 @@ def exponential_mechanism(
 
 def exponential_probabilities(scores: Sequence[float] | np.ndarray, epsilon: float, sensitivity: float) -> np.ndarray:
     """The exponential mechanism's selection probabilities, softmax(ε·score/(2Δ)), computed stably."""
-    epsilon = _check_epsilon(epsilon)
+    epsilon = check_epsilon(epsilon)
     sens = _check_sensitivity(sensitivity, "sensitivity")
     logits = (epsilon / (2.0 * sens)) * np.asarray(scores, dtype=float).ravel()
     logits = logits - np.max(logits)
@@ -102,8 +102,8 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, l2_sensitivity: float 
 
     The left side decreases in σ, so bisection on σ finds the calibration (rounded up, i.e. safe).
     """
-    epsilon = _check_epsilon(epsilon)
-    delta = _check_delta(delta)
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
     sens = _check_sensitivity(l2_sensitivity, "l2_sensitivity")
     lo, hi = 1e-6 * sens, sens
     while _analytic_gaussian_delta(hi, epsilon, sens) > delta:

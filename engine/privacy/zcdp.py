@@ -19,7 +19,7 @@ from privcube.errors import BudgetError
 _BISECT_STEPS = 200
 
 
-def _is_number(x: object) -> bool:
+def is_number(x: object) -> bool:
     """True for real, non-bool numbers (numpy scalars included)."""
     if isinstance(x, bool):
         return False
@@ -30,18 +30,18 @@ def _is_number(x: object) -> bool:
     return not isinstance(x, (str, bytes))
 
 
-def _check_rho(rho: float, *, allow_zero: bool = False) -> float:
+def check_rho(rho: float, *, allow_zero: bool = False) -> float:
     """Validate ρ (positive, finite; zero allowed where it is a degenerate but valid cost)."""
-    if not _is_number(rho) or not math.isfinite(float(rho)) or float(rho) < 0 or (float(rho) == 0 and not allow_zero):
+    if not is_number(rho) or not math.isfinite(float(rho)) or float(rho) < 0 or (float(rho) == 0 and not allow_zero):
         kind = "non-negative" if allow_zero else "positive"
         raise BudgetError(f"privacy parameter rho must be a {kind} finite number, got {rho!r}")
     return float(rho)
 
 
-def _check_epsilon(epsilon: float, *, allow_zero: bool = False) -> float:
+def check_epsilon(epsilon: float, *, allow_zero: bool = False) -> float:
     """Validate ε (positive, finite; zero allowed where the caller asks)."""
     if (
-        not _is_number(epsilon)
+        not is_number(epsilon)
         or not math.isfinite(float(epsilon))
         or float(epsilon) < 0
         or (float(epsilon) == 0 and not allow_zero)
@@ -51,9 +51,9 @@ def _check_epsilon(epsilon: float, *, allow_zero: bool = False) -> float:
     return float(epsilon)
 
 
-def _check_delta(delta: float) -> float:
+def check_delta(delta: float) -> float:
     """Validate δ in the open interval (0, 1)."""
-    if not _is_number(delta) or not (0.0 < float(delta) < 1.0):
+    if not is_number(delta) or not (0.0 < float(delta) < 1.0):
         raise BudgetError(f"privacy parameter delta must lie strictly between 0 and 1, got {delta!r}")
     return float(delta)
 
@@ -80,8 +80,8 @@ def _log_delta(rho: float, epsilon: float) -> float:
 
 def cdp_delta(rho: float, epsilon: float) -> float:
     """Smallest δ such that ρ-zCDP implies (ε, δ)-DP (Canonne–Kamath–Steinke 2020), capped at 1."""
-    rho = _check_rho(rho, allow_zero=True)
-    epsilon = _check_epsilon(epsilon, allow_zero=True)
+    rho = check_rho(rho, allow_zero=True)
+    epsilon = check_epsilon(epsilon, allow_zero=True)
     if rho == 0.0:
         return 0.0
     log_d = _log_delta(rho, epsilon)
@@ -90,8 +90,8 @@ def cdp_delta(rho: float, epsilon: float) -> float:
 
 def cdp_epsilon(rho: float, delta: float) -> float:
     """Smallest ε such that ρ-zCDP implies (ε, δ)-DP, by bisection on ε (rounded up, i.e. safe)."""
-    rho = _check_rho(rho, allow_zero=True)
-    delta = _check_delta(delta)
+    rho = check_rho(rho, allow_zero=True)
+    delta = check_delta(delta)
     if rho == 0.0:
         return 0.0
     lo = 0.0
@@ -112,8 +112,8 @@ def cdp_epsilon(rho: float, delta: float) -> float:
 
 def cdp_rho(epsilon: float, delta: float) -> float:
     """Largest ρ such that ρ-zCDP implies (ε, δ)-DP, by bisection on ρ (rounded down, i.e. safe)."""
-    epsilon = _check_epsilon(epsilon)
-    delta = _check_delta(delta)
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
     lo = 0.0
     # cdp_epsilon(ρ) ≥ ρ, so any feasible ρ is below ε; start the bracket at ε + 1 as AIM does.
     hi = epsilon + 1.0
@@ -130,7 +130,7 @@ def cdp_rho(epsilon: float, delta: float) -> float:
 
 def pure_to_zcdp(epsilon: float) -> float:
     """ρ = ε²/2: an ε-DP mechanism is ε²/2-zCDP (Bun & Steinke 2016, Prop. 1.4)."""
-    epsilon = _check_epsilon(epsilon, allow_zero=True)
+    epsilon = check_epsilon(epsilon, allow_zero=True)
     return epsilon * epsilon / 2.0
 
 
@@ -139,4 +139,5 @@ def zcdp_to_approx(rho: float, delta: float) -> float:
     return cdp_epsilon(rho, delta)
 
 
-__all__ = ["cdp_delta", "cdp_epsilon", "cdp_rho", "pure_to_zcdp", "zcdp_to_approx"]
+__all__ = ["cdp_delta", "cdp_epsilon", "cdp_rho", "check_delta", "check_epsilon", "check_rho", "is_number", "pure_to_zcdp",
+           "zcdp_to_approx"]

@@ -163,6 +163,11 @@ def validate_hpc_spec(spec: Mapping[str, Any] | None) -> tuple[str, dict[str, An
         if bad:
             raise _fail(kind, f"scheduler_options.{bad[0]}", f"unknown key; allowed: {sorted(SCHEDULER_OPTION_KEYS)}")
         kw["scheduler_options"] = dict(so)
+    return kind, kw, _scaling(kind, spec)
+
+
+def _scaling(kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``jobs`` (fixed) or ``adapt`` (min/max) part of an HPC section: ``{"jobs": n}`` or ``{"adapt": {...}}``."""
     if "jobs" in spec and "adapt" in spec:
         raise _fail(kind, "adapt", "give either 'jobs' (fixed) or 'adapt' (min/max), not both")
     scaling: dict[str, Any] = {"jobs": 1}
@@ -182,7 +187,7 @@ def validate_hpc_spec(spec: Mapping[str, Any] | None) -> tuple[str, dict[str, An
         if lo > hi:
             raise _fail(kind, "adapt", f"minimum_jobs {lo} exceeds maximum_jobs {hi}")
         scaling = {"adapt": {"minimum_jobs": lo, "maximum_jobs": hi}}
-    return kind, kw, scaling
+    return scaling
 
 
 def _jobqueue(kind: str) -> tuple[Any, Any]:

@@ -147,11 +147,12 @@ class AIMGReM(Mechanism):
                 raise ConfigError(f"aim-grem: {key} must be a positive number, got {v!r}")
 
     # ----------------------------------------------------------------------------- validation
-    def problem(self, domain: Domain, workload: Workload, client: Any = None) -> Problem:
+    def problem(self, domain: Domain, workload: Workload, worker_memory: int | None = None) -> Problem:
         """Validate the workload against the data domain and the memory limit; build W↓ and candidates.
 
-        With a dask ``client`` every marginal must also fit in the smallest worker's memory limit: the
-        data pass counts it on one worker, and a worker over its limit is restarted, not reported.
+        On a cluster every marginal must also fit in ``worker_memory``, the smallest worker's memory limit
+        in bytes (a run context's ``worker_memory()``): the data pass counts it on one worker, and a worker
+        over its limit is restarted, not reported.
         """
         if not isinstance(workload, Workload) or len(workload) == 0:
             raise WorkloadError("aim-grem: workload must be a non-empty Workload")
@@ -178,7 +179,7 @@ class AIMGReM(Mechanism):
             import psutil
 
             limit = 0.8 * psutil.virtual_memory().available
-        worker = _worker_memory_limit(client)
+        worker = worker_memory
         for c in closure:
             if 8 * _cells(domain, c) > limit:
                 raise MemoryLimitError(f"aim-grem: the marginal on {list(c)} has {_cells(domain, c)} cells "
@@ -261,23 +262,22 @@ class AIMGReM(Mechanism):
         interface), so exact counts never travel to the client (#8); on a loopback cluster from
         ``distribute_min_cells`` cells, below which the in-memory path is faster.
         """
-        if ctx.client is None:
+        if ctx.client is None or ctx.sharded_marginals is None:
             return False
         if prob.cells_kept >= self.params["distribute_min_cells"]:
             return True
-        return not _scheduler_on_loopback(ctx.client)
+        return ctx.remote
 
     def _table(self, oracle: MarginalOracle, prob: Problem, ctx: RunContext) -> MarginalTable:
         """The marginal table holding the true marginals of W↓ and their estimates.
 
-        With a client and a large problem the table is sharded over the workers; when the oracle can
+        With a client and a large problem the table is sharded over the workers (the run context's
+        ``sharded_marginals``, built by the graphs layer); when the oracle can
         leave its exact marginals on the cluster (``DataOracle`` over a dask frame) they go straight
         from the data pass into the shards and never reach this process: scores, and the noise of
         every measurement, are computed on the workers. Otherwise the exact marginals are read here.
         """
         if self._distributed(prob, ctx):
-            from privcube.graphs.lazy_update import DistributedMarginals
-
             futures: dict[Clique, Any] = {}
             for batch in self._batches(prob):
                 got = marginal_futures(oracle, batch)
@@ -286,8 +286,8 @@ class AIMGReM(Mechanism):
                     break
                 futures.update(got)
             if futures:
-                return DistributedMarginals(ctx.client, prob.domain, prob.kept, None, truth_futures=futures)
-            return DistributedMarginals(ctx.client, prob.domain, prob.kept, self._truth(oracle, prob))
+                return ctx.sharded_marginals(prob.domain, prob.kept, None, truth_futures=futures)
+            return ctx.sharded_marginals(prob.domain, prob.kept, self._truth(oracle, prob))
         return LocalMarginals(prob.domain, prob.kept, self._truth(oracle, prob))
 
     # -------------------------------------------------------------------------------------- run
@@ -299,7 +299,7 @@ class AIMGReM(Mechanism):
             refuse_pure_for_gaussian(b, "aim-grem")
         if is_discrete(noise):
             self.use_noise_sampler("discrete")
-        prob = self.problem(oracle.domain, workload, ctx.client)
+        prob = self.problem(oracle.domain, workload, ctx.worker_memory())
         if ledger is None or noise is None:
             raise ConfigError("aim-grem: a PrivacyLedger and a NoiseSource are required")
         if self.params["strategy"] == "measure-all":
@@ -629,23 +629,3 @@ def _rest(total: float, ledger: Any) -> float:
     else:
         rest = 0.0  # pragma: no cover - not reached; never overspend
     return max(rest, 0.0)
-
-
-def _worker_memory_limit(client: Any) -> int | None:
-    """The smallest memory limit of the client's workers in bytes (None: no client, no workers, no limits)."""
-    from privcube.graphs.cluster.handle import worker_resources
-
-    return worker_resources(client)[0]
-
-
-def _scheduler_on_loopback(client: Any) -> bool:
-    """Whether the client's scheduler listens on the loopback interface (a cluster on this machine)."""
-    from urllib.parse import urlsplit
-
-    from privcube.graphs.cluster.security import is_loopback_host
-
-    address = str(getattr(getattr(client, "scheduler", None), "address", "") or "")
-    if address.startswith("inproc://"):
-        return True
-    host = urlsplit(address if "://" in address else f"tcp://{address}").hostname or ""
-    return is_loopback_host(host)

@@ -4,9 +4,9 @@ RMSE convention: overall rmse = sqrt(Σ_g w_g² · E‖Ŵ_g − W_g x‖² / Σ_
 the paper's RMSE when all weights are 1); per-group rmse = sqrt(E‖Ŵ_g − W_g x‖² / m_g), unweighted.
 Noise: Laplace (pure budgets; ε = budget.epsilon) or Gaussian (σ = Δ₂/√(2ρ) under zCDP, or the analytic
 Gaussian σ(ε, δ) with ``calibration: analytic``).
-Data vectors above ``chunk_cells`` cells are measured as one dask graph over the chunked exact marginal when
-the oracle offers ``marginal_dask(clique)`` (``privcube.graphs.hdmm.chunked_release``); otherwise the release
-runs through ``oracle.measure`` next to the data.
+Data vectors above ``chunk_cells`` cells are measured as one task graph over the chunked exact marginal when
+the oracle is a ``LazyMarginalOracle`` and the run context can build that graph (``context.chunked_release``);
+otherwise the release runs through ``oracle.measure`` next to the data.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, Pl
 from privcube.mechanisms.hdmm.implicit import ImplicitWorkload, from_workload
 from privcube.mechanisms.hdmm.lower_bound import svd_bound
 from privcube.mechanisms.hdmm.strategy import Strategy
-from privcube.mechanisms.hdmm.subproblems import Mapper, solve_candidates
-from privcube.oracle import MarginalOracle, measure
+from privcube.mechanisms.hdmm.subproblems import Mapper, solve_candidates, task_mapper
+from privcube.oracle import LazyMarginalOracle, MarginalOracle, measure
 from privcube.privacy.budget import PrivacyBudget, refuse_pure_for_gaussian
 from privcube.privacy.discrete import is_discrete
 from privcube.workload import Workload
@@ -54,8 +54,8 @@ def select_strategy(iw: ImplicitWorkload, noise: str, optimizer: str = "auto", r
     """Run the candidate optimisers and keep the lowest loss.
 
     Their independent subproblems (restarts, per-factor and per-product OPT_0 problems, OPT_M starts; see
-    ``subproblems``) go through ``mapper`` as one batch: with ``privcube.graphs.scatter.map_tasks`` each is a
-    task on the cluster; without a mapper they run here in order. The result does not depend on the mapper.
+    ``subproblems``) go through ``mapper`` as one batch: over a cluster run context's ``map`` each is a
+    task on the cluster (``subproblems.task_mapper``); without a mapper they run here in order. The result does not depend on the mapper.
     """
     names = candidate_optimizers(iw, optimizer)
     strategies = solve_candidates(iw, noise, names, restarts, seed, mapper)
@@ -110,14 +110,10 @@ class HDMM(Mechanism):
         return kind, s**2, s
 
     # ------------------------------------------------------------------ plan
-    def _select(self, workload: Workload, budget: PrivacyBudget, client: Any = None
+    def _select(self, workload: Workload, budget: PrivacyBudget, mapper: Mapper | None = None
                 ) -> tuple[ImplicitWorkload, Strategy, dict[str, float], str]:
         iw = from_workload(workload)
         kind = self.noise_kind(budget)
-        mapper = None
-        if client is not None:
-            from privcube.graphs.hdmm import cluster_mapper
-            mapper = cluster_mapper(client)
         strat, losses = select_strategy(iw, kind, self.params["optimizer"], self.params["restarts"],
                                         self.params["seed"], mapper)
         if strat.kind == "opt0":
@@ -163,17 +159,18 @@ class HDMM(Mechanism):
         return [{"noise": kind, "noise_coefficients": None if coefs is None else c}
                 for c in (coefs or [None] * len(iw.groups))]
 
-    def _cached_select(self, workload: Workload, budget: PrivacyBudget, client: Any = None
+    def _cached_select(self, workload: Workload, budget: PrivacyBudget, mapper: Mapper | None = None
                        ) -> tuple[ImplicitWorkload, Strategy, dict[str, float], str]:
-        """Strategy selection is data-independent: plan and repeated runs reuse one result."""
+        """Strategy selection is data-independent: plan and repeated runs reuse one result. ``mapper`` runs
+        the independent subproblems (None: in order, here)."""
         key = (workload, self.noise_kind(budget))
         cache = self.__dict__.setdefault("_strategy_cache", {})
         try:
             hit = cache.get(key)
         except TypeError:  # unhashable workload parameters
-            return self._select(workload, budget, client)
+            return self._select(workload, budget, mapper)
         if hit is None:
-            hit = cache[key] = self._select(workload, budget, client)
+            hit = cache[key] = self._select(workload, budget, mapper)
         return hit
 
     # ------------------------------------------------------------------ run
@@ -187,7 +184,7 @@ class HDMM(Mechanism):
         if iw.size > self.params["max_cells"]:
             raise MemoryLimitError(f"hdmm: the data vector over {list(iw.attributes)} has {iw.size} cells, "
                                    f"above max_cells={self.params['max_cells']}")
-        iw, strat, losses, kind = self._cached_select(workload, budget, context.client)
+        iw, strat, losses, kind = self._cached_select(workload, budget, task_mapper(context.map))
         _, _, unit = self.unit_scale(budget)
         if context.progress:
             context.progress("hdmm: strategy selected", 0.3)
@@ -207,12 +204,12 @@ class HDMM(Mechanism):
         # The release A x + noise runs where the data vector is counted (on a worker when there is a
         # client): only y, never the exact x, reaches this process.
         key = (self.name, "measure")
-        lazy = getattr(oracle, "marginal_dask", None)
-        if callable(lazy) and iw.size > self.params.get("chunk_cells", math.inf):
+        if (isinstance(oracle, LazyMarginalOracle) and context.chunked_release is not None
+                and iw.size > self.params.get("chunk_cells", math.inf)):
             # a data vector too large for one process: the oracle hands the exact marginal as a lazy chunked
-            # dask array (counted on the workers) and A x + noise runs as one task graph next to its chunks
-            from privcube.graphs.hdmm import chunked_release
-            y = chunked_release(lazy(tuple(iw.attributes)), strat, kind, unit * sens, key, noise)
+            # array (counted on the workers) and A x + noise runs as one task graph next to its chunks
+            x = oracle.marginal_dask(tuple(iw.attributes))
+            y = context.chunked_release(x, strat, kind, unit * sens, key, noise)
         else:
             release = StrategyRelease(strat, kind, unit * sens, key, noise)
             y = measure(oracle, [tuple(iw.attributes)], release)[tuple(iw.attributes)]

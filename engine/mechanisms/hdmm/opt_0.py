@@ -29,7 +29,8 @@ class Opt0Result:
     template: str
 
 
-def _check_gram(v: np.ndarray) -> np.ndarray:
+def check_gram(v: np.ndarray) -> np.ndarray:
+    """A workload Gram V = WᵀW as a float square matrix, symmetrised (WorkloadError if it is not square)."""
     v = np.asarray(v, dtype=float)
     if v.ndim != 2 or v.shape[0] != v.shape[1]:
         raise WorkloadError(f"Gram matrix V must be square, got shape {v.shape}")
@@ -80,7 +81,7 @@ def on_support(v: np.ndarray, solve: Callable[[np.ndarray], Opt0Result]) -> Opt0
     an all-ones Gram on 97 cells, answered exactly by the Total template (loss 1) instead of a p-Identity
     strategy over all 115 ages.
     """
-    v = _check_gram(v)
+    v = check_gram(v)
     d = np.diagonal(v)
     keep = d > 1e-12 * max(float(d.max(initial=0.0)), 1e-300)
     if keep.all() or not keep.any():
@@ -105,7 +106,7 @@ def _is_total(v: np.ndarray) -> bool:
     return n > 1 and bool(np.allclose(v, tot / n**2, rtol=1e-9, atol=1e-12 * max(abs(tot), 1.0)))
 
 
-def _template_is_optimal(v: np.ndarray) -> bool:
+def template_is_optimal(v: np.ndarray) -> bool:
     """V ∝ I or V ∝ 11ᵀ: Identity / Total attain the SVD bound, so no strategy (L1 or L2) does better."""
     d = float(v[0, 0])
     return _is_total(v) or bool(np.allclose(v, d * np.eye(v.shape[0]), rtol=1e-12, atol=1e-12 * max(abs(d), 1.0)))
@@ -142,12 +143,12 @@ def _opt0_laplace(v: np.ndarray, *, p: int | None = None, restarts: int = 1, see
     Each restart starts from Θ ~ U[0,1)^{p×n} and runs the projected L-BFGS (``lbfgs.py``) with the
     reference implementation's stopping tolerance ftol = 1e-4 (relative reduction per iteration).
     """
-    v = _check_gram(v)
+    v = check_gram(v)
     n = v.shape[0]
     if restarts < 0:
         raise ConfigError(f"restarts must be >= 0, got {restarts!r}")
     best = min(_templates(v), key=lambda r: r.loss)
-    if n == 1 or restarts == 0 or _template_is_optimal(v):
+    if n == 1 or restarts == 0 or template_is_optimal(v):
         return best
     it = idtotal(v)
     if it.loss < best.loss:
@@ -220,10 +221,10 @@ def opt0_gaussian(v: np.ndarray, *, restarts: int = 1, seed: int | None = 0, fto
 def _opt0_gaussian(v: np.ndarray, *, restarts: int = 1, seed: int | None = 0, ftol: float = 1e-10,
                    maxiter: int = 5000) -> Opt0Result:
     """Best of Identity/Total and the convex Cholesky strategy (L2 sensitivity 1)."""
-    v = _check_gram(v)
+    v = check_gram(v)
     n = v.shape[0]
     best = min(_templates(v), key=lambda r: r.loss)
-    if n == 1 or restarts == 0 or _template_is_optimal(v):
+    if n == 1 or restarts == 0 or template_is_optimal(v):
         return best
     lam, vecs = np.linalg.eigh(v)
     x0 = (vecs * np.sqrt(np.clip(lam, 0, None))) @ vecs.T

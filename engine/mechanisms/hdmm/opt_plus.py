@@ -13,6 +13,7 @@ import numpy as np
 
 from privcube.errors import ConfigError
 from privcube.mechanisms.hdmm.opt_kron import Terms
+from privcube.mechanisms.hdmm.union_budget import budget_split
 
 
 @dataclass
@@ -23,18 +24,6 @@ class UnionResult:
     factors: list[list[np.ndarray]]
     term_losses: np.ndarray
     loss: float
-
-
-def budget_split(term_losses: Sequence[float], noise: str) -> tuple[np.ndarray, float]:
-    """Closed-form c_j minimising Σ E_j / c_j² under Σ c_j = 1 (Laplace) or Σ c_j² = 1 (Gaussian)."""
-    e = np.asarray(term_losses, dtype=float)
-    if noise == "laplace":
-        r = np.cbrt(e)
-        return r / r.sum(), float(r.sum() ** 3)
-    if noise == "gaussian":
-        r = np.sqrt(e)
-        return np.sqrt(r / r.sum()), float(r.sum() ** 2)
-    raise ConfigError(f"noise must be 'laplace' or 'gaussian', got {noise!r}")
 
 
 def table_convention_loss(term_losses: Sequence[float]) -> float:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,10 +26,10 @@ import numpy as np
 from privcube.errors import ConfigError
 from privcube.linalg.marginals import marginal_approximation
 from privcube.mechanisms.hdmm.implicit import ImplicitWorkload
-from privcube.mechanisms.hdmm.opt_0 import Opt0Result, _check_gram, _template_is_optimal, opt0
+from privcube.mechanisms.hdmm.opt_0 import Opt0Result, check_gram, opt0, template_is_optimal
 from privcube.mechanisms.hdmm.opt_kron import KronResult, opt_kron
 from privcube.mechanisms.hdmm.opt_marginals import MarginalsResult, marginal_starts, opt_marginals_from
-from privcube.mechanisms.hdmm.opt_plus import budget_split
+from privcube.mechanisms.hdmm.union_budget import budget_split
 from privcube.mechanisms.hdmm.strategy import KronStrategy, MarginalStrategy, Strategy, UnionStrategy
 
 Mapper = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
@@ -104,10 +105,10 @@ def _factor_problem(plan: TaskPlan, gram: np.ndarray, noise: str, restarts: int,
     """Tasks for one OPT_0 problem on V / mean|V|: ``restarts`` seeds, or one when the answer is deterministic.
 
     Returns the normalising factor (losses scale back by it) and the task indices."""
-    g = _check_gram(gram)
+    g = check_gram(gram)
     mean = float(np.mean(np.abs(g))) or 1.0
     g = g / mean
-    deterministic = noise == "gaussian" or g.shape[0] == 1 or _template_is_optimal(g)
+    deterministic = noise == "gaussian" or g.shape[0] == 1 or template_is_optimal(g)
     digest = hashlib.blake2b(np.ascontiguousarray(g).tobytes(), digest_size=16).hexdigest()
     seeds = [seed] if deterministic else [seed + r for r in range(restarts)]
     return mean, [plan.add(Opt0Task(g, noise, s), ("opt0", digest, g.shape, noise, s)) for s in seeds]
@@ -238,3 +239,18 @@ def task_cost(task: Opt0Task | KronTask | MarginalsTask) -> float:
     if isinstance(task, KronTask):
         return 10.0 * sum(float(np.atleast_2d(f).shape[1]) ** 3 for f in task.terms[0][1]) * len(task.terms)
     return 100.0 * len(task.shape) * 2.0 ** len(task.shape)
+
+
+#: task-key prefix of HDMM's scattered subproblems
+LABEL = "hdmm-opt"
+
+
+def task_mapper(map_fn: Callable[..., list[Any]], label: str = LABEL) -> Mapper:
+    """A :data:`Mapper` over a run context's ``map(fn, items, *, cost=, label=)``: every subproblem one task
+    (longest first); task keys are ``{label}-{token}-{i}`` with a fresh token per batch, so batches never
+    share keys."""
+    def mapper(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        token = uuid.uuid4().hex[:8]
+        cost = task_cost if fn.__name__ == "run_task" else None
+        return map_fn(fn, items, cost=cost, label=f"{label}-{token}")
+    return mapper

@@ -23,7 +23,7 @@ from privcube.mechanisms.querysmasher.decomposition import (
     projected,
     term_rows,
 )
-from privcube.mechanisms.querysmasher.solvers import PartSolution
+from privcube.mechanisms.querysmasher.solution import PartSolution
 from privcube.workload import QueryGroup
 
 Clique = tuple[str, ...]

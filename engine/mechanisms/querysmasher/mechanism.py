@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import BudgetError, ConfigError
+from privcube.errors import ConfigError
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
 from privcube.mechanisms.querysmasher.assembly import (
     SubSolution,
@@ -33,10 +33,10 @@ from privcube.mechanisms.querysmasher.assembly import (
     query_variances,
 )
 from privcube.mechanisms.querysmasher.decomposition import decompose
-from privcube.mechanisms.querysmasher.solvers import METHODS, NEWTON_LIMIT
+from privcube.mechanisms.querysmasher.solvers import METHODS, NEWTON_LIMIT, solve_parts
 from privcube.oracle import MarginalOracle
 from privcube.oracle import measure as oracle_measure
-from privcube.privacy.budget import refuse_pure_for_gaussian
+from privcube.privacy.budget import rho_of
 from privcube.privacy.discrete import is_discrete
 from privcube.workload import Workload
 
@@ -70,11 +70,11 @@ class QuerySmasher(Mechanism):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"mechanism 'querysmasher': parameter {k!r} must be a positive integer, got {v!r}")
 
-    def optimize(self, workload: Workload, budget: Any, client: Any = None) -> tuple[dict[Clique, SubSolution], dict[str, Any]]:
-        """Decompose, solve every distinct part once, and assemble at cost β = 2ρ."""
-        from privcube.graphs.querysmasher import solve_parts
-
-        beta = 2.0 * _rho(budget)
+    def optimize(self, workload: Workload, budget: Any, context: RunContext | None = None
+                 ) -> tuple[dict[Clique, SubSolution], dict[str, Any]]:
+        """Decompose, solve every distinct part once (as independent tasks through ``context.map``; in order
+        here without a context), and assemble at cost β = 2ρ."""
+        beta = 2.0 * rho_of(budget, "querysmasher")
         memo = self.__dict__.setdefault("_memo", {})
         if (workload, beta) in memo:  # plans are data-independent: reuse across runs of this instance
             return memo[(workload, beta)]
@@ -90,7 +90,8 @@ class QuerySmasher(Mechanism):
         keys, rep_of = _dedupe_parts(distinct, self.params["dense_limit"])
         sols = solve_parts([distinct[k] for k in keys], method=self.params["solver"], tol=self.params["tol"],
                            sdp_limit=self.params["sdp_limit"], newton_limit=float(self.params["newton_limit"]),
-                           dense_limit=self.params["dense_limit"], client=client)
+                           dense_limit=self.params["dense_limit"],
+                           map=context.map if context is not None else None)
         by_rep = dict(zip(keys, sols))
         solved = {k: _rescaled(by_rep[r], f) for k, (r, f) in rep_of.items()}
         t2 = time.perf_counter()
@@ -110,9 +111,9 @@ class QuerySmasher(Mechanism):
         memo[(workload, beta)] = (out, info)
         return out, info
 
-    def plan(self, workload: Workload, budget: Any, client: Any = None) -> PlanSummary:
+    def plan(self, workload: Workload, budget: Any, context: RunContext | None = None) -> PlanSummary:
         """Expected RMSE overall and per group, privacy, and the measurement plan (no data)."""
-        sols, info = self.optimize(workload, budget, client)
+        sols, info = self.optimize(workload, budget, context)
         return _summary(workload, budget, sols, info)
 
     def run(self, oracle: MarginalOracle, workload: Workload, budget: Any, ledger: Any, noise: Any,
@@ -120,10 +121,9 @@ class QuerySmasher(Mechanism):
         """Measure each subworkload once (correlated Gaussian) and answer every workload query."""
         if is_discrete(noise):  # B x is real-valued: integer noise would not hide it (ConfigError)
             self.use_noise_sampler("discrete")
-        client = context.client if context is not None else None
-        sols, info = self.optimize(workload, budget, client)
+        sols, info = self.optimize(workload, budget, context)
         domain = workload.domain
-        spend = min(privacy_cost(sols) / 2.0, _rho(budget))
+        spend = min(privacy_cost(sols) / 2.0, rho_of(budget, "querysmasher"))
         ledger.charge(self.name, rho=spend, subworkloads=len(sols))
         # Each subworkload's release runs where its marginal is counted (on a worker when there is
         # a client): only the noisy, reconstructed residuals reach this process.
@@ -186,14 +186,6 @@ def _rescaled(sol: Any, factor: float) -> Any:
     if factor == 1.0:
         return sol
     return dataclasses.replace(sol, L=sol.L * factor, dual=sol.dual * factor, info=dict(sol.info, rescaled=factor))
-
-
-def _rho(budget: Any) -> float:
-    refuse_pure_for_gaussian(budget, "querysmasher")
-    rho = getattr(budget, "rho", budget)
-    if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho <= 0:
-        raise BudgetError(f"querysmasher: budget rho must be a positive number, got {rho!r}")
-    return float(rho)
 
 
 def _summary(workload: Workload, budget: Any, sols: Mapping[Clique, SubSolution], info: dict[str, Any]) -> PlanSummary:

@@ -31,7 +31,7 @@ reported ``gap`` is (primal − dual) / primal.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,64 +39,13 @@ import scipy.linalg as sla
 import scipy.optimize as sopt
 
 from privcube.errors import ConfigError
+from privcube.linalg.psd import psd_pinv, psd_sqrt
+from privcube.mechanisms.querysmasher.solution import PartSolution
 
 METHODS = ("auto", "closed", "fourier", "eigen", "eigen-design", "newton", "lowrank", "lbfgs", "sdp")
 
 #: per-step flop budget (c²r²) below which ``auto`` uses the Newton dual solver
 NEWTON_LIMIT = 4e9
-
-
-@dataclass
-class PartSolution:
-    """A cost-1 strategy for one Gram: V⁺, the strategy B (BᵀB = V), error L and certificate.
-
-    Dense solutions hold V⁺ (c × c) and the symmetric root B (c × c). Factored (low-rank) solutions
-    hold ``vpinv = None``, ``vfac`` (c × r, V⁺ = vfac vfacᵀ = B⁺B⁺ᵀ) and B (r × c): nothing c × c.
-    """
-
-    L: float
-    vpinv: np.ndarray | None
-    b: np.ndarray
-    method: str
-    dual: float = float("nan")
-    info: dict[str, Any] = field(default_factory=dict)
-    vfac: np.ndarray | None = None
-
-    @property
-    def gap(self) -> float:
-        """Relative duality gap (primal − dual) / primal (0 = certified optimal)."""
-        if not math.isfinite(self.dual) or self.L <= 0:
-            return float("nan")
-        return max(self.L - self.dual, 0.0) / self.L
-
-    def pinv_dense(self) -> np.ndarray:
-        """V⁺ as a dense c × c matrix (materialised for factored solutions)."""
-        if self.vpinv is not None:
-            return self.vpinv
-        return self.vfac @ self.vfac.T
-
-    def quad(self, q: np.ndarray) -> np.ndarray:
-        """Row-wise q V⁺ qᵀ for query rows q (m × c): the cost-1 variance of each row."""
-        q = np.asarray(q, dtype=float)
-        if self.vfac is not None:
-            return np.sum((q @ self.vfac) ** 2, axis=1)
-        return np.sum((q @ self.vpinv) * q, axis=1)
-
-    def trace_rows(self, p: np.ndarray) -> float:
-        """tr(PᵀP V⁺) for rows P (m × c): the cost-1 error of those rows summed."""
-        return float(np.sum(self.quad(p)))
-
-    def trace_gram(self, g: np.ndarray) -> float:
-        """tr(G V⁺) for a dense Gram G (c × c)."""
-        if self.vfac is not None:
-            return float(np.sum((g @ self.vfac) * self.vfac))
-        return float(np.sum(np.asarray(g) * self.vpinv))
-
-    def b_pinv(self) -> np.ndarray:
-        """B⁺ (reconstruction of the measured residual from ω = Bx + noise)."""
-        if self.vfac is not None:
-            return self.vfac
-        return _psd_pinv(self.b)
 
 
 def centering(shape: tuple[int, ...]) -> np.ndarray:
@@ -105,17 +54,6 @@ def centering(shape: tuple[int, ...]) -> np.ndarray:
     for d in shape:
         out = np.kron(out, np.eye(d) - 1.0 / d)
     return out
-
-
-def _psd_sqrt(a: np.ndarray) -> np.ndarray:
-    w, v = np.linalg.eigh((a + a.T) / 2)
-    return (v * np.sqrt(np.clip(w, 0, None))) @ v.T
-
-
-def _psd_pinv(a: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
-    w, v = np.linalg.eigh((a + a.T) / 2)
-    keep = w > rtol * max(w.max(), 1e-300)
-    return (v[:, keep] / w[keep]) @ v[:, keep].T
 
 
 def dual_value(g: np.ndarray, lam: np.ndarray) -> float:
@@ -132,8 +70,8 @@ def dual_value(g: np.ndarray, lam: np.ndarray) -> float:
 def _finish(g: np.ndarray, v: np.ndarray, method: str, dual: float = float("nan"), **info: Any) -> PartSolution:
     v = (v + v.T) / 2
     v = v / np.max(np.diag(v))
-    vp = _psd_pinv(v)
-    return PartSolution(float(np.sum(g * vp)), vp, _psd_sqrt(v), method, dual, dict(info))
+    vp = psd_pinv(v)
+    return PartSolution(float(np.sum(g * vp)), vp, psd_sqrt(v), method, dual, dict(info))
 
 
 def _kkt_dual(g: np.ndarray, vpinv: np.ndarray, maxiter: int = 200) -> float:
@@ -147,7 +85,7 @@ def _kkt_dual(g: np.ndarray, vpinv: np.ndarray, maxiter: int = 200) -> float:
 
 def refine_dual(g: np.ndarray, lam0: np.ndarray, maxiter: int = 200) -> float:
     """Maximise (tr √(K Λ K))² / Σλ (K = √G) over λ ≥ 0 from ``lam0``; returns the best bound found."""
-    k = _psd_sqrt(g)
+    k = psd_sqrt(g)
     best = [dual_value(g, lam0)]
 
     def fun(lam: np.ndarray) -> tuple[float, np.ndarray]:
@@ -184,7 +122,7 @@ def solve_closed(g: np.ndarray, shape: tuple[int, ...]) -> PartSolution | None:
     p = math.prod((d - 1) / d for d in shape)
     v = c / p
     lval = alpha * math.prod((d - 1) ** 2 / d for d in shape)
-    return PartSolution(lval, c * p, _psd_sqrt(v), "closed", lval, {})
+    return PartSolution(lval, c * p, psd_sqrt(v), "closed", lval, {})
 
 
 def _dft(shape: tuple[int, ...]) -> np.ndarray:
@@ -242,16 +180,16 @@ def solve_fourier(g: np.ndarray | None, shape: tuple[int, ...], rows: np.ndarray
 
 def solve_eigen(g: np.ndarray) -> PartSolution:
     """Eigen-design V = √G / max diag √G, certified by the uniform-λ dual (tr √G)² / c."""
-    root = _psd_sqrt(g)
+    root = psd_sqrt(g)
     c = g.shape[0]
     d = np.diag(root)
     if d.max() <= 0:
         raise ConfigError("eigen solver: the Gram matrix is zero")
     # Pseudo-inverse on the range of G: V = √G/m has V⁺ = m (√G)⁺ and tr(G V⁺) = m tr √G.
     m = float(d.max())
-    vp = m * _psd_pinv(root)
+    vp = m * psd_pinv(root)
     lower = float(np.trace(root)) ** 2 / c
-    return PartSolution(m * float(np.trace(root)), vp, _psd_sqrt(root / m), "eigen", lower, {})
+    return PartSolution(m * float(np.trace(root)), vp, psd_sqrt(root / m), "eigen", lower, {})
 
 
 def solve_lbfgs(g: np.ndarray, warm: np.ndarray | None = None, *, maxiter: int = 3000,
@@ -524,7 +462,7 @@ def solve_sdp(g: np.ndarray, shape: tuple[int, ...]) -> PartSolution:
     u = vecs[:, w > 0.5]  # orthonormal basis of the centred space (c × r)
     scale = float(np.trace(g)) or 1.0
     gh = u.T @ (g / scale) @ u
-    k = _psd_sqrt(gh)
+    k = psd_sqrt(gh)
     r = u.shape[1]
     x = cp.Variable((r, r), symmetric=True)
     y = cp.Variable((r, r), symmetric=True)
@@ -569,7 +507,7 @@ def solve(g: np.ndarray, shape: tuple[int, ...], method: str = "auto", *, tol: f
     if method == "sdp":
         return solve_sdp(g, shape)
     if method == "lbfgs":
-        return solve_lbfgs(g, _psd_pinv(solve_eigen(g).vpinv))
+        return solve_lbfgs(g, psd_pinv(solve_eigen(g).vpinv))
     if method == "newton":
         return solve_newton(g, tol=0.5 * tol)
     if method == "lowrank":
@@ -604,7 +542,7 @@ def solve(g: np.ndarray, shape: tuple[int, ...], method: str = "auto", *, tol: f
             best.dual = max(best.dual, exact.dual)
         if best.gap <= tol:
             return best
-    v0 = _psd_pinv(best.pinv_dense())
+    v0 = psd_pinv(best.pinv_dense())
     lb = solve_lbfgs(g, v0 + 1e-3 * np.eye(c))
     lb.dual = max(lb.dual, lower)
     if lb.L > best.L:
@@ -681,3 +619,23 @@ def solve_part(part: Any, method: str = "auto", *, tol: float = 1e-4, sdp_limit:
             f"available; use Kronecker-structured query types on these attributes or a machine with more memory"
         )
     return solve(part.gram(), part.shape, method, tol=tol, sdp_limit=sdp_limit, newton_limit=newton_limit)
+
+
+def solve_item(item: tuple[Any, str, float, int, float, int]) -> PartSolution:
+    """One part solve as a task: ``(part, method, tol, sdp_limit, newton_limit, dense_limit)`` (picklable)."""
+    part, method, tol, sdp_limit, newton_limit, dense_limit = item
+    return solve_part(part, method, tol=tol, sdp_limit=sdp_limit, newton_limit=newton_limit, dense_limit=dense_limit)
+
+
+def solve_parts(parts: Sequence[Any], *, method: str = "auto", tol: float = 1e-4, sdp_limit: int = 40,
+                newton_limit: float = NEWTON_LIMIT, dense_limit: int = 4096,
+                map: Callable[..., list[Any]] | None = None) -> list[PartSolution]:
+    """Solve each part through ``map`` (a run context's: one task per part on a cluster, the biggest
+    submitted first; default: in order, here, with a progress bar); results in input order.
+
+    Parts above ``dense_limit`` cells are solved in factored form (see :func:`solve_part`)."""
+    from privcube.mechanisms.base import local_map
+
+    items = [(p, method, tol, sdp_limit, newton_limit, dense_limit) for p in parts]
+    return (map or local_map)(solve_item, items, cost=lambda it: float(it[0].size) ** 3,
+                              label="querysmasher-solve", title="querysmasher: solving parts")

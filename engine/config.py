@@ -80,7 +80,7 @@ class JobConfig:
             if isinstance(holder, dict):
                 for key in ("schema", "domain"):
                     if isinstance(holder.get(key), str):
-                        holder[key] = _resolve_path(holder[key], self.base_dir)
+                        holder[key] = resolve_path(holder[key], self.base_dir)
         if self.output:
             out["output"] = dict(self.output)
         if "cluster" in out:
@@ -186,7 +186,7 @@ def _load_checked(raw: dict[str, Any], base: Path, need_data: bool, frame: Any =
     params = {k: v for k, v in mech.items() if k != "name"}
     if name == "relational":
         raise ConfigError("mechanism 'relational' runs two tables and their links: it has no single-table "
-                          "plan; use `privcube run` (see privcube.relational_job)")
+                          "plan; use `privcube run` (see privcube.jobs.relational)")
     from privcube.mechanisms import REGISTRY
 
     if name not in REGISTRY:
@@ -233,7 +233,7 @@ def _load_checked(raw: dict[str, Any], base: Path, need_data: bool, frame: Any =
         if key in output:
             if not isinstance(output[key], str) or not output[key].strip():
                 raise ConfigError(f"output.{key} must be a path or URL, got {output[key]!r}")
-            output[key] = _resolve_path(os.path.expanduser(output[key]), base)
+            output[key] = resolve_path(os.path.expanduser(output[key]), base)
     compress = data.get("compress", False)
     if not isinstance(compress, bool):
         raise ConfigError(f"data.compress must be true or false, got {compress!r}")
@@ -281,10 +281,10 @@ def data_paths(spec: Any, base: Path) -> str | list[str]:
     """``data.path``: one location (file, folder, glob, URL) or a non-empty list of them, resolved against
     ``base``; anything else is refused by its type only (never its contents, which may be data)."""
     if isinstance(spec, (str, os.PathLike)) and str(spec).strip():
-        return _resolve_path(os.path.expanduser(str(spec)), base)
+        return resolve_path(os.path.expanduser(str(spec)), base)
     if isinstance(spec, (list, tuple)) and spec and all(
             isinstance(p, (str, os.PathLike)) and str(p).strip() for p in spec):
-        paths = [_resolve_path(os.path.expanduser(str(p)), base) for p in spec]
+        paths = [resolve_path(os.path.expanduser(str(p)), base) for p in spec]
         return paths[0] if len(paths) == 1 else paths
     what = "an empty list" if isinstance(spec, (list, tuple)) and not spec else "an empty path" if isinstance(
         spec, (str, os.PathLike)) else (
@@ -354,11 +354,11 @@ def parse_cluster(raw: Mapping[str, Any], base: Path | None = None) -> dict[str,
     local_keys = {"local": ("local_directory",), "scheduler-file": ("scheduler_file",)}
     for key in local_keys.get(str(cluster.get("type", "none")), ()):
         if isinstance(cluster.get(key), str):
-            cluster[key] = _resolve_path(os.path.expanduser(cluster[key]), base)
+            cluster[key] = resolve_path(os.path.expanduser(cluster[key]), base)
     tls = cluster.get("security", {}).get("tls") if isinstance(cluster.get("security"), Mapping) else None
     if isinstance(tls, Mapping):
         cluster["security"] = {**cluster["security"], "tls": {
-            k: _resolve_path(os.path.expanduser(v), base) if isinstance(v, str) else v for k, v in tls.items()}}
+            k: resolve_path(os.path.expanduser(v), base) if isinstance(v, str) else v for k, v in tls.items()}}
     return cluster
 
 
@@ -370,7 +370,8 @@ def parse_noise_sampler(raw: Mapping[str, Any]) -> str:
     return noise_sampler
 
 
-def _resolve_path(p: str, base: Path) -> str:
+def resolve_path(p: str, base: Path) -> str:
+    """``p`` resolved against the config's folder ``base`` (URLs and absolute paths as they are; globs kept)."""
     if "://" in p or Path(p).is_absolute():
         return p
     return str((base / p).resolve()) if not any(ch in p for ch in "*?[") else str(base / p)
@@ -387,7 +388,7 @@ def _resolve_schema(raw: Mapping[str, Any], data: Mapping[str, Any], base: Path)
         if given:
             spec = data[given[0]]
             if isinstance(spec, str):
-                spec = _resolve_path(spec, base)
+                spec = resolve_path(spec, base)
             schema = load_schema(spec)
             if "domain" in raw:
                 raise ConfigError("give the domain once: either data.schema/data.domain or top-level domain")
@@ -395,7 +396,7 @@ def _resolve_schema(raw: Mapping[str, Any], data: Mapping[str, Any], base: Path)
         if "domain" in raw:
             spec = raw["domain"]
             if isinstance(spec, str):
-                spec = _resolve_path(spec, base)
+                spec = resolve_path(spec, base)
                 domain = Domain.load(spec)
             elif isinstance(spec, Mapping):
                 domain = Domain.from_mapping(spec)

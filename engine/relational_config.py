@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from privcube.config import parse_cluster, parse_noise_sampler
+from privcube.config import parse_cluster, parse_noise_sampler, resolve_path
 from privcube.domain import Domain
 from privcube.errors import BudgetError, ConfigError, PrivcubeError
 from privcube.privacy.budget import PrivacyBudget
@@ -124,11 +124,10 @@ COMPOSITION_NOTE = ("basic sequential composition of the parts' (epsilon, delta)
 
 
 def _resolve_path(p: Any, base: Path, what: str) -> str:
-    from privcube.config import _resolve_path as rp
-
+    """A path of the config resolved against its folder; a ConfigError naming ``what`` if it is no string."""
     if not isinstance(p, str) or not p:
         raise ConfigError(f"{what}: expected a path string, got {p!r}")
-    return rp(p, base)
+    return resolve_path(p, base)
 
 
 def _ref(ref: Any, what: str) -> tuple[str, str]:
@@ -190,8 +189,6 @@ def load_relational_config(raw: Mapping[str, Any], base: str | Path = ".") -> Re
 
 def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
     """The body of :func:`load_relational_config` (``raw`` without its ``resolved`` record)."""
-    from privcube.mechanisms.relational.mechanism import _check_params
-
     unknown = set(raw) - TOP_KEYS
     if unknown:
         raise ConfigError(f"unknown top-level key(s) {sorted(unknown)} for mechanism 'relational'; "
@@ -202,7 +199,30 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
     bad = set(data) - DATA_KEYS
     if bad:
         raise ConfigError(f"data: unknown key(s) {sorted(bad)} for mechanism 'relational'; known: {sorted(DATA_KEYS)}")
-    tables_raw = data.get("tables")
+    tables = _tables(data.get("tables"), base)
+    links = _links(data.get("links"), tables, base)
+    _check_identifiers(tables, links)
+    params = _params(raw.get("mechanism"), tables)
+    parts = _parts(raw.get("privacy"), tables)
+    rho = sum(b.rho for b in parts.values())
+    eps = sum(b.epsilon for b in parts.values())
+    delta = sum(b.delta for b in parts.values())
+    if delta >= 1:
+        raise BudgetError(f"privacy: the deltas add up to {delta:g} >= 1")
+    total = PrivacyBudget(rho, eps, delta, False)
+    budgets = {"tables": {n: parts[n] for n in tables}, "links": parts["links"]}
+    cluster = parse_cluster(raw, base)
+    output = raw.get("output") or {}
+    if not isinstance(output, Mapping) or set(output) - OUTPUT_KEYS:
+        raise ConfigError(f"output: expected a mapping with key(s) {sorted(OUTPUT_KEYS)}, got {output!r}")
+    if not isinstance(output.get("labels", True), bool):
+        raise ConfigError(f"output.labels must be true or false, got {output.get('labels')!r}")
+    return RelationalJob(raw, base, tables, links, params, budgets, parts, total, cluster, dict(output),
+                         parse_noise_sampler(raw))
+
+
+def _tables(tables_raw: Any, base: Path) -> dict[str, TableSpec]:
+    """``data.tables``: one or two tables, each {path, schema|domain, key}."""
     if not isinstance(tables_raw, Mapping) or not tables_raw:
         raise ConfigError("data.tables: expected a mapping {name: {path, schema|domain, key}}")
     if len(tables_raw) not in (1, 2):
@@ -226,8 +246,11 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
             raise ConfigError(f"data.tables.{name}.key: expected a column name, got {key!r}")
         has_labels = "schema" in spec and any(a.kind != "integer" or a.labels_ is not None for a in schema)
         tables[name] = TableSpec(name, path, schema, key, has_labels)
+    return tables
 
-    links = _links(data.get("links"), tables, base)
+
+def _check_identifiers(tables: Mapping[str, TableSpec], links: LinkSpec) -> None:
+    """Every table is linked, and key / link columns are identifiers, not schema attributes."""
     linked = {links.left, links.right}
     if linked != set(tables):
         if len(tables) == 1:
@@ -243,17 +266,24 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
         if t.key is not None and t.key in t.schema:
             raise ConfigError(f"data.tables.{t.name}.key: column {t.key!r} cannot also be a schema attribute")
 
-    mech = raw.get("mechanism")
+
+def _params(mech: Any, tables: Mapping[str, TableSpec]) -> dict[str, Any]:
+    """``mechanism``: {name: relational, ...}, its parameters checked by the mechanism itself."""
+    from privcube.mechanisms import get_mechanism
+
     if not isinstance(mech, Mapping) or mech.get("name") != "relational":
         raise ConfigError("mechanism: expected {name: relational, ...}")
     params = {k: v for k, v in mech.items() if k != "name"}
-    _check_params(params)
+    get_mechanism("relational")(params)  # ConfigError naming the parameter
     extra_rows = set(params.get("synthetic_rows") or {}) - set(tables)
     if extra_rows:
         raise ConfigError(f"mechanism.synthetic_rows: unknown table(s) {sorted(map(str, extra_rows))}; "
                           f"tables are {sorted(tables)}")
+    return params
 
-    privacy = raw.get("privacy")
+
+def _parts(privacy: Any, tables: Mapping[str, TableSpec]) -> dict[str, PrivacyBudget]:
+    """``privacy``: a budget per table and one for the links (name -> budget, links under "links")."""
     if not isinstance(privacy, Mapping):
         raise ConfigError("privacy is missing: give {tables: {name: {epsilon, delta}}, links: {epsilon, delta}}")
     bad = set(privacy) - {"tables", "links"}
@@ -273,22 +303,7 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
             raise BudgetError(f"privacy.tables: no budget for table {name!r}")
         parts[name] = _budget(ptab[name], f"privacy.tables.{name}")
     parts["links"] = _budget(privacy["links"], "privacy.links")
-    rho = sum(b.rho for b in parts.values())
-    eps = sum(b.epsilon for b in parts.values())
-    delta = sum(b.delta for b in parts.values())
-    if delta >= 1:
-        raise BudgetError(f"privacy: the deltas add up to {delta:g} >= 1")
-    total = PrivacyBudget(rho, eps, delta, False)
-    budgets = {"tables": {n: parts[n] for n in tables}, "links": parts["links"]}
-
-    cluster = parse_cluster(raw, base)
-    output = raw.get("output") or {}
-    if not isinstance(output, Mapping) or set(output) - OUTPUT_KEYS:
-        raise ConfigError(f"output: expected a mapping with key(s) {sorted(OUTPUT_KEYS)}, got {output!r}")
-    if not isinstance(output.get("labels", True), bool):
-        raise ConfigError(f"output.labels must be true or false, got {output.get('labels')!r}")
-    return RelationalJob(raw, base, tables, links, params, budgets, parts, total, cluster, dict(output),
-                         parse_noise_sampler(raw))
+    return parts
 
 
 def _links(spec: Any, tables: Mapping[str, TableSpec], base: Path) -> LinkSpec:

@@ -1,9 +1,9 @@
 """The result of a run, for notebooks: answers as pandas tables, the ledger, the synthetic records.
 
-``privcube.run(...)`` returns a :class:`Result`. It is a :class:`privcube.api.RunSummary` (``out_dir``,
-``ledger``, ``report``, ``result``) whose tables are read back from the run directory, so what Python
-shows is exactly what the CLI wrote: ``marginal("age", "sex")`` is the answer file of that marginal.
-Reading a result is post-processing of released answers: it spends no privacy budget.
+``privcube.run(...)`` returns a :class:`Result`. It is a :class:`RunSummary` (``out_dir``, ``ledger``,
+``report``, ``result``; also importable as ``privcube.api.RunSummary``) whose tables are read back from the
+run directory, so what Python shows is exactly what the CLI wrote: ``marginal("age", "sex")`` is the answer
+file of that marginal. Reading a result is post-processing of released answers: it spends no privacy budget.
 """
 from __future__ import annotations
 
@@ -11,12 +11,24 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from privcube.api import RunSummary
 from privcube.errors import ConfigError, WorkloadError
+
+if TYPE_CHECKING:
+    from privcube.mechanisms.base import MechanismResult
+
+
+@dataclass
+class RunSummary:
+    """Where a run wrote its outputs and what it spent."""
+
+    out_dir: Path
+    ledger: dict[str, Any]
+    report: dict[str, Any]
+    result: MechanismResult
 
 
 @dataclass
@@ -112,4 +124,4 @@ def _reordered(frame: pd.DataFrame, stored: list[str], want: list[str]) -> pd.Da
     return out
 
 
-__all__ = ["Result"]
+__all__ = ["Result", "RunSummary"]

@@ -28,11 +28,9 @@ past ``max_log`` records. ``load`` validates the pointer, the manifest, the iden
 the v1 format (a full snapshot per round, meta inline) are still loaded.
 
 Checkpoints hold only noisy state (residual estimates, precisions, marginal estimates, noisy
-measurements, the ledger and the trace); exact counts are recomputed from the data on resume.
-
-Test hook (inert unless set): with the environment variable ``PRIVCUBE_TEST_STOP_AFTER_ROUND=k`` the
-process kills itself with SIGKILL right after committing checkpoint round ``k`` -- a deterministic
-stand-in for a driver killed mid-run, used by the resume tests.
+measurements, synthetic tables and links, the ledger and the trace); exact counts are recomputed from the
+data on resume. Both job kinds use it: a single-table run under ``<run>/store.zarr/checkpoint``, a relational
+run under ``<run>/checkpoint`` (a zarr group of its own: that run writes no tensor store).
 """
 from __future__ import annotations
 
@@ -41,7 +39,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -59,20 +56,6 @@ RECORD_MAGIC = b"privcube-checkpoint-record-v1\n"
 DEFAULT_MAX_LOG = 1000          # compact after this many log records (bounds load and replay time)
 DEFAULT_COMPACT_RATIO = 1.0     # compact when the log holds more bytes than this times the base
 MIN_BASE_BYTES = 1 << 20        # small bases count as 1 MiB (no compaction every few rounds)
-STOP_AFTER_ROUND_ENV = "PRIVCUBE_TEST_STOP_AFTER_ROUND"
-
-
-def _test_stop_after(round: int) -> None:
-    """Test hook: SIGKILL this process after committing ``round`` when the environment asks for it."""
-    want = os.environ.get(STOP_AFTER_ROUND_ENV)
-    if not want:
-        return
-    try:
-        k = int(want)
-    except ValueError:
-        return
-    if round == k:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def describe_mismatch(saved: Mapping[str, Any], current: Mapping[str, Any]) -> str:
@@ -85,8 +68,8 @@ def describe_mismatch(saved: Mapping[str, Any], current: Mapping[str, Any]) -> s
         if a == b:
             continue
         if k == "config":
-            parts.append("the job config differs (data, domain, workload, privacy, mechanism options or "
-                         "noise_sampler changed)")
+            parts.append("the job config differs (data, domain or schemas, workload or links, privacy, mechanism "
+                         "options or noise_sampler changed)")
         elif k == "seed":
             parts.append(f"seed: the checkpoint was written with {'--seed ' + str(a) if a is not None else 'no seed'}, "
                          f"this run has {'--seed ' + str(b) if b is not None else 'no seed'}")
@@ -193,10 +176,13 @@ class RunCheckpoint:
     """Checkpoint of one run: ``save`` (full snapshot) or ``append`` (log record) per round, ``load()`` to resume."""
 
     def __init__(self, path: str | os.PathLike[str], identity: Mapping[str, Any] | None = None, *,
-                 max_log: int = DEFAULT_MAX_LOG, compact_ratio: float = DEFAULT_COMPACT_RATIO) -> None:
-        """Checkpoints under ``<path>/checkpoint``; ``identity`` must match on load (mechanism, seed, ...).
+                 max_log: int = DEFAULT_MAX_LOG, compact_ratio: float = DEFAULT_COMPACT_RATIO,
+                 folder: str = "checkpoint", enclosing_store: bool = True) -> None:
+        """Checkpoints under ``<path>/<folder>``; ``identity`` must match on load (mechanism, seed, ...).
 
         ``max_log`` and ``compact_ratio`` set when :meth:`should_compact` asks for a new base.
+        ``enclosing_store``: ``path`` is the run's zarr store and the checkpoint one of its subgroups
+        (single-table runs); False: the checkpoint folder is a zarr group of its own (relational runs).
         """
         p = str(path)
         if "://" in p:
@@ -205,8 +191,11 @@ class RunCheckpoint:
             raise CheckpointError(f"max_log must be a non-negative integer, got {max_log!r}")
         if not (isinstance(compact_ratio, (int, float)) and compact_ratio >= 0):
             raise CheckpointError(f"compact_ratio must be a non-negative number, got {compact_ratio!r}")
+        if not folder or "/" in folder or folder in (".", ".."):
+            raise CheckpointError(f"checkpoint folder {folder!r} must be a plain folder name")
         self.root = Path(p)
-        self.dir = self.root / "checkpoint"
+        self.dir = self.root / folder
+        self.enclosing_store = bool(enclosing_store)
         self.identity = json.loads(json.dumps(dict(identity or {}), default=str))
         self.max_log = max_log
         self.compact_ratio = float(compact_ratio)
@@ -220,7 +209,8 @@ class RunCheckpoint:
         """The zarr subgroup holding array versions (created on first use)."""
         if self._store is None:
             self.root.mkdir(parents=True, exist_ok=True)
-            TensorStore(self.root)  # make sure the parent group exists
+            if self.enclosing_store:
+                TensorStore(self.root)  # make sure the parent group exists
             self._store = TensorStore(self.dir)
         return self._store
 
@@ -338,7 +328,6 @@ class RunCheckpoint:
         manifest["_file"] = mname
         self._set_head(manifest, log_bytes=0)
         self._collect(entries, keep_manifest=mname, keep_meta=meta_ref["file"])
-        _test_stop_after(round)
 
     def should_compact(self, extra_bytes: int = 0, state_bytes: int | None = None) -> bool:
         """Whether the next round should be a ``save`` (new base) rather than an ``append``.
@@ -396,7 +385,6 @@ class RunCheckpoint:
                  log_bytes=h["log_bytes"] + len(data))
         if old != mname:
             (self.dir / old).unlink(missing_ok=True)
-        _test_stop_after(round)
 
     def _collect(self, entries: Mapping[str, Mapping[str, Any]], keep_manifest: str, keep_meta: str | None = None) -> None:
         """Remove array versions, meta files, log records and manifests the committed checkpoint no longer references."""
@@ -516,5 +504,5 @@ class RunCheckpoint:
         self._head = None
 
 
-__all__ = ["DEFAULT_COMPACT_RATIO", "DEFAULT_MAX_LOG", "FORMAT", "FORMAT_V1", "RECORD_MAGIC", "STOP_AFTER_ROUND_ENV",
-           "RunCheckpoint", "checksum", "decode_record", "describe_mismatch", "encode_record"]
+__all__ = ["DEFAULT_COMPACT_RATIO", "DEFAULT_MAX_LOG", "FORMAT", "FORMAT_V1", "RECORD_MAGIC", "RunCheckpoint",
+           "checksum", "decode_record", "describe_mismatch", "encode_record"]

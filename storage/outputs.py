@@ -30,7 +30,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +145,34 @@ class RunDirectory:
     def mark_complete(self) -> None:
         atomic_write_json(self.path / COMPLETE_MARKER, {"complete": True})
 
+    @contextlib.contextmanager
+    def writing(self, what: str) -> Iterator[None]:
+        """Turn a failed write (OSError) of ``what`` into one ``RunDirectoryError`` line (see :func:`write_error`)."""
+        try:
+            yield
+        except OSError as e:
+            raise RunDirectoryError(write_error(self.path, e, what)) from None
+
+    def has(self, name: str) -> bool:
+        """Whether ``<run>/<name>`` exists (a file an interrupted attempt already wrote, on resume)."""
+        return (self.path / name).exists()
+
+    def write_folder(self, name: str, fill: Callable[[Path], Any]) -> Any:
+        """``fill(staging)`` writes a hidden folder beside ``<run>/<name>``, which is then renamed into place
+        (replacing an older one): a folder that exists is complete. Returns what ``fill`` returns."""
+        import uuid
+
+        folder = self.path / name
+        staging = folder.parent / f".{folder.name}-{uuid.uuid4().hex[:8]}"
+        try:
+            out = fill(staging)
+            if folder.exists():
+                shutil.rmtree(folder)
+            os.replace(staging, folder)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return out
+
     @property
     def store_path(self) -> Path:
         return self.path / "store.zarr"
@@ -197,7 +225,7 @@ class RunDirectory:
         folder = self.path / "synthetic"
         folder.mkdir(exist_ok=True, mode=0o700)
         for name, frame in tables.items():
-            atomic_write_parquet(folder / f"{_safe(name)}.parquet", frame)
+            atomic_write_parquet(folder / f"{safe_name(name)}.parquet", frame)
         return folder
 
 
@@ -498,10 +526,20 @@ def _value_labels(attributes: Iterable[str], schema: Any) -> dict[str, list[str]
 
 def answer_file_stem(i: int, group: Any) -> str:
     """``group-NNNN-<label>``: the name of query group ``i``'s answers (Parquet file, zarr arrays)."""
-    return f"group-{i:04d}-{_safe(group.label())}"
+    return f"group-{i:04d}-{safe_name(group.label())}"
 
 
-def _safe(s: str) -> str:
+def write_error(path: Path, e: OSError, what: str) -> str:
+    """One line: which run directory could not be written, why, and what is kept."""
+    reason = e.strerror or str(e) or type(e).__name__
+    where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+    msg = (f"cannot write the {what} of run directory {str(path)!r}: {reason}{where}; the run is not marked "
+           "complete and its last checkpoint is kept (fix the cause, then rerun with --resume)")
+    return " ".join(msg.split())
+
+
+def safe_name(s: str) -> str:
+    """``s`` as a file-name part: letters, digits, ``-_.`` kept, anything else ``_``, at most 80 characters."""
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in s)[:80]
 
 

@@ -2,8 +2,8 @@
 
 Each fault gives a clear one-line error (or, for a lost worker, the same seeded result as an
 undisturbed run), and leaves what was already written intact so the run can be resumed.
-A driver crash is simulated in-process by raising from the checkpoint test hook right after a
-commit (the subprocess SIGKILL version of the same is in test_resume.py).
+A driver crash is simulated in-process by raising right after a checkpoint commit (tests/checkpoint_kill.py
+patches the commit in the test only) (the subprocess SIGKILL version of the same is in test_resume.py).
 """
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ import pandas as pd
 import pytest
 import yaml
 
+from checkpoint_kill import after_commit
+
 from privcube import api
 from privcube.errors import CheckpointError, RunDirectoryError
-from privcube.storage import checkpoint as checkpoint_mod
 from privcube.storage.zarr_store import TensorStore
 
 DOMAIN = {"a": 3, "b": 4, "c": 2, "d": 5, "e": 3}
@@ -89,7 +90,7 @@ def crash_after_round(monkeypatch: pytest.MonkeyPatch, k: int) -> None:
         if round == k:
             raise Crash(f"driver died after round {round}")
 
-    monkeypatch.setattr(checkpoint_mod, "_test_stop_after", stop)
+    after_commit(monkeypatch, stop)
 
 
 # ---------------------------------------------------------------------------------------- worker loss
@@ -161,7 +162,7 @@ def test_worker_killed_during_distributed_rounds_gives_the_same_seeded_result(tm
             killed.append(pids[0])
             os.kill(pids[0], signal.SIGKILL)
 
-    monkeypatch.setattr(checkpoint_mod, "_test_stop_after", kill_a_worker)
+    after_commit(monkeypatch, kill_a_worker)
     out = tmp_path / "run"
     api.run(cfg, out, seed=SEED, client=client, quiet=True)
     assert killed
@@ -300,7 +301,7 @@ def test_failure_before_any_commit_leaves_no_folder_and_after_one_keeps_it(tmp_p
         def stop(round: int) -> None:
             if round == 2:
                 raise RuntimeError("lost the network")
-        m.setattr(checkpoint_mod, "_test_stop_after", stop)
+        after_commit(m, stop)
         with pytest.raises(RuntimeError, match="lost the network"):
             api.run(cfg, out, seed=SEED, quiet=True)
     assert out.exists() and any(p.is_file() for p in out.rglob("*"))

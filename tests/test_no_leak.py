@@ -26,7 +26,7 @@ import pytest
 import yaml
 import zarr
 
-from privcube.storage.checkpoint import STOP_AFTER_ROUND_ENV, decode_record
+from privcube.storage.checkpoint import decode_record
 
 DOMAIN = {"a": 3, "b": 4, "c": 2, "d": 5, "e": 3}
 PLANTED = 7919          # exact count of the cell a=2, b=3 (and of a=2): no other cell has it
@@ -35,10 +35,14 @@ NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 MECHANISMS = ("aim-grem", "residual-planner", "querysmasher", "hdmm", "eigen-design")
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    e = {k: v for k, v in os.environ.items() if k != STOP_AFTER_ROUND_ENV}
+def cli(*args: str, env: dict[str, str] | None = None, stop_after: int | None = None) -> subprocess.CompletedProcess:
+    """The privcube command; with ``stop_after=k`` SIGKILLed right after committing checkpoint round k
+    (tests/checkpoint_kill.py)."""
+    e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "privcube", *args], capture_output=True, timeout=300, env=e)
+    head = [sys.executable, "-m", "privcube"] if stop_after is None else [
+        sys.executable, str(Path(__file__).with_name("checkpoint_kill.py")), str(stop_after)]
+    return subprocess.run([*head, *args], capture_output=True, timeout=300, env=e)
 
 
 def planted_frame() -> pd.DataFrame:
@@ -212,7 +216,7 @@ def test_complete_run_leaks_no_exact_count(tmp_path, setup, mech, sampler):
 def test_killed_and_resumed_run_leaks_no_exact_count(tmp_path, setup):
     _, cfgs, truth = setup
     out = tmp_path / "run"
-    r1 = cli("run", str(cfgs["aim-grem"]), "--out", str(out), env={STOP_AFTER_ROUND_ENV: "3"})
+    r1 = cli("run", str(cfgs["aim-grem"]), "--out", str(out), stop_after=3)
     assert r1.returncode == -signal.SIGKILL, r1.stderr.decode()
     # the checkpoint as the kill left it: noisy state only, owner-only; it holds per-round log records
     assert len(list((out / "store.zarr" / "checkpoint").glob("log-*.rec"))) == 3

@@ -1,7 +1,7 @@
 """A relational `privcube run` killed after a stage resumes without re-spending budget or rewriting outputs.
 
-The test hook ``PRIVCUBE_TEST_STOP_AFTER_ROUND=k`` (storage/checkpoint.py) SIGKILLs the driver right after
-checkpoint round k is committed. Relational rounds: 0, 1 = the two synthetic tables (stage 1), then
+``tests/checkpoint_kill.py k`` runs the privcube command SIGKILLed right after checkpoint round k is
+committed (the checkpoint's commit patched in that process only). Relational rounds: 0, 1 = the two synthetic tables (stage 1), then
 2 + t = link iteration t (stage 2).
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from privcube.errors import CheckpointError, RunDirectoryError
-from privcube.mechanisms.relational.checkpoint import STOP_AFTER_ROUND_ENV, RelationalCheckpoint
+from privcube.mechanisms.relational.checkpoint import RelationalCheckpoint
 
 ITER = 3
 MECH = {"name": "relational", "d_max": 10, "iterations": ITER, "pgd_iters": 20, "candidates": 40,
@@ -48,16 +48,16 @@ def _files(folder: Path) -> Path:
 
 
 def _cli(cfg: Path, out: Path, *extra: str, stop: int | None = None, seed: str = "5") -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != STOP_AFTER_ROUND_ENV}
-    if stop is not None:
-        env[STOP_AFTER_ROUND_ENV] = str(stop)
-    return subprocess.run([sys.executable, "-m", "privcube", "run", str(cfg), "--out", str(out), "--seed", seed,
+    env = dict(os.environ)
+    head = [sys.executable, "-m", "privcube"] if stop is None else [
+        sys.executable, str(Path(__file__).with_name("checkpoint_kill.py")), str(stop)]
+    return subprocess.run([*head, "run", str(cfg), "--out", str(out), "--seed", seed,
                            "--quiet", *extra], capture_output=True, text=True, timeout=180, env=env)
 
 
 def _round(out: Path) -> int | None:
     cur = out / "checkpoint" / "CURRENT"
-    return int(cur.read_text().strip()[len("state-"):-len(".json")]) if cur.exists() else None
+    return int(cur.read_text().strip()[len("manifest-"):-len(".json")]) if cur.exists() else None
 
 
 class _Crash(BaseException):
@@ -113,7 +113,7 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(reference: tuple[Path
     killed = _cli(cfg, out, stop=1)
     assert killed.returncode == -9, killed.stderr
     assert _round(out) == 1 and not (out / ".complete").exists() and not (out / "synthetic").exists()
-    ident = json.loads((out / "checkpoint" / "state-1.json").read_text())["identity"]
+    ident = json.loads((out / "checkpoint" / "manifest-1.json").read_text())["identity"]
     rnd, state = RelationalCheckpoint(out / "checkpoint", ident).load()
     labels = [c["label"] for c in state["meta"]["ledger"]["charges"]]
     assert rnd == 1 and "links:measure" not in labels and labels  # both tables spent, nothing of the links yet

@@ -1,8 +1,8 @@
 """A killed `privcube run` resumes to exactly the uninterrupted result, never re-spending budget.
 
-The driver is killed with SIGKILL right after it commits checkpoint round k: the test hook
-``PRIVCUBE_TEST_STOP_AFTER_ROUND=k`` (storage/checkpoint.py, inert unless set) makes the process
-kill itself at that point, so the kill lands deterministically between two rounds. One test also
+The driver is killed with SIGKILL right after it commits checkpoint round k: ``tests/checkpoint_kill.py K``
+runs the privcube command with the checkpoint's commit patched (in that process only) to kill itself at
+that point, so the kill lands deterministically between two rounds. One test also
 kills the process from outside at whatever moment the checkpoint first shows a round (slow-marked).
 """
 from __future__ import annotations
@@ -24,18 +24,24 @@ import yaml
 
 from privcube import api
 from privcube.errors import CheckpointError, RunDirectoryError
-from privcube.storage.checkpoint import STOP_AFTER_ROUND_ENV, RunCheckpoint
+from privcube.storage.checkpoint import RunCheckpoint
 from privcube.storage.zarr_store import TensorStore
 
 DOMAIN = {"a": 3, "b": 4, "c": 2, "d": 5, "e": 3}
 SEED = 3
 
 
-def cli(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    e = {k: v for k, v in os.environ.items() if k != STOP_AFTER_ROUND_ENV}
+KILL_SCRIPT = Path(__file__).with_name("checkpoint_kill.py")
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: int = 300,
+        stop_after: int | None = None) -> subprocess.CompletedProcess:
+    """The privcube command; with ``stop_after=k`` SIGKILLed right after committing checkpoint round k."""
+    e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "privcube", *args], capture_output=True, text=True,
-                          timeout=timeout, env=e)
+    head = [sys.executable, "-m", "privcube"] if stop_after is None else [sys.executable, str(KILL_SCRIPT),
+                                                                           str(stop_after)]
+    return subprocess.run([*head, *args], capture_output=True, text=True, timeout=timeout, env=e)
 
 
 def make_job(folder: Path, n: int = 20000, seed: int = 3, kway: int = 2, **mech) -> Path:
@@ -118,8 +124,8 @@ def job(tmp_path_factory) -> tuple[Path, Path, int]:
 
 
 def kill_after(cfg: Path, out: Path, k: int, *seed_args: str) -> None:
-    """Run until checkpoint round ``k`` is committed, then SIGKILL (the test hook); check what is left."""
-    r = cli("run", str(cfg), "--out", str(out), *seed_args, "--quiet", env={STOP_AFTER_ROUND_ENV: str(k)})
+    """Run until checkpoint round ``k`` is committed, then SIGKILL (checkpoint_kill.py); check what is left."""
+    r = cli("run", str(cfg), "--out", str(out), *seed_args, "--quiet", stop_after=k)
     assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr)
     assert checkpoint_round(out) == k
     assert not (out / ".complete").exists() and not (out / "ledger.json").exists()
@@ -218,7 +224,7 @@ def test_external_sigkill_at_any_moment(tmp_path):
     r = cli("run", str(cfg), "--out", str(ref), "--seed", "9", "--quiet")
     assert r.returncode == 0, r.stderr
     out = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k != STOP_AFTER_ROUND_ENV}
+    env = dict(os.environ)
     p = subprocess.Popen([sys.executable, "-m", "privcube", "run", str(cfg), "--out", str(out), "--seed", "9",
                           "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:

@@ -1,0 +1,37 @@
+"""Job kinds of the one driver: single-table (a mechanism answers a workload) and relational (two linked
+tables synthesized). :func:`load_job` reads a config and returns the job of its kind (see :mod:`.kind`)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from privcube.jobs.kind import JobEnv, JobKind
+
+
+def mechanism_name(raw: Mapping[str, Any]) -> Any:
+    """The ``mechanism`` name of a raw config (a bare name or ``{name: ...}``)."""
+    mech = raw.get("mechanism")
+    return mech.get("name") if isinstance(mech, Mapping) else mech
+
+
+def load_job(config: Any, data: Any = None, *, base: str | Path | None = None) -> JobKind:
+    """The job a config describes: a file path, a mapping (relative paths against ``base``, default the
+    working folder) or a ``JobConfig``; ``data`` stands in for ``data.path`` (single-table jobs only)."""
+    from privcube.config import JobConfig, read_config_file
+    from privcube.jobs.single_table import SingleTableJob
+
+    if isinstance(config, JobConfig):
+        return SingleTableJob.from_config(config, data)
+    if isinstance(config, Mapping):
+        raw, folder = dict(config), Path(base or ".").resolve()
+    else:
+        raw, folder = read_config_file(config)
+    if mechanism_name(raw) == "relational":
+        from privcube.jobs.relational import RelationalJobKind
+
+        return RelationalJobKind.load(raw, folder, data)
+    return SingleTableJob.load(raw, folder, data)
+
+
+__all__ = ["JobEnv", "JobKind", "load_job", "mechanism_name"]

@@ -1,0 +1,72 @@
+"""What a single-table run derives from its noisy answers while the cluster is up: ``published`` answers
+(non-negative, consistent) and synthetic records. Post-processing only: nothing is charged."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+POSTPROCESS_TASK_CELLS = 20_000_000  # below this, reconstruction runs in process (seconds)
+
+
+def postprocess(cfg: Any, mech: Any, result: Any, client: Any = None) -> dict[str, Any] | None:
+    """Set ``published`` on every marginal answer (``postprocess``; None when off or no marginal group).
+    Each cell counts with its marginal's variance (measured better than ResidualPlanner's per-residual σ²
+    metric on adult15 and nltcs: benchmarks/postprocess_candidates.py); above POSTPROCESS_TASK_CELLS cells
+    the per-clique chunks run as cluster tasks. Post-processing: no charge."""
+    from privcube.postprocess import marginal_answers, publish
+    from privcube.postprocess.consistency import serial_map
+
+    groups = marginal_answers(result.answers)
+    if cfg.postprocess is None or not groups:
+        return None
+    mapper = serial_map
+    if client is not None and sum(np.size(a.estimate) for a in groups) > POSTPROCESS_TASK_CELLS:
+        from privcube.graphs.scatter import map_tasks
+
+        def mapper(fn: Any, items: Any) -> list[Any]:
+            return map_tasks(fn, items, client=client, label="postprocess")
+    return publish(result.answers, cfg.domain, cfg.postprocess, map=mapper)
+
+
+def write_records(cfg: Any, result: Any, rundir: Any, noise: Any, client: Any,
+                  keep_existing: bool = False) -> dict[str, Any]:
+    """``synthesize``: fit the estimator to the run's noisy marginal answers and write the sampled records
+    to ``synthetic/records/`` (Parquet, one file per chunk, codes plus schema labels), chunks sampled in
+    parallel (on the cluster when there is one). Post-processing only: nothing is charged. Written into a
+    hidden folder and renamed into place (``RunDirectory.write_folder``), so a folder that exists is
+    complete (kept on resume)."""
+    from privcube.graphs.synth_sampling import stream_records_parquet
+    from privcube.synth.estimator import get_estimator
+    from privcube.synth.sampler import marginals_from_answers, measured_marginals
+
+    spec = cfg.synthesize or {}
+    trace = (result.report or {}).get("trace")
+    if trace:  # adaptive run: the measured marginals (its public selection trace) and the 1-way margins
+        est, var = measured_marginals(result.answers, cfg.domain, [r.get("clique") or [] for r in trace])
+    else:
+        est, var = marginals_from_answers(result.answers, cfg.domain)
+    total = float(np.mean([float(np.sum(m)) for m in est.values()]))  # noisy N: each marginal sums to it
+    rows = max(0, int(round(total))) if spec["rows"] == "auto" else int(spec["rows"])
+    name = "synthetic/records"
+    info = {"path": name, "rows": rows, "estimator": spec["estimator"],
+            "from_marginals": sorted("-".join(c) for c in est)}
+    if keep_existing and rundir.has(name):
+        info["files"] = len(list((rundir.path / name).glob("*.parquet")))
+        return info
+    options = {"max_cells": spec["max_cells"]} if spec["estimator"] == "junction-tree" else {}
+    estimator = get_estimator(spec["estimator"], **options)
+    model = estimator.fit(est, cfg.domain, total=max(total, 1.0), variances=var or None)
+    info.update({"model": getattr(estimator, "info", {}), "budget_spent": 0.0})
+
+    def sample(staging: Path) -> int:
+        return stream_records_parquet(model, cfg.domain, rows, staging, noise=noise, schema=cfg.schema,
+                                      key=("synthesize", "records"), chunk_size=spec["chunk_size"],
+                                      client=client)
+
+    info["files"] = rundir.write_folder(name, sample)
+    return info
+
+
+__all__ = ["POSTPROCESS_TASK_CELLS", "postprocess", "write_records"]

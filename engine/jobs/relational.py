@@ -1,0 +1,260 @@
+"""The relational job (mechanism ``relational``): two tables (or one self-linked table) and their links
+synthesized; run by the one driver like every job.
+
+Order of work (bad input leaves nothing behind): validate the config and budgets (no data read) → check
+the output folder (and, with ``--resume``, the checkpoint's identity) → read each table (schema columns
+encoded to codes; key / foreign-key columns kept aside as identifiers, never encoded) and the link
+table → ``run_relational`` under one ledger of the composed budget, which checks links, degrees and
+sizes before its first charge; the run directory appears with the first checkpoint
+(``checkpoint/``, committed after each synthetic table and each link iteration through
+``storage.checkpoint``, removed once the run is complete) → write::
+
+    synthetic/<table>.parquet   key column (synthetic ids 0..n-1), the FK column for one-to-many children,
+                                attribute codes, decoded ``<attr>_label`` columns where the schema has labels
+    synthetic/links.parquet     many-to-many only: (<left>.<key>, <right>.<key>) pairs; self-referential
+                                links: (source, target) under the link file's two column names
+    ledger.json                 budget/spent/charges of the composed run (convention in ``composition``)
+    config.yaml, report.json    resolved config; DP report (non-private evaluation only on request)
+    .complete                   last
+
+Composition convention: the ledger's budget is (Σε_i, Σδ_i) over the tables and the links (basic
+composition of (ε_i, δ_i)-DP parts; each part spends ρ_i = cdp_rho(ε_i, δ_i)), ρ = Σρ_i; ``spent``
+reads each part's spent ρ at its own δ and adds, so a full run shows ε1+ε2+ε_rel and δ1+δ2+δ_rel; the
+tighter zCDP reading (cdp_epsilon(Σρ, Σδ)) is recorded under ``composition.zcdp``. A self-referential
+job has one table part: it shows ε_table + ε_rel (the table is synthesized once).
+
+Resume: ``--resume`` continues from ``checkpoint/`` (same config and seed, checked before any data is
+read): finished tables are reused, the ledger is replayed from the checkpoint (no budget spent twice),
+the link loop restarts after the last committed iteration, output files already written are kept.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from privcube.errors import ConfigError
+from privcube.jobs.kind import JobEnv
+from privcube.relational_config import COMPOSITION_NOTE, RelationalJob, TableSpec, load_relational_config
+from privcube.result import RunSummary
+
+CHECKPOINT_DIR = "checkpoint"
+PRIVACY_NOTE = ("everything here is differentially private or public under the paper's bounded-DP model "
+                "(table sizes n1, n2 and the link count m); 'nonprivate_evaluation' appears only with "
+                "evaluate_nonprivate: true and is NOT private")
+
+
+class LazyCheckpoint:
+    """The relational run's checkpoint (``<out>/checkpoint``, a ``RelationalCheckpoint``) as ``run_relational``
+    calls it: ``check_identity``, ``exists``, ``load``, ``save``.
+
+    The run directory is created on the first save only, i.e. after every input check has passed and
+    the first table has been synthesized: bad input still leaves nothing behind.
+    """
+
+    def __init__(self, rundir: Any, identity: Mapping[str, Any]) -> None:
+        """Checkpoints of ``rundir`` that must match ``identity`` (mechanism, seed, config fingerprint)."""
+        from privcube.mechanisms.relational.checkpoint import RelationalCheckpoint
+
+        self.rundir = rundir
+        self.ck = RelationalCheckpoint(Path(rundir.path) / CHECKPOINT_DIR, identity)
+
+    def check_identity(self) -> int | None:
+        """Round of the committed checkpoint (CheckpointError if it belongs to another run), None if none."""
+        return self.ck.check_identity()
+
+    def exists(self) -> bool:
+        """Whether a committed checkpoint exists."""
+        return self.ck.exists()
+
+    def load(self) -> Any:
+        """(round, {"meta", "arrays"}) of the committed checkpoint, or None."""
+        return self.ck.load()
+
+    def save(self, round: int, state: Mapping[str, Any]) -> None:
+        """Create the run directory if needed, then commit ``state`` as checkpoint ``round``."""
+        self.rundir.create()
+        self.ck.save(round, state)
+
+
+def labelled(frame: pd.DataFrame, t: TableSpec, labels: bool) -> pd.DataFrame:
+    """The synthetic table with decoded ``<attr>_label`` columns when the schema has labels."""
+    from privcube.synth.sampler import add_labels
+
+    if not labels or not t.has_labels:
+        return frame
+    return add_labels(frame, t.schema)
+
+
+def composed_ledger(ledger: Any, job: RelationalJob, noise: Any) -> dict[str, Any]:
+    """ledger.json: budget (Σε, Σδ, Σρ), spent read per part and added, charges, the zCDP reading."""
+    from privcube.privacy.zcdp import cdp_epsilon
+
+    d = ledger.to_dict()
+    d["noise"] = noise.to_dict()
+    spent_rho = {n: 0.0 for n in job.parts}
+    for c in d["charges"]:
+        lab = c["label"]
+        part = "links" if lab.startswith("links:") else lab.split(":")[1] if lab.startswith("table:") else None
+        if part not in spent_rho:
+            raise ConfigError(f"internal: charge {lab!r} belongs to no budget part")
+        spent_rho[part] += float(c["rho"])
+    parts = {}
+    eps_spent, delta_spent = 0.0, 0.0
+    for n, b in job.parts.items():
+        r = min(spent_rho[n], b.rho)
+        e = b.epsilon if r >= b.rho * (1 - 1e-9) else cdp_epsilon(r, b.delta) if r > 0 else 0.0
+        dl = b.delta if r > 0 else 0.0
+        parts[n] = {"budget": {"rho": b.rho, "epsilon": b.epsilon, "delta": b.delta},
+                    "spent": {"rho": spent_rho[n], "epsilon": e, "delta": dl}}
+        eps_spent += e
+        delta_spent += dl
+    total_rho = sum(spent_rho.values())
+    d["budget"] = {"rho": job.total.rho, "epsilon": job.total.epsilon, "delta": job.total.delta}
+    d["spent"] = {"rho": total_rho, "epsilon": eps_spent, "delta": delta_spent}
+    d["composition"] = {
+        "convention": COMPOSITION_NOTE,
+        "parts": parts,
+        "zcdp": {"rho": total_rho, "delta": job.total.delta,
+                 "epsilon": cdp_epsilon(total_rho, job.total.delta) if total_rho > 0 else 0.0},
+    }
+    return d
+
+
+def fingerprint(job: RelationalJob) -> str:
+    """Hash of what a resumed run must share with the original (data paths, schemas, links, budgets, params)."""
+    resolved = {k: v for k, v in job.resolved().items() if k != "cluster"}
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class RelationalJobKind:
+    """Two linked tables synthesized (``JobKind``); one object per run."""
+
+    mechanism = "relational"
+
+    def __init__(self, job: RelationalJob) -> None:
+        """The run of a validated relational job config."""
+        self.job = job
+        self.cluster = job.cluster
+        self.noise_sampler = job.noise_sampler
+
+    @classmethod
+    def load(cls, raw: Mapping[str, Any], base: Path, data: Any = None) -> RelationalJobKind:
+        """Validate a relational config (reads schemas, never data); ``data=`` and ``privacy_unit`` are refused."""
+        if "privacy_unit" in raw:
+            raise ConfigError("privacy_unit is not supported by mechanism 'relational' (its neighbours change "
+                              "one row and its links); remove privacy_unit or use a single-table mechanism")
+        if data is not None:
+            raise ConfigError("data=: a relational job reads its tables from data.tables; give their "
+                              "paths in the config")
+        return cls(load_relational_config(raw, base))
+
+    def fingerprint(self) -> str:
+        """See :func:`fingerprint`."""
+        return fingerprint(self.job)
+
+    def open_checkpoint(self, rundir: Any, identity: Mapping[str, Any]) -> LazyCheckpoint:
+        """``<out>/checkpoint``, whose first save creates the run folder."""
+        return LazyCheckpoint(rundir, identity)
+
+    def check_before_data(self, *, replace: bool) -> None:
+        """Nothing more to check: the config was validated whole when loaded."""
+
+    def read_inputs(self, env: JobEnv) -> Any:
+        """``(tables, links)`` as ``run_relational`` takes them (see ``jobs.relational_inputs``)."""
+        from privcube.jobs.relational_inputs import read_inputs
+
+        t0 = time.perf_counter()
+        inputs = read_inputs(self.job)
+        env.timings["read_s"] = time.perf_counter() - t0
+        return inputs
+
+    def start(self, inputs: Any, env: JobEnv) -> Any:
+        """The inputs as read (the run folder appears with the first checkpoint)."""
+        return inputs
+
+    def measure(self, source: Any, env: JobEnv) -> Any:
+        """``(RelationalResult, ledger)``: bad links / degrees / budgets raise before the first charge."""
+        from privcube.mechanisms.relational.mechanism import run_relational
+        from privcube.privacy.ledger import PrivacyLedger
+
+        tables, links = source
+        job, ctx = self.job, env.context
+        ledger = PrivacyLedger(job.total, noise=env.noise)
+        res = run_relational(tables, links, job.params, job.budgets, ledger, env.noise, ctx.client,
+                             progress=ctx.progress, checkpoint=ctx.checkpoint, resume=ctx.resume)
+        return res, ledger
+
+    def release(self, measured: Any, env: JobEnv) -> None:
+        """Nothing is written while the cluster is up."""
+
+    def write(self, measured: Any, env: JobEnv) -> RunSummary:
+        """The synthetic tables (and links), ledger, config and report; on resume, files a killed attempt
+        already wrote are kept as they are."""
+        from privcube.mechanisms.base import MechanismResult
+        from privcube.storage.outputs import safe_name
+
+        res, ledger = measured
+        job, rundir = self.job, env.rundir
+        t0 = time.perf_counter()
+        labels = bool(job.output.get("labels", True))
+        synthetic = {name: labelled(frame, job.tables[name], labels) for name, frame in res.tables.items()}
+        if job.links.kind == "many_to_many":
+            synthetic["links"] = res.links
+        ledger_dict = composed_ledger(ledger, job, env.noise)
+        report = self._report(res, env)
+
+        def absent(name: str) -> bool:
+            return not (env.resume and rundir.has(name))
+
+        rundir.create()
+        with rundir.writing("outputs"):
+            todo = {n: f for n, f in synthetic.items() if absent(f"synthetic/{safe_name(n)}.parquet")}
+            if todo:
+                rundir.write_synthetic(todo)
+            if absent("ledger.json"):
+                rundir.write_json("ledger.json", ledger_dict)
+            if absent("config.yaml"):
+                rundir.write_config(job.resolved())
+            env.timings["write_s"] = time.perf_counter() - t0
+            env.timings["total_s"] = time.perf_counter() - env.t_start
+            report["timings"] = env.timings
+            if env.resume:
+                report["resumed"] = True
+            if absent("report.json"):
+                rundir.write_json("report.json", report)
+        return RunSummary(rundir.path, ledger_dict, report, MechanismResult([], report=report, synthetic=synthetic))
+
+    def _report(self, res: Any, env: JobEnv) -> dict[str, Any]:
+        """``report.json`` without its timings: sizes, cross-table error, noise, the mechanism's report."""
+        mech_report = dict(res.report)
+        lk = self.job.links
+        report = {
+            "mechanism": "relational",
+            "kind": lk.kind,
+            "privacy_note": PRIVACY_NOTE,
+            "cross_table_error": mech_report.get("dp_cross_error"),
+            "sizes": {"rows_synthetic": {n: int(len(f)) for n, f in res.tables.items()},
+                      "links_synthetic": int(len(res.links))},
+            "noise": env.noise.to_dict(),
+            "mechanism_report": mech_report,
+        }
+        if lk.left == lk.right:
+            report["self_referential"] = mech_report.get("self_referential")
+        return report
+
+    def publish(self, env: JobEnv) -> None:
+        """Nothing: a relational job publishes no copies."""
+
+    def completed(self, env: JobEnv) -> None:
+        """A finished run is never resumed: its checkpoint (noisy, DP state only) is removed."""
+        shutil.rmtree(env.rundir.path / CHECKPOINT_DIR, ignore_errors=True)
+
+
+__all__ = ["CHECKPOINT_DIR", "LazyCheckpoint", "RelationalJobKind", "composed_ledger", "fingerprint"]

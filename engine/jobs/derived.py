@@ -10,11 +10,12 @@ import numpy as np
 POSTPROCESS_TASK_CELLS = 20_000_000  # below this, reconstruction runs in process (seconds)
 
 
-def postprocess(cfg: Any, mech: Any, result: Any, client: Any = None) -> dict[str, Any] | None:
+def postprocess(cfg: Any, mech: Any, result: Any, context: Any = None) -> dict[str, Any] | None:
     """Set ``published`` on every marginal answer (``postprocess``; None when off or no marginal group).
     Each cell counts with its marginal's variance (measured better than ResidualPlanner's per-residual σ²
     metric on adult15 and nltcs: benchmarks/postprocess_candidates.py); above POSTPROCESS_TASK_CELLS cells
-    the per-clique chunks run as cluster tasks. Post-processing: no charge."""
+    the per-clique chunks run as tasks of the run context's ``map`` (on the cluster when there is one).
+    Post-processing: no charge."""
     from privcube.postprocess import marginal_answers, publish
     from privcube.postprocess.consistency import serial_map
 
@@ -22,11 +23,10 @@ def postprocess(cfg: Any, mech: Any, result: Any, client: Any = None) -> dict[st
     if cfg.postprocess is None or not groups:
         return None
     mapper = serial_map
-    if client is not None and sum(np.size(a.estimate) for a in groups) > POSTPROCESS_TASK_CELLS:
-        from privcube.graphs.scatter import map_tasks
-
+    if context is not None and context.client is not None \
+            and sum(np.size(a.estimate) for a in groups) > POSTPROCESS_TASK_CELLS:
         def mapper(fn: Any, items: Any) -> list[Any]:
-            return map_tasks(fn, items, client=client, label="postprocess")
+            return context.map(fn, items, label="postprocess")
     return publish(result.answers, cfg.domain, cfg.postprocess, map=mapper)
 
 

@@ -203,7 +203,7 @@ class SingleTableJob:
         with rundir.writing("ledger"):
             rundir.write_json("ledger.json", self.ledger)  # first: what was spent is a fact once measured
         t1 = time.perf_counter()
-        post = postprocess(cfg, self.mech, result, env.client)  # `published`: non-negative, consistent; no charge
+        post = postprocess(cfg, self.mech, result, env.context)  # `published`: non-negative, consistent; no charge
         env.timings["postprocess_s"] = time.perf_counter() - t1
         if post is not None:
             self.derived["postprocess"] = post

@@ -67,15 +67,15 @@ def real_links_floor(ds: dict, res, d_max: int, rng: np.random.Generator) -> flo
     error the synthetic tables alone cause (the "error floor" of the issue).
     """
     from privcube.mechanisms.relational.degree import enforce_degree
-    from privcube.mechanisms.relational.mechanism import _codes, parse_links
+    from privcube.mechanisms.relational.mechanism import parse_links, table_codes
     from privcube.mechanisms.relational.workloads import CrossTables, average_error, cross_workloads
 
     tables = ds["tables"]
     lk = parse_links(ds["links"], tables)
     keep, _ = enforce_degree(lk.i, lk.j, d_max, truncate=True, names=(lk.left, lk.right))
     cdom, pdom = tables[lk.left][1], tables[lk.right][1]
-    rc = _codes(tables[lk.left][0], cdom, lk.left)[lk.i[keep]]
-    rp = _codes(tables[lk.right][0], pdom, lk.right)
+    rc = table_codes(tables[lk.left][0], cdom, lk.left)[lk.i[keep]]
+    rp = table_codes(tables[lk.right][0], pdom, lk.right)
     rj = lk.j[keep]
     sc = res.tables[lk.left][list(cdom.attributes)].to_numpy()
     sp = res.tables[lk.right][list(pdom.attributes)].to_numpy()

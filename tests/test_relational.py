@@ -193,28 +193,22 @@ def test_deterministic_and_registry(pc: dict) -> None:
     assert set(out.synthetic) == {"children", "parents", "links"}
 
 
-class _SerialClient:
-    """Stand-in for a dask Client: map/gather run in-process (exercises the scatter wiring)."""
+def test_slices_through_the_run_context_map_equal_serial(ml: dict) -> None:
+    """Each iteration's slices go through the run context's ``map`` (one call per iteration): same links."""
+    from privcube.mechanisms.base import RunContext, local_map
 
-    def __init__(self) -> None:
-        self.calls = 0
+    calls: list[str] = []
 
-    def map(self, fn, items, key=None, pure=False):  # noqa: ANN001, ANN201
-        self.calls += 1
-        return [fn(x) for x in items]
+    def counting_map(fn, items, **kw):  # noqa: ANN001, ANN003, ANN202
+        calls.append(kw["label"])
+        return local_map(fn, items, **kw)
 
-    def gather(self, futures):  # noqa: ANN001, ANN201
-        return futures
-
-
-def test_slices_through_client_equal_serial(ml: dict) -> None:
     params = {**FAST, "slice_fraction": 0.3, "slices_per_iteration": 3}
     b = {"links": {"epsilon": 1.0, "delta": 1e-6}}
-    client = _SerialClient()
     a = run_relational(ml["tables"], ml["links"], params, b, noise=NoiseSource(8), synthetic_tables=_identity(ml),
-                       client=client)
+                       context=RunContext(map=counting_map))
     c = run_relational(ml["tables"], ml["links"], params, b, noise=NoiseSource(8), synthetic_tables=_identity(ml))
-    assert client.calls == 3 and a.links.equals(c.links)
+    assert calls == ["relational-slice-t0", "relational-slice-t1", "relational-slice-t2"] and a.links.equals(c.links)
 
 
 # ---------------------------------------------------------------------------- building blocks
@@ -417,7 +411,10 @@ def test_on_a_local_cluster_equals_serial(ml: dict) -> None:
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cl, \
             distributed.Client(cl) as client:
         with distributed.get_task_stream(client) as ts:
-            par = run_relational(ml["tables"], ml["links"], params, b, noise=NoiseSource(8), client=client)
+            from privcube.graphs.execution import run_context
+
+            par = run_relational(ml["tables"], ml["links"], params, b, noise=NoiseSource(8), client=client,
+                                 context=run_context(client))
         keys = [str(t["key"]) for t in ts.data]
     assert par.links.equals(serial.links)
     for name in ("users", "movies"):

@@ -1,15 +1,16 @@
 """Random slicing (Sec. 6 / App. B): optimise a τn1 × τn2 sub-block of the synthetic links at a time.
 
 Slices drawn in one iteration have pairwise disjoint rows and columns, so they are independent tasks
-(see ``privcube.graphs.random_slicing``). Inside a slice the edge count is preserved (many-to-many) or
+(run through the run context's ``map``). Inside a slice the edge count is preserved (many-to-many) or
 each child keeps exactly one parent inside the slice (one-to-many), so the global count never changes.
 Only the slice's dense block (|rows| × |cols|) is ever materialised.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -166,14 +167,13 @@ def reinsert(ei: np.ndarray, ej: np.ndarray, inside: np.ndarray, sl: Slice, new_
     return (np.concatenate([ei[keep], sl.rows[new_r]]), np.concatenate([ej[keep], sl.cols[new_c]]))
 
 
-def map_slices(tasks: Sequence[SliceTask], client: object = None,
+def map_slices(tasks: Sequence[SliceTask], run_map: Callable[..., list[Any]] | None = None,
                label: str = "relational-slice") -> list[tuple[np.ndarray, np.ndarray]]:
-    """Solve the slice tasks, on ``client`` via ``privcube.graphs.random_slicing`` when one is given."""
-    if client is None or len(tasks) <= 1:
+    """Solve the slice tasks through the run context's ``map`` (independent tasks, results in input order;
+    on the cluster when there is one), or in this process without one. Same results either way."""
+    if run_map is None or len(tasks) <= 1:
         return [solve_slice(t) for t in tasks]
-    from privcube.graphs.random_slicing import solve_slices
-
-    return solve_slices(tasks, client=client, label=label)
+    return run_map(solve_slice, list(tasks), cost=lambda t: float(block_cells(t.B0)), label=label)
 
 
 __all__ = ["Slice", "slice_shape", "choose_slices_m2m", "choose_slices_o2m", "edges_in", "dense_block", "sparse_block",

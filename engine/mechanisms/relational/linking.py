@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from privcube.errors import CheckpointError, DataError
+from privcube.mechanisms.relational.degrees import balanced_degrees, links_with_degrees
 from privcube.mechanisms.relational.selection import Schedule, select_and_measure
 from privcube.mechanisms.relational.slicing import (
     SliceTask,
@@ -43,11 +44,15 @@ def random_links(rng: np.random.Generator, n1: int, n2: int, m: int, no_diagonal
 
 
 def initial_links(kind: str, noise: NoiseSource, n1s: int, n2s: int, m_syn: int,
-                  no_diag: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The data-independent start: one uniform parent per child (one-to-many) or m_syn random pairs."""
+                  no_diag: bool, degrees: str = "free") -> tuple[np.ndarray, np.ndarray]:
+    """The data-independent start: one uniform parent per child (one-to-many) or m_syn random pairs
+    (``degrees: preserve``: with balanced degrees on both sides, each ⌊m/n⌋ or ⌈m/n⌉)."""
     rng0 = noise.generator("relational", "init")
     if kind == "one_to_many":
         return np.arange(n1s, dtype=np.int64), rng0.integers(0, n2s, size=n1s).astype(np.int64)
+    if degrees == "preserve":
+        return links_with_degrees(balanced_degrees(n1s, m_syn, rng0), balanced_degrees(n2s, m_syn, rng0), rng0,
+                                  no_diagonal=no_diag)
     return random_links(rng0, n1s, n2s, m_syn, no_diag)
 
 
@@ -78,7 +83,7 @@ def shrink(noisy: np.ndarray, prior: np.ndarray, sigma: float, margin: float = 2
 
 
 def dp_fit_report(syn: CrossTables, si: np.ndarray, sj: np.ndarray, selected: list[CrossWorkload],
-                  released: list[np.ndarray], sigma: float) -> dict[str, Any]:
+                  released: list[np.ndarray], sigmas: list[float]) -> dict[str, Any]:
     """Differentially private error summary: final synthetic marginals against the noisy releases.
 
     Only DP outputs enter (synthetic links/tables and the Gaussian releases), so this is post-processing.
@@ -89,7 +94,7 @@ def dp_fit_report(syn: CrossTables, si: np.ndarray, sj: np.ndarray, selected: li
     if not selected:
         return {"workloads": 0, "note": "no workloads were measured (iterations: 0)"}
     l1 = [float(np.abs(syn.marginal(w, si, sj) - y).sum()) for w, y in zip(selected, released)]
-    noise_l1 = [y.size * sigma * math.sqrt(2.0 / math.pi) for y in released]
+    noise_l1 = [y.size * sigma * math.sqrt(2.0 / math.pi) for y, sigma in zip(released, sigmas)]
     avg, nz = 100.0 * float(np.mean(l1)), 100.0 * float(np.mean(noise_l1))
     return {"workloads": len(selected), "average_l1_vs_noisy_pct": avg, "expected_noise_l1_pct": nz,
             "debiased_l1_pct": max(avg - nz, 0.0),
@@ -110,10 +115,14 @@ class LinkState:
     history: list[dict[str, Any]] = field(default_factory=list)
     t_start: int = 0
     init_err: float | None = None
+    sigmas: list[float] = field(default_factory=list)  # each release's noise std (marginal units)
+    rho_spent: float = 0.0  # links budget spent so far (selection + measurement)
+    degree_hist: np.ndarray | None = None  # the noisy binned children-per-parent histogram (one-to-many)
 
     def checkpoint_arrays(self) -> dict[str, np.ndarray]:
         """The arrays a checkpoint commits after an iteration."""
-        return {"si": self.si, "sj": self.sj, "si0": self.si0, "sj0": self.sj0,
+        extra = {} if self.degree_hist is None else {"degree_hist": self.degree_hist}
+        return {"si": self.si, "sj": self.sj, "si0": self.si0, "sj0": self.sj0, **extra,
                 **{f"released.{q}": y for q, y in enumerate(self.released)}}
 
 
@@ -127,7 +136,9 @@ def restore_link_state(state: Mapping[str, Any], by_label: Mapping[str, CrossWor
                        selected=selected,
                        released=[np.asarray(arrs[f"released.{q}"], dtype=float) for q in range(len(selected))],
                        history=list(meta["history"]), t_start=int(meta["iteration"]) + 1,
-                       init_err=meta.get("init_err", init_err))
+                       init_err=meta.get("init_err", init_err), sigmas=[float(x) for x in meta["sigmas"]],
+                       rho_spent=float(meta["rho_links_spent"]),
+                       degree_hist=np.asarray(arrs["degree_hist"], dtype=float) if "degree_hist" in arrs else None)
     except KeyError as e:
         raise CheckpointError(f"relational checkpoint lacks entry {e}") from None
     if ls.si.size != m_syn or ls.sj.size != m_syn:
@@ -142,9 +153,8 @@ def fit_targets(p: Mapping[str, Any], sched: Schedule, syn: CrossTables, ls: Lin
     if not sched.shrinkage:
         return list(ls.released)
     pi, pj = (ls.si0, ls.sj0) if p["shrink_towards"] == "initial" else (ls.si, ls.sj)
-    tau = float(p["max_noise"]) if sched.shrinkage == "per_release" else -1.0
-    return [shrink(y, syn.marginal(w, pi, pj), sched.sigma, float(p["shrinkage_margin"]))
-            if sched.sigma * math.sqrt(y.size) > tau else y for w, y in zip(ls.selected, ls.released)]
+    return [shrink(y, syn.marginal(w, pi, pj), sg, float(p["shrinkage_margin"]))
+            for w, y, sg in zip(ls.selected, ls.released, ls.sigmas)]
 
 
 def _fit_workloads(p: Mapping[str, Any], syn: CrossTables, si: np.ndarray, sj: np.ndarray,
@@ -191,7 +201,8 @@ def _slice_task(p: Mapping[str, Any], kind: str, syn: CrossTables, sl: Any, insi
     if no_diagonal:
         _, fr, fc = np.intersect1d(sl.rows, sl.cols, assume_unique=True, return_indices=True)
         forbidden = (fr.astype(np.int64), fc.astype(np.int64))
-    return SliceTask(rows, cols, sizes, targets, scale, B0, kind, int(p["pgd_iters"]), noise, key, forbidden)
+    return SliceTask(rows, cols, sizes, targets, scale, B0, kind, int(p["pgd_iters"]), noise, key, forbidden,
+                     keep_row_degrees=kind == "many_to_many" and p["degrees"] == "preserve")
 
 
 def optimise(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray, sj: np.ndarray, n1s: int, n2s: int,
@@ -257,19 +268,22 @@ def learn_links(run: LinkRun, ls: LinkState) -> LinkState:
         picked: list[CrossWorkload] = []
         if kt > 0:
             remaining = [w for w in run.candidates if w not in chosen]
-            picked, releases = select_and_measure(t, kt, sched, p, remaining, run.real, run.ri, run.rj, syn,
-                                                  ls.si, ls.sj, run.m, run.ledger, run.noise)
+            picked, releases, sigmas, ls.rho_spent = select_and_measure(
+                t, kt, sched, p, remaining, run.real, run.ri, run.rj, syn, ls.si, ls.sj, run.m, run.ledger, run.noise,
+                ls.rho_spent)
             ls.selected.extend(picked)
             ls.released.extend(releases)
+            ls.sigmas.extend(sigmas)
             chosen.update(picked)
-        if not ls.selected or (kt == 0 and not p["refit"]):
+        if not ls.selected or (not picked and not p["refit"]):
             break  # nothing measured yet, or (refit: false) no new measurement to fit
         answers = fit_targets(p, sched, syn, ls)
         ls.si, ls.sj = optimise(p, run.kind, syn, ls.si, ls.sj, n1s, n2s, run.m_syn, ls.selected, answers,
                                 run.noise, t, run.run_map, no_diagonal=run.no_diag)
         ls.history.append({"iteration": t, "selected": [w.label() for w in picked]})
         run.save(run.round0 + t, {"stage": "links", "iteration": t, "selected": [w.label() for w in ls.selected],
-                                  "history": ls.history, "init_err": ls.init_err}, ls.checkpoint_arrays())
+                                  "history": ls.history, "init_err": ls.init_err, "sigmas": ls.sigmas,
+                                  "rho_links_spent": ls.rho_spent}, ls.checkpoint_arrays())
         if run.progress is not None:
             run.progress("relational iterations", (t + 1) / max(sched.T, 1))
     return ls

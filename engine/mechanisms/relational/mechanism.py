@@ -66,6 +66,12 @@ from privcube.domain import Domain
 from privcube.errors import ConfigError, DataError
 from privcube.mechanisms.base import Mechanism, MechanismResult, RunContext
 from privcube.mechanisms.relational.composition import PrefixNoise, compose_budgets, restore_ledger
+from privcube.mechanisms.relational.degrees import (
+    cap_degrees,
+    match_degrees,
+    release_degree_histogram,
+    target_degrees,
+)
 from privcube.mechanisms.relational.inputs import Problem, prepare
 from privcube.mechanisms.relational.linking import (
     LinkRun,
@@ -78,7 +84,7 @@ from privcube.mechanisms.relational.linking import (
 )
 from privcube.mechanisms.relational.links import KINDS, Links, RelationalData, parse_links, table_codes
 from privcube.mechanisms.relational.parameters import PARAMS, check_params
-from privcube.mechanisms.relational.selection import candidate_workloads, privacy_schedule, selection_count
+from privcube.mechanisms.relational.selection import candidate_workloads, privacy_schedule, selection_count  # noqa: F401 (re-export)
 from privcube.mechanisms.relational.tables import restore_tables, synthesize_tables
 from privcube.mechanisms.relational.workloads import CrossTables, average_error, cross_workloads
 from privcube.privacy.ledger import PrivacyLedger
@@ -231,7 +237,7 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     syn = CrossTables(syn_codes[0], doms[0], syn_codes[1], doms[1])
     all_w = cross_workloads(doms[0], doms[1], int(p["k"]))
     n1s, n2s = pr.n_syn_pair
-    si, sj = initial_links(pr.kind, noise, n1s, n2s, pr.m_syn, pr.no_diag)
+    si, sj = initial_links(pr.kind, noise, n1s, n2s, pr.m_syn, pr.no_diag, p["degrees"])
     ls = LinkState(si, sj, si.copy(), sj.copy())  # the data-independent start (the shrinkage prior with 'initial')
     report = _base_report(pr, len(all_w))
     evaluate = _evaluating(p)
@@ -241,23 +247,71 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     # ---- candidates and privacy schedule (a self-referential record is on both ends: 2·d_max pairs change)
     cand_w = candidate_workloads(doms[0], doms[1], int(p["k"]), p["candidate_orders"])
     d_sens = 2 * int(p["d_max"]) if pr.self_ref else int(p["d_max"])
-    sched = privacy_schedule(p, cand_w, doms[0], doms[1], pr.b_links.rho, pr.m, d_sens)
+    o2m_degrees = pr.kind == "one_to_many" and p["degrees"] == "preserve"
+    rho_deg = float(p["degree_share"]) * pr.b_links.rho if o2m_degrees else 0.0
+    sched = privacy_schedule(p, cand_w, doms[0], doms[1], pr.b_links.rho - rho_deg, pr.m, d_sens)
     report["privacy"] = sched.report(len(cand_w), {n: pr.tbud[n].rho for n in pr.need})
+    report["privacy"]["rho_degrees"] = rho_deg
     if state is not None and state["meta"].get("stage") == "links":
         ls = restore_link_state(state, {w.label(): w for w in cand_w}, pr.m_syn, ls.init_err)
+    elif rho_deg > 0:
+        ls.degree_hist = release_degree_histogram(pr.rj, pr.n_real[1], int(p["d_max"]), rho_deg, ledger, noise)
+    if not sched.informative:
+        # public sizes and the budget say no measurement can beat max_noise: the random links are released
+        sched.T = 0
+        report["warnings"] = ["links budget too small for these table sizes and d_max: even one measurement "
+                              "of the smallest cross workload would be noisier than max_noise, so the "
+                              "data-independent random links are released (no links budget spent)"]
     run = LinkRun(p, pr.kind, real, pr.ri, pr.rj, syn, pr.m, pr.m_syn, pr.no_diag, sched, cand_w, ledger, noise,
                   context.map if context is not None else None, save, len(pr.need), progress)
     ls = learn_links(run, ls)
+    si, sj = _degree_repair(pr, syn_codes[1], ls, noise)
     report["iterations"] = ls.history
-    report["dp_cross_error"] = dp_fit_report(syn, ls.si, ls.sj, ls.selected, ls.released, sched.sigma)
+    report["dp_cross_error"] = dp_fit_report(syn, si, sj, ls.selected, ls.released, ls.sigmas)
+    report["privacy"]["selections"] = len(ls.selected)
+    report["privacy"]["rho_links_spent"] = ls.rho_spent
+    if p["degrees"] == "preserve":
+        report["degrees"] = {"d_max_respected": bool(np.bincount(sj, minlength=n2s).max(initial=0) <= int(p["d_max"])),
+                             "source": "noisy histogram" if ls.degree_hist is not None else "d_max cap only",
+                             "note": "post-processing of DP outputs"}
     if evaluate:
-        report["nonprivate_evaluation"] = {
-            "note": "computed from the real data; NOT differentially private",
-            "average_cross_error_pct": average_error(real, pr.ri, pr.rj, syn, ls.si, ls.sj, all_w),
-            "initial_random_links_error_pct": ls.init_err,
-        }
-    out_tables, links_df = _outputs(pr, syn_codes, ls.si, ls.sj)
+        report["nonprivate_evaluation"] = _nonprivate_evaluation(pr, real, syn, ls, si, sj, all_w)
+    out_tables, links_df = _outputs(pr, syn_codes, si, sj)
     return RelationalResult(out_tables, links_df, report)
+
+
+def _nonprivate_evaluation(pr: Problem, real: CrossTables, syn: CrossTables, ls: LinkState, si: np.ndarray,
+                           sj: np.ndarray, all_w: list) -> dict[str, Any]:
+    """Errors and degree figures against the real data (NOT differentially private; opt-in only)."""
+    n2s = pr.n_syn_pair[1]
+    deg_real = np.bincount(pr.rj, minlength=pr.n_real[1])
+    deg_syn = np.bincount(sj, minlength=n2s)
+    return {
+        "note": "computed from the real data; NOT differentially private",
+        "average_cross_error_pct": average_error(real, pr.ri, pr.rj, syn, si, sj, all_w),
+        "before_degree_repair_pct": average_error(real, pr.ri, pr.rj, syn, ls.si, ls.sj, all_w),
+        "initial_random_links_error_pct": ls.init_err,
+        "right_records_with_links": {"real": int(np.count_nonzero(deg_real)), "synthetic": int(np.count_nonzero(deg_syn))},
+        "right_max_degree": {"real": int(deg_real.max(initial=0)), "synthetic": int(deg_syn.max(initial=0))},
+    }
+
+
+def _degree_repair(pr: Problem, syn2: np.ndarray, ls: LinkState, noise: NoiseSource) -> tuple[np.ndarray, np.ndarray]:
+    """``degrees: preserve``: right-side degrees to d_max (many-to-many; left degrees are kept throughout), or
+    (one-to-many) children per parent to a degree sequence drawn from the noisy histogram, matched by rank.
+    Surplus links move to parents with the same codes first. Post-processing of DP outputs."""
+    p = pr.p
+    if p["degrees"] != "preserve":
+        return ls.si, ls.sj
+    n1s, n2s = pr.n_syn_pair
+    d_max = int(p["d_max"])
+    rng = noise.generator("relational", "degree-repair")
+    keys2 = np.ravel_multi_index(tuple(syn2.T), pr.doms[1].shape) if len(pr.doms[1]) else np.zeros(n2s, np.int64)
+    cap: Any = d_max
+    if pr.kind == "one_to_many" and ls.degree_hist is not None:
+        target = target_degrees(ls.degree_hist, n2s, n1s, d_max, rng)
+        cap = match_degrees(np.bincount(ls.sj, minlength=n2s), target, rng)
+    return cap_degrees(ls.si, ls.sj, n2s, cap, keys2, rng)
 
 
 class Relational(Mechanism):

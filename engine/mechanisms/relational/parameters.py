@@ -21,7 +21,8 @@ PARAMS: dict[str, Any] = {
     "objective": "global", "workloads_per_slice": None, "estimator": "tree", "table_marginals": 2,
     "chunk_size": 1_000_000, "evaluate_nonprivate": False, "evaluate": None, "shrinkage": "auto",
     "shrinkage_margin": 2.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.25,
-    "self_loops": False, "shrink_towards": "initial", "refit": True,
+    "self_loops": False, "shrink_towards": "initial", "refit": True, "degrees": "preserve",
+    "degree_share": 0.05,
 }
 
 _WHO = "mechanism 'relational'"
@@ -64,6 +65,8 @@ def _check_choices(q: Mapping[str, Any]) -> None:
                           f"got {q['shrink_towards']!r}")
     if q["shrinkage"] not in (True, False, "auto"):
         raise ConfigError(f"{_WHO}: parameter 'shrinkage' must be true, false or 'auto', got {q['shrinkage']!r}")
+    if q["degrees"] not in ("preserve", "free"):
+        raise ConfigError(f"{_WHO}: parameter 'degrees' must be 'preserve' or 'free', got {q['degrees']!r}")
     for key in ("noise_penalty", "truncate", "evaluate_nonprivate", "self_loops", "refit"):
         if not isinstance(q[key], bool):
             raise ConfigError(f"{_WHO}: parameter {key!r} must be true or false, got {q[key]!r}")
@@ -85,6 +88,9 @@ def _check_reals(q: Mapping[str, Any]) -> None:
         raise ConfigError(f"{_WHO}: parameter 'slice_fraction' must lie in (0, 1] (or be null), got {sf!r}")
     if not is_number(q["slice_cells"]) or not q["slice_cells"] >= 1:
         raise ConfigError(f"{_WHO}: parameter 'slice_cells' must be a number >= 1, got {q['slice_cells']!r}")
+    ds = q["degree_share"]
+    if not is_number(ds) or not (0 <= ds < 1):
+        raise ConfigError(f"{_WHO}: parameter 'degree_share' must lie in [0, 1), got {ds!r}")
     if not is_number(q["shrinkage_margin"]) or not q["shrinkage_margin"] >= 0:
         raise ConfigError(f"{_WHO}: parameter 'shrinkage_margin' must be a number >= 0, "
                           f"got {q['shrinkage_margin']!r}")

@@ -68,70 +68,122 @@ class Schedule:
     eps_em: float
     sens_tv: float
     shrinkage: Any  # True | False | 'per_release'
+    l2: float = 0.0  # L2 sensitivity of a released marginal (count table / m)
+    tau: float | None = None  # max_noise: each measurement gets the ρ its cells need (None: the paper's equal split)
+    informative: bool = True  # the data-independent check: can one measurement beat max_noise at all?
+
+    @property
+    def rho_select(self) -> float:
+        """ρ of one exponential-mechanism draw (α of a unit)."""
+        return exponential_rho(self.eps_em) if self.n_sel else 0.0
+
+    def rho_measure(self, cells: int) -> float:
+        """ρ of measuring a workload of ``cells`` cells: (1 − α) of a unit, raised (``max_noise`` τ) to what
+        keeps its expected noise norm σ·√cells ≤ τ: ρ = l2²·cells/(2τ²). Public (cells, m, d_max, τ)."""
+        base = (1 - self.alpha) * self.eps0 ** 2 / 2
+        if self.tau is None:
+            return base
+        return max(base, self.l2 * self.l2 * cells / (2.0 * self.tau * self.tau))
+
+    def sigma_of(self, rho: float) -> float:
+        """Noise std on a released marginal measured with ρ."""
+        return gaussian_sigma(rho, self.l2) if rho > 0 else math.inf
 
     def report(self, candidates: int, rho_tables: Mapping[str, float]) -> dict[str, Any]:
         """The report's ``privacy`` section."""
         return {"rho_links": self.rho_links, "epsilon0": self.eps0, "em_epsilon": self.eps_em,
                 "noise_std": self.sigma, "selections": self.n_sel, "shrinkage": self.shrinkage,
                 "measuring_iterations": sum(1 for k_ in self.ks if k_), "candidates": candidates,
-                "alpha": self.alpha, "rho_tables": dict(rho_tables)}
+                "alpha": self.alpha, "rho_tables": dict(rho_tables), "max_noise": self.tau,
+                "informative": self.informative}
 
 
 def privacy_schedule(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1: Domain, dom2: Domain,
                      rho_links: float, m: int, d_sens: int) -> Schedule:
     """Split ``rho_links`` over the measurements (ρ_links = Σ_t k_t·ε0²/2; α selection, 1 − α measurement)."""
     T, K, alpha = int(p["iterations"]), int(p["workloads_per_iteration"]), float(p["alpha"])
-    min_cells = min(int(np.prod(w.sizes(dom1, dom2))) for w in cand_w)
-    n_sel = selection_count(T, K, len(cand_w), rho_links, m, d_sens, alpha, p["max_noise"], min_cells)
-    cap_one = selection_count(1, 1, 1, rho_links, m, d_sens, alpha, p["max_noise"], min_cells, floor_one=False)
-    # 'auto' decides per release: shrink it when its expected noise norm σ·√cells exceeds max_noise
-    # (public: σ, the cell count and max_noise only); when even one measurement of the smallest candidate
-    # would exceed it (cap below 1), that holds for every release
-    per_release = p["shrinkage"] == "auto" and p["max_noise"] is not None
-    shrinkage: Any = bool(p["shrinkage"]) if p["shrinkage"] != "auto" else True if cap_one < 1 else (
-        "per_release" if per_release else False)
-    ks = [min(K, max(n_sel - K * t, 0)) for t in range(T)]
-    eps0 = math.sqrt(2.0 * rho_links / n_sel) if n_sel else 0.0
+    tau = None if p["max_noise"] is None else float(p["max_noise"])
+    # the unit: the paper's equal split over min(T·K, candidates) measurements; with max_noise a measurement
+    # of a large workload costs several units, so the count follows the workloads actually chosen
+    n_sel = min(T * K, len(cand_w))
     l2 = math.sqrt(2.0) * d_sens / m
+    eps0 = math.sqrt(2.0 * rho_links / n_sel) if n_sel else 0.0
     sigma = gaussian_sigma((1 - alpha) * eps0 ** 2 / 2, l2) if n_sel else math.inf
     eps_em = 2.0 * math.sqrt(alpha) * eps0 if n_sel else 0.0
-    return Schedule(T, K, alpha, rho_links, n_sel, ks, eps0, sigma, eps_em, d_sens / m, shrinkage)
+    sched = Schedule(T, K, alpha, rho_links, n_sel, [min(K, max(n_sel - K * t, 0)) for t in range(T)], eps0, sigma,
+                     eps_em, d_sens / m, False, l2, tau)
+    if n_sel and tau is not None:
+        # data-independent check: one measurement of the smallest candidate with the whole budget
+        # (less the draw) must keep its expected noise norm within max_noise, or no release can help
+        min_cells = min(int(np.prod(w.sizes(dom1, dom2))) for w in cand_w)
+        sched.informative = sched.rho_select + sched.rho_measure(min_cells) <= rho_links * (1 + 1e-9)
+    if p["shrinkage"] == "auto":
+        sched.shrinkage = True if tau is not None else False
+    else:
+        sched.shrinkage = bool(p["shrinkage"])
+    return sched
 
 
 def select_and_measure(t: int, kt: int, sched: Schedule, p: Mapping[str, Any], remaining: list[CrossWorkload],
                        real: CrossTables, ri: np.ndarray, rj: np.ndarray, syn: CrossTables, si: np.ndarray,
-                       sj: np.ndarray, m: int, ledger: Any, noise: Any) -> tuple[list[CrossWorkload], list[np.ndarray]]:
-    """Iteration t: pick ``kt`` workloads from a random pool of ``remaining`` (EM), then release each (Gaussian).
+                       sj: np.ndarray, m: int, ledger: Any, noise: Any,
+                       spent: float) -> tuple[list[CrossWorkload], list[np.ndarray], list[float], float]:
+    """Iteration t: up to ``kt`` draws from a random pool of ``remaining`` (EM), each then released (Gaussian).
 
-    Both steps are charged to the ledger before the private data is read. Returns (picked, releases), each
-    release a noisy marginal (count table + N(0, (σ·m)²), divided by m).
+    A draw is made only while the links budget left (``rho_links − spent``) pays for it and for measuring
+    some pool member; only such members can be drawn. Each step is charged before the private data is read.
+    Returns (picked, releases, their σ, ρ spent so far); a release is a noisy marginal (count table +
+    N(0, (σ·m)²), divided by m).
     """
     rng = noise.generator("relational", "iteration", t)
     pool_idx = rng.choice(len(remaining), size=min(int(p["candidates"]), len(remaining)), replace=False)
     pool = [remaining[q] for q in sorted(pool_idx)]
-    # selection: charge first, then read the private scores
-    ledger.charge("links:select", rho=kt * exponential_rho(sched.eps_em), iteration=t, draws=kt)
-    scores = np.array([0.5 * np.abs(real.marginal(w, ri, rj) - syn.marginal(w, si, sj)).sum() for w in pool])
-    if p["noise_penalty"]:
-        # AIM's penalty (data-independent): the expected TV noise of measuring w, ½·√(2/π)·σ·|cells|
-        scores = scores - np.array([0.5 * math.sqrt(2 / math.pi) * sched.sigma * np.prod(w.sizes(syn.dom1, syn.dom2))
-                                    for w in pool])
+    cost = np.array([sched.rho_measure(int(np.prod(w.sizes(syn.dom1, syn.dom2)))) for w in pool])
     picked: list[CrossWorkload] = []
+    releases: list[np.ndarray] = []
+    sigmas: list[float] = []
+    scores: np.ndarray | None = None
     for d in range(kt):
+        left = sched.rho_links - spent
+        ok = sched.rho_select + cost <= left * (1 + 1e-9)
+        if scores is not None:
+            ok &= np.isfinite(scores)
+        if not ok.any():
+            break
+        ledger.charge("links:select", rho=sched.rho_select, iteration=t, draws=1)
+        spent += sched.rho_select
+        if scores is None:  # the private scores, read once per iteration after the first charge
+            scores = _scores(pool, sched, p, real, ri, rj, syn, si, sj, cost)
+        draw = np.where(ok, scores, -np.inf)
         # Gumbel-max draws from the noise source (keyed; CSPRNG when unseeded), like every release
-        q = exponential_mechanism(scores, sched.eps_em, sched.sens_tv,
+        q = exponential_mechanism(draw, sched.eps_em, sched.sens_tv,
                                   lambda n, d=d: noise.gumbel(("relational", "select", t, d), n))
-        picked.append(pool[q])
-        scores[q] = -np.inf
-    ledger.charge("links:measure", rho=kt * (1 - sched.alpha) * sched.eps0 ** 2 / 2, iteration=t,
-                  workloads=[w.label() for w in picked], sigma=sched.sigma)
-    releases = []
-    for w in picked:
+        w = pool[q]
+        rho_m = float(cost[q])
+        rest = sched.rho_links - spent - rho_m
+        if rest < (sched.rho_select + float(cost.min())) * (1 - 1e-9):  # nothing else fits: this one takes the rest
+            rho_m = max(sched.rho_links - spent, rho_m) if rest > 0 else rho_m
+        sigma = sched.sigma_of(rho_m)
+        ledger.charge("links:measure", rho=rho_m, iteration=t, workloads=[w.label()], sigma=sigma)
+        spent += rho_m
         # the release is of the integer count table (L2 sensitivity √2·d_sens, noise σ·m), read as a
         # distribution after the noise: P_w + N(0, σ²) exactly, and a discrete sampler gets integers
-        c = real.counts(w, ri, rj)
-        releases.append(noise.add_gaussian(("relational", "measure", t, w.label()), c, sched.sigma * m) / m)
-    return picked, releases
+        releases.append(noise.add_gaussian(("relational", "measure", t, w.label()), real.counts(w, ri, rj), sigma * m) / m)
+        picked.append(w)
+        sigmas.append(sigma)
+        scores[q] = -np.inf
+    return picked, releases, sigmas, spent
+
+
+def _scores(pool: list[CrossWorkload], sched: Schedule, p: Mapping[str, Any], real: CrossTables, ri: np.ndarray,
+            rj: np.ndarray, syn: CrossTables, si: np.ndarray, sj: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """EM scores: TV error of the current links on each pool member (sensitivity d_max/m), minus (AIM's
+    penalty, data-independent) the expected TV noise of measuring it, ½·√(2/π)·σ_w·|cells|."""
+    scores = np.array([0.5 * np.abs(real.marginal(w, ri, rj) - syn.marginal(w, si, sj)).sum() for w in pool])
+    if p["noise_penalty"]:
+        scores = scores - np.array([0.5 * math.sqrt(2 / math.pi) * sched.sigma_of(float(c)) *
+                                    np.prod(w.sizes(syn.dom1, syn.dom2)) for w, c in zip(pool, cost)])
+    return scores
 
 
 __all__ = ["candidate_workloads", "selection_count", "Schedule", "privacy_schedule", "select_and_measure"]

@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from privcube.errors import ConfigError, DataError
+from privcube.mechanisms.relational.projection import project_rows_box_sum
 from privcube.mechanisms.relational.pgd import SliceOperator, box_sum_projector, pgd, row_simplex_projector
 from privcube.mechanisms.relational.ubs import categorical_rows, ubs
 
@@ -130,6 +131,7 @@ class SliceTask:
     noise: object  # NoiseSource
     key: tuple = field(default_factory=tuple)
     forbidden: tuple[np.ndarray, np.ndarray] | None = None  # local (row, col) cells fixed at 0 (self-loops)
+    keep_row_degrees: bool = False  # many-to-many: every row keeps its number of links inside the slice
 
 
 def solve_slice(task: SliceTask) -> tuple[np.ndarray, np.ndarray]:
@@ -151,13 +153,31 @@ def solve_slice(task: SliceTask) -> tuple[np.ndarray, np.ndarray]:
     if task.forbidden is not None and task.forbidden[0].size:
         hi = np.ones(B0.shape)
         hi[task.forbidden] = 0.0
-    relaxed = pgd(op, task.targets, task.scale, B0, box_sum_projector(m_slice, hi), iters=task.iters, rng=rng)
-    flat = ubs(relaxed.ravel(), m_slice, rng)
-    r, c = np.divmod(flat, B0.shape[1])
+    if task.keep_row_degrees:
+        r, c = _solve_rows(task, op, B0, hi, rng)
+    else:
+        relaxed = pgd(op, task.targets, task.scale, B0, box_sum_projector(m_slice, hi), iters=task.iters, rng=rng)
+        flat = ubs(relaxed.ravel(), m_slice, rng)
+        r, c = np.divmod(flat, B0.shape[1])
     if not np.isscalar(hi) and np.any(np.asarray(hi)[r, c] == 0.0):
         # UBS keeps P(i) = x_i = 0 for the fixed cells; only a float edge case could pick one
         raise DataError("internal: UBS drew a cell fixed at 0 (self-loop) in a slice")
     return r.astype(np.int64), c.astype(np.int64)
+
+
+def _solve_rows(task: SliceTask, op: SliceOperator, B0: np.ndarray, hi: np.ndarray | float,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Many-to-many with row degrees kept: PGD on {0 ≤ B ≤ hi, row sums fixed}, then UBS per row."""
+    deg = np.rint(B0.sum(axis=1)).astype(np.int64)
+    relaxed = pgd(op, task.targets, task.scale, B0, lambda B: project_rows_box_sum(B, deg, hi), iters=task.iters,
+                  rng=rng)
+    rows, cols = [], []
+    for i in np.flatnonzero(deg):
+        cols.append(ubs(relaxed[i], int(deg[i]), rng))
+        rows.append(np.full(int(deg[i]), i, dtype=np.int64))
+    if not rows:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    return np.concatenate(rows), np.concatenate(cols)
 
 
 def reinsert(ei: np.ndarray, ej: np.ndarray, inside: np.ndarray, sl: Slice, new_r: np.ndarray,

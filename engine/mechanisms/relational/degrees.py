@@ -38,8 +38,8 @@ def links_with_degrees(deg1: np.ndarray, deg2: np.ndarray, rng: np.random.Genera
         bad = _bad_pairs(i, j, n2, no_diagonal)
         if not bad.size:
             return i, j
-        other = rng.integers(0, i.size, size=bad.size)
-        j[bad], j[other] = j[other], j[bad].copy()
+        for b, o in zip(bad.tolist(), rng.integers(0, i.size, size=bad.size).tolist()):
+            j[b], j[o] = j[o], j[b]  # one swap at a time: the right degree sequence is kept exactly
     bad = _bad_pairs(i, j, n2, no_diagonal)
     for b in bad.tolist():  # last resort: a free cell of the same row (right degrees may then shift by one)
         used = set(j[i == i[b]].tolist())
@@ -134,8 +134,13 @@ def target_degrees(noisy: np.ndarray, n_parents: int, n_children: int, d_max: in
     hi = np.array([y for _, y in bins])[b]
     deg = lo + np.floor(rng.random(n_parents) * (hi - lo + 1)).astype(np.int64)
     diff = int(n_children - deg.sum())
-    while diff != 0:  # spread the difference over parents with room, a unit each
-        room = np.flatnonzero(deg < d_max) if diff > 0 else np.flatnonzero(deg > 0)
+    while diff != 0:  # spread the difference a unit each, keeping the childless parents childless if possible
+        if diff > 0:
+            room = np.flatnonzero((deg > 0) & (deg < d_max))
+            room = room if room.size else np.flatnonzero(deg < d_max)
+        else:
+            room = np.flatnonzero(deg > 1)
+            room = room if room.size else np.flatnonzero(deg > 0)
         if not room.size:
             break
         pick = rng.choice(room, size=min(abs(diff), room.size), replace=False)

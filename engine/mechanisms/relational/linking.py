@@ -18,6 +18,7 @@ from privcube.errors import CheckpointError, DataError
 from privcube.mechanisms.relational.degrees import balanced_degrees, links_with_degrees
 from privcube.mechanisms.relational.selection import Schedule, select_and_measure
 from privcube.mechanisms.relational.slicing import (
+    Slice,
     SliceTask,
     choose_slices_m2m,
     choose_slices_o2m,
@@ -170,14 +171,45 @@ def _fit_workloads(p: Mapping[str, Any], syn: CrossTables, si: np.ndarray, sj: n
 
 def _choose_slices(p: Mapping[str, Any], kind: str, si: np.ndarray, sj: np.ndarray, n1s: int, n2s: int,
                    rng: np.random.Generator) -> list[Any]:
-    """This iteration's disjoint random slices (data-independent given the synthetic links)."""
-    s1, s2 = slice_shape(n1s, n2s, fraction=p["slice_fraction"], cells=float(p["slice_cells"]))
+    """This iteration's disjoint random slices (data-independent given the synthetic links).
+
+    ``slices_per_iteration: all`` covers everything each iteration: one-to-many, every parent (blocks of
+    parents with all their children); many-to-many with ``degrees: preserve``, every left record (blocks of
+    rows × all columns: rows keep their degrees, so blocks do not interact); otherwise as many disjoint
+    slices as fit.
+    """
+    cells = float(p["slice_cells"])
+    cover = p["slices_per_iteration"] == "all"
+    if cover and kind == "many_to_many" and p["degrees"] == "preserve":
+        step = max(1, int(cells // max(n2s, 1)))
+        perm = rng.permutation(n1s)
+        cols = np.arange(n2s, dtype=np.int64)
+        return [Slice(np.sort(perm[k:k + step]).astype(np.int64), cols) for k in range(0, n1s, step)]
+    n_sl = max(n1s, n2s) if cover else int(p["slices_per_iteration"])
+    if cover and kind == "one_to_many":
+        s2 = max(1, min(n2s, int(math.sqrt(cells * n2s / max(n1s, 1)))))
+    else:
+        s1, s2 = slice_shape(n1s, n2s, fraction=p["slice_fraction"], cells=cells)
     if kind == "one_to_many":
         parent_of = np.empty(n1s, dtype=np.int64)
         parent_of[si] = sj
-        return choose_slices_o2m(parent_of, n2s, rng, s2, max(1, int(float(p["slice_cells"]) // s2)),
-                                 int(p["slices_per_iteration"]))
-    return choose_slices_m2m(n1s, n2s, si, sj, rng, s1, s2, int(p["slices_per_iteration"]), float(p["guaranteed"]))
+        max_rows = n1s if cover else max(1, int(cells // s2))
+        slices = choose_slices_o2m(parent_of, n2s, rng, s2, max_rows, n_sl)
+        if cover and n2s % s2:  # the parents left over by the equal blocks
+            slices += _rest_of(parent_of, n2s, slices)
+        return slices
+    return choose_slices_m2m(n1s, n2s, si, sj, rng, s1, s2, n_sl, float(p["guaranteed"]))
+
+
+def _rest_of(parent_of: np.ndarray, n2s: int, slices: list[Any]) -> list[Any]:
+    """One more slice of the parents in no block yet (cover mode), with all their children."""
+    taken = np.zeros(n2s, dtype=bool)
+    for sl in slices:
+        taken[sl.cols] = True
+    rest = np.flatnonzero(~taken).astype(np.int64)
+    if not rest.size:
+        return []
+    return [Slice(np.flatnonzero(np.isin(parent_of, rest)).astype(np.int64), rest)]
 
 
 def _slice_task(p: Mapping[str, Any], kind: str, syn: CrossTables, sl: Any, inside: np.ndarray, si: np.ndarray,
@@ -207,8 +239,9 @@ def _slice_task(p: Mapping[str, Any], kind: str, syn: CrossTables, sl: Any, insi
 
 def optimise(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray, sj: np.ndarray, n1s: int, n2s: int,
              m_syn: int, selected: list[CrossWorkload], answers: list[np.ndarray], noise: NoiseSource, t: int,
-             run_map: Callable[..., list[Any]] | None, *, no_diagonal: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """One iteration's slices: PGD + rounding per disjoint slice (tasks through ``run_map``), then re-insertion.
+             run_map: Callable[..., list[Any]] | None, *, no_diagonal: bool = False) -> tuple[np.ndarray, np.ndarray, float]:
+    """One iteration's slices: PGD + rounding per disjoint slice (tasks through ``run_map``), then re-insertion;
+    also the share of the links that lay inside a slice (re-optimised this iteration).
 
     ``no_diagonal`` (self-referential links without self-loops): the cells (r, r) of each slice are
     fixed at 0 (box upper bound 0), so they are never optimised towards nor sampled.
@@ -231,7 +264,7 @@ def optimise(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray, 
     sj = np.concatenate([sj[~inside_any], *new_j]).astype(np.int64)
     if si.size != m_syn:
         raise DataError(f"internal: link count changed from {m_syn} to {si.size} during slice re-insertion")
-    return si, sj
+    return si, sj, float(inside_any.sum()) / max(m_syn, 1)
 
 
 @dataclass
@@ -278,9 +311,9 @@ def learn_links(run: LinkRun, ls: LinkState) -> LinkState:
         if not ls.selected or (not picked and not p["refit"]):
             break  # nothing measured yet, or (refit: false) no new measurement to fit
         answers = fit_targets(p, sched, syn, ls)
-        ls.si, ls.sj = optimise(p, run.kind, syn, ls.si, ls.sj, n1s, n2s, run.m_syn, ls.selected, answers,
-                                run.noise, t, run.run_map, no_diagonal=run.no_diag)
-        ls.history.append({"iteration": t, "selected": [w.label() for w in picked]})
+        ls.si, ls.sj, share = optimise(p, run.kind, syn, ls.si, ls.sj, n1s, n2s, run.m_syn, ls.selected, answers,
+                                       run.noise, t, run.run_map, no_diagonal=run.no_diag)
+        ls.history.append({"iteration": t, "selected": [w.label() for w in picked], "relinked_share": share})
         run.save(run.round0 + t, {"stage": "links", "iteration": t, "selected": [w.label() for w in ls.selected],
                                   "history": ls.history, "init_err": ls.init_err, "sigmas": ls.sigmas,
                                   "rho_links_spent": ls.rho_spent}, ls.checkpoint_arrays())

@@ -42,9 +42,12 @@ def _check_counts(q: Mapping[str, Any]) -> None:
     for key in ("iterations", "workloads_per_iteration", "candidates", "pgd_iters", "slices_per_iteration", "k",
                 "table_marginals", "chunk_size"):
         v = q[key]
+        if key == "slices_per_iteration" and v == "all":
+            continue  # every link (many-to-many with degrees kept) or every parent, each iteration
         lo = 0 if key == "iterations" else 1
         if not _is_int(v) or v < lo:
-            raise ConfigError(f"{_WHO}: parameter {key!r} must be an integer >= {lo}, got {v!r}")
+            raise ConfigError(f"{_WHO}: parameter {key!r} must be an integer >= {lo}"
+                              f"{' or all' if key == 'slices_per_iteration' else ''}, got {v!r}")
     for key in ("m_syn", "workloads_per_slice"):
         v = q[key]
         if v is not None and (not _is_int(v) or v < 1):

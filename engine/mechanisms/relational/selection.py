@@ -107,6 +107,12 @@ def privacy_schedule(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1
     # of a large workload costs several units, so the count follows the workloads actually chosen
     n_sel = min(T * K, len(cand_w))
     l2 = math.sqrt(2.0) * d_sens / m
+    if tau is not None and n_sel:
+        # plan for what a typical (median-sized) candidate needs: n·ρ_med = (1 − α)·ρ_links, so the
+        # selection budget per draw is not spread over measurements that cannot be paid for
+        med = float(np.median([np.prod(w.sizes(dom1, dom2)) for w in cand_w]))
+        rho_med = l2 * l2 * med / (2.0 * tau * tau)
+        n_sel = max(1, min(n_sel, int((1 - alpha) * rho_links / rho_med)))
     eps0 = math.sqrt(2.0 * rho_links / n_sel) if n_sel else 0.0
     sigma = gaussian_sigma((1 - alpha) * eps0 ** 2 / 2, l2) if n_sel else math.inf
     eps_em = 2.0 * math.sqrt(alpha) * eps0 if n_sel else 0.0

@@ -81,12 +81,12 @@ def test_links_with_degrees_and_cap_keep_degree_sequences() -> None:
 
 def test_target_degrees_sum_to_children_within_d_max() -> None:
     rng = np.random.default_rng(2)
-    bins = degree_bins(50)
-    assert bins[:3] == [(0, 0), (1, 1), (2, 2)] and bins[-1][1] == 50
-    noisy = np.array([700.0, -20, 50, 80, 60, 40, 30, 5])
-    deg = target_degrees(noisy, 1000, 4000, 50, rng)
+    assert degree_bins(50) == [(0, 0), (1, 50)]
+    deg = target_degrees(np.array([700.0, 300.0]), 1000, 4000, 50, rng)
     assert deg.sum() == 4000 and deg.min() >= 0 and deg.max() <= 50
-    assert 0.5 < np.mean(deg == 0) < 0.85  # most parents childless, as the histogram says
+    assert 0.6 < np.mean(deg == 0) < 0.8  # most parents childless, as the (noisy) counts say
+    deg = target_degrees(np.array([-50.0, 900.0]), 1000, 3000, 50, rng)  # a negative count is clipped
+    assert deg.sum() == 3000 and np.count_nonzero(deg) > 900
 
 
 def test_one_to_many_degrees_are_released_charged_and_respected(pc: dict) -> None:

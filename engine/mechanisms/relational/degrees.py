@@ -96,24 +96,23 @@ def cap_degrees(si: np.ndarray, sj: np.ndarray, n2: int, d_max: int | np.ndarray
 
 
 def degree_bins(d_max: int) -> list[tuple[int, int]]:
-    """Public degree bins [lo, hi]: 0, 1, 2, then doubling widths (3–5, 6–11, 12–23, …) up to d_max."""
-    bins, lo = [(0, 0), (1, 1)], 2
-    while lo <= d_max:
-        hi = min(d_max, 2 * lo - 1 if lo > 2 else 2)
-        bins.append((lo, hi))
-        lo = hi + 1
-    return [b for b in bins if b[0] <= d_max]
+    """Public degree bins [lo, hi]: parents without children and parents with 1..d_max children.
+
+    Finer bins cost far more: a parent changing with its ≤ d_max children moves up to 2·d_max + 1 parents
+    between bins, so each further bin's count is drowned at the budgets where links are learned."""
+    return [(0, 0), (1, d_max)]
 
 
 def release_degree_histogram(parent_of: np.ndarray, n_parents: int, d_max: int, rho: float, ledger: Any,
                              noise: Any) -> np.ndarray:
-    """Gaussian release of how many parents have each binned number of children (charged first).
+    """Gaussian release of how many parents have no child and how many have 1..d_max (charged first).
 
-    Bounded DP (a record changes with all its links): a child moving moves two parents by one bin (L2 ≤ 2);
-    a parent changing its ≤ d_max children moves itself and ≤ 2·d_max other parents one bin each, all
-    possibly between the same two bins: L2 sensitivity √2·(2·d_max + 1).
+    Bounded DP (a record changes with all its links): a child moving changes the count of parents with
+    children by at most 1; a parent changing its ≤ d_max children can leave ≤ d_max parents childless or
+    give ≤ d_max their first child, and these partly cancel with its own change: each count moves by at
+    most d_max, the two in opposite directions: L2 sensitivity √2·d_max.
     """
-    sens = math.sqrt(2.0) * (2 * d_max + 1)
+    sens = math.sqrt(2.0) * d_max
     sigma = sens / math.sqrt(2.0 * rho)
     ledger.charge("links:degrees", rho=rho, sigma=sigma, bins=len(degree_bins(d_max)))
     deg = np.bincount(parent_of, minlength=n_parents)

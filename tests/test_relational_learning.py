@@ -143,15 +143,28 @@ def test_uninformative_budget_releases_random_links_and_spends_nothing(ml: dict)
     b = {"links": {"epsilon": 0.01, "delta": 1e-6}}
     noise = NoiseSource(6)
     ledger = PrivacyLedger(compose_budgets(b, []), noise=noise)
-    res = run_relational(ml["tables"], ml["links"], {**FAST, "max_noise": 0.05, "evaluate_nonprivate": True}, b,
+    res = run_relational(ml["tables"], ml["links"], {**FAST, "max_noise": 0.05, "evaluate_nonprivate": True,
+                                                     "uninformative": "random"}, b,
                          ledger, noise, synthetic_tables=_identity(ml))
-    assert res.report["privacy"]["informative"] is False and res.report["warnings"]
+    assert res.report["privacy"]["informative"] is False and "released" in res.report["warnings"][0]
     assert ledger.spent_rho == 0.0 and res.report["privacy"]["selections"] == 0
     ev = res.report["nonprivate_evaluation"]
     assert math.isclose(ev["before_degree_repair_pct"], ev["initial_random_links_error_pct"], rel_tol=1e-12)
 
 
+def test_uninformative_budget_warns_and_learns_by_default(ml: dict) -> None:
+    b = {"links": {"epsilon": 0.01, "delta": 1e-6}}
+    noise = NoiseSource(6)
+    ledger = PrivacyLedger(compose_budgets(b, []), noise=noise)
+    res = run_relational(ml["tables"], ml["links"], {**FAST, "max_noise": 0.05}, b, ledger, noise,
+                         synthetic_tables=_identity(ml))
+    assert "anyway" in res.report["warnings"][0] and res.report["privacy"]["selections"] == 1
+    assert math.isclose(ledger.spent_rho, compose_budgets(b, []).rho, rel_tol=1e-9)
+
+
 def test_new_parameters_are_validated() -> None:
+    with pytest.raises(ConfigError, match="'uninformative'"):
+        check_params({"uninformative": "skip"})
     with pytest.raises(ConfigError, match="'degrees'"):
         check_params({"degrees": "keep"})
     with pytest.raises(ConfigError, match="'degree_share'"):

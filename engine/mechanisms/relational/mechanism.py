@@ -84,7 +84,12 @@ from privcube.mechanisms.relational.linking import (
 )
 from privcube.mechanisms.relational.links import KINDS, Links, RelationalData, parse_links, table_codes
 from privcube.mechanisms.relational.parameters import PARAMS, check_params
-from privcube.mechanisms.relational.selection import candidate_workloads, privacy_schedule, selection_count  # noqa: F401 (re-export)
+from privcube.mechanisms.relational.selection import (  # noqa: F401 (selection_count: re-export)
+    candidate_workloads,
+    one_measurement,
+    privacy_schedule,
+    selection_count,
+)
 from privcube.mechanisms.relational.tables import restore_tables, synthesize_tables
 from privcube.mechanisms.relational.workloads import CrossTables, average_error, cross_workloads
 from privcube.privacy.ledger import PrivacyLedger
@@ -257,11 +262,18 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     elif rho_deg > 0:
         ls.degree_hist = release_degree_histogram(pr.rj, pr.n_real[1], int(p["d_max"]), rho_deg, ledger, noise)
     if not sched.informative:
-        # public sizes and the budget say no measurement can beat max_noise: the random links are released
-        sched.T = 0
-        report["warnings"] = ["links budget too small for these table sizes and d_max: even one measurement "
-                              "of the smallest cross workload would be noisier than max_noise, so the "
-                              "data-independent random links are released (no links budget spent)"]
+        # public sizes and the budget say no measurement can meet max_noise: expected gain ≤ 0
+        msg = ("links budget too small for these table sizes and d_max: even one measurement of the smallest "
+               "cross workload would be noisier than max_noise")
+        if p["uninformative"] == "random":
+            sched.T = 0
+            report["warnings"] = [msg + "; the data-independent random links are released (no links budget spent)"]
+        else:
+            sched = one_measurement(sched, p["shrinkage"])
+            report["privacy"].update(sched.report(len(cand_w), report["privacy"]["rho_tables"]))
+            report["warnings"] = [msg + "; one measurement with the whole links budget is made anyway (set "
+                                  "mechanism parameter 'uninformative: random' to release random links and spend "
+                                  "nothing on them)"]
     run = LinkRun(p, pr.kind, real, pr.ri, pr.rj, syn, pr.m, pr.m_syn, pr.no_diag, sched, cand_w, ledger, noise,
                   context.map if context is not None else None, save, len(pr.need), progress)
     ls = learn_links(run, ls)

@@ -22,7 +22,7 @@ PARAMS: dict[str, Any] = {
     "chunk_size": 1_000_000, "evaluate_nonprivate": False, "evaluate": None, "shrinkage": "auto",
     "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.1,
     "self_loops": False, "shrink_towards": "initial", "refit": True, "degrees": "preserve",
-    "degree_share": 0.05,
+    "degree_share": 0.05, "uninformative": "warn",
 }
 
 _WHO = "mechanism 'relational'"
@@ -68,6 +68,8 @@ def _check_choices(q: Mapping[str, Any]) -> None:
                           f"got {q['shrink_towards']!r}")
     if q["shrinkage"] not in (True, False, "auto"):
         raise ConfigError(f"{_WHO}: parameter 'shrinkage' must be true, false or 'auto', got {q['shrinkage']!r}")
+    if q["uninformative"] not in ("warn", "random"):
+        raise ConfigError(f"{_WHO}: parameter 'uninformative' must be 'warn' or 'random', got {q['uninformative']!r}")
     if q["degrees"] not in ("preserve", "free"):
         raise ConfigError(f"{_WHO}: parameter 'degrees' must be 'preserve' or 'free', got {q['degrees']!r}")
     for key in ("noise_penalty", "truncate", "evaluate_nonprivate", "self_loops", "refit"):

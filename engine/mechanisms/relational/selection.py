@@ -130,6 +130,17 @@ def privacy_schedule(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1
     return sched
 
 
+def one_measurement(sched: Schedule, shrinkage: Any) -> Schedule:
+    """The schedule when no measurement can meet max_noise: one draw and one release with the whole links
+    budget (the least noisy release possible), shrunk unless ``shrinkage`` is false."""
+    eps0 = math.sqrt(2.0 * sched.rho_links)
+    sigma = gaussian_sigma((1 - sched.alpha) * eps0 ** 2 / 2, sched.l2)
+    ks = [1 if t == 0 else 0 for t in range(sched.T)]
+    return Schedule(sched.T, sched.K, sched.alpha, sched.rho_links, 1 if sched.T else 0, ks, eps0, sigma,
+                    2.0 * math.sqrt(sched.alpha) * eps0, sched.sens_tv, shrinkage is not False, sched.l2, None,
+                    informative=False)
+
+
 def select_and_measure(t: int, kt: int, sched: Schedule, p: Mapping[str, Any], remaining: list[CrossWorkload],
                        real: CrossTables, ri: np.ndarray, rj: np.ndarray, syn: CrossTables, si: np.ndarray,
                        sj: np.ndarray, m: int, ledger: Any, noise: Any,
@@ -192,4 +203,5 @@ def _scores(pool: list[CrossWorkload], sched: Schedule, p: Mapping[str, Any], re
     return scores
 
 
-__all__ = ["candidate_workloads", "selection_count", "Schedule", "privacy_schedule", "select_and_measure"]
+__all__ = ["candidate_workloads", "selection_count", "Schedule", "privacy_schedule", "one_measurement",
+           "select_and_measure"]

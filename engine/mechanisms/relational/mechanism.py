@@ -24,25 +24,34 @@ schedule is ``candidate_orders: k, max_noise: null, noise_penalty: false, shrink
   have fewer cells, hence far less total noise for the same ρ.
 - ``noise_penalty: true``: the exponential mechanism's score is AIM's, TV error minus the expected TV
   of the measurement noise (½·√(2/π)·σ·cells); the penalty is public, the sensitivity unchanged.
-- ``max_noise: 0.25``: the number of measurements is min(T·K, cap) with cap chosen so the expected L2
-  noise on the smallest candidate is ≤ 0.25 (``selection_count``; uses only the public m, d_max, ρ and
-  domain sizes), at least one. Iterations beyond the measured ones only re-optimise other slices
-  against the releases (post-processing, no budget).
-- ``shrinkage: auto``: each release whose expected noise norm σ·√cells exceeds ``max_noise`` is shrunk
-  (Wiener, ``shrink``) before fitting, so noise is not fitted; the others are fitted as they are (as
-  in the paper). When even one measurement would exceed ``max_noise`` (the cap is below 1) that is
-  every release. ``true`` / ``false`` shrink all / none. Shrinkage is post-processing.
+- ``max_noise: 0.1`` (τ): each chosen workload is measured with the ρ its cell count needs for an expected
+  noise norm σ·√cells ≤ τ (at least an equal-split share; the split is planned for the median
+  candidate), so the number of measurements follows the workloads actually chosen (``selection``);
+  draws stop when the links budget left cannot pay for one more (the last release takes the rest).
+  A data-independent check (public m, d_max, ρ and domain sizes) asks first whether one measurement of
+  the smallest candidate can meet τ; if not, ``uninformative: warn`` (default) makes one measurement
+  with the whole budget, shrunk, and warns; ``random`` releases the random links and spends nothing.
+  Stopping on the budget left is adaptive composition with a fixed total (a zCDP privacy filter, as in
+  AIM). Iterations beyond the measured ones only re-optimise slices against the releases.
+- ``shrinkage: auto``: with ``max_noise`` every release is shrunk (Wiener, ``shrink``, margin
+  ``shrinkage_margin: 1``) before fitting; without it, none (the paper). ``true`` / ``false`` shrink
+  all / none. Shrinkage is post-processing.
+- ``degrees: preserve`` (``degrees``): many-to-many rows keep their (balanced, data-independent) degrees
+  and right records are capped at d_max; one-to-many parents get a degree sequence from a noisy count of
+  childless parents (``degree_share`` of the links budget). ``free`` is the earlier behaviour.
 - ``shrink_towards: initial``: the shrinkage prior is the marginal of the data-independent random start
   (fixed), not the current synthetic marginal (``current``, the earlier default): re-shrinking towards
   the current state every iteration let the targets creep towards the noisy releases until the noise
   was fitted after all (measured on the MovieLens-like data: worse than random links at ε_rel 0.5/1).
 - ``refit: true``: iterations after the last measurement re-optimise other slices against the
   releases; ``false`` stops at the last measuring iteration.
-- ``slices_per_iteration: 8`` (the paper's MovieLens setting; at most as many disjoint slices as fit):
+- ``slices_per_iteration: 8`` (the paper's MovieLens setting; at most as many disjoint slices as fit;
+  ``all`` covers every parent / every left record each iteration; ``report.iterations[].relinked_share``):
   with one slice per iteration a large one-to-many job re-links only ~2 % of the children per iteration
   (Airbnb: 1082 of 47217), and the learned links stay far from the error floor.
-Measured effect (average % L1 over all cross 3-way marginals, table ε 1 each, seed 0, NON-private
-evaluation; benchmarks/relational_airbnb.py). Airbnb users → sessions with the shipped schemas
+Measured effect before the per-release budgets and degrees (average % L1 over all cross 3-way marginals,
+table ε 1 each, seed 0, NON-private evaluation; benchmarks/relational_airbnb.py; figures since: the
+branch report / README). Airbnb users → sessions with the shipped schemas
 (benchmarks/configs/airbnb; 9 user and 3 session attributes, 10000 users, 47217 sessions, d_max 50),
 random links 67.55, real links transplanted onto the same synthetic tables (the tables' error floor)
 28.90: ε_rel 0.1/0.5/1/2/10 → 59.69/59.60/56.50/34.79/29.48 with the defaults (42–74 s each on 2 shared

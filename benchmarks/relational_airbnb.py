@@ -67,15 +67,15 @@ def real_links_floor(ds: dict, res, d_max: int, rng: np.random.Generator) -> flo
     error the synthetic tables alone cause (the "error floor" of the issue).
     """
     from privcube.mechanisms.relational.degree import enforce_degree
-    from privcube.mechanisms.relational.mechanism import _codes, parse_links
+    from privcube.mechanisms.relational.mechanism import parse_links, table_codes
     from privcube.mechanisms.relational.workloads import CrossTables, average_error, cross_workloads
 
     tables = ds["tables"]
     lk = parse_links(ds["links"], tables)
     keep, _ = enforce_degree(lk.i, lk.j, d_max, truncate=True, names=(lk.left, lk.right))
     cdom, pdom = tables[lk.left][1], tables[lk.right][1]
-    rc = _codes(tables[lk.left][0], cdom, lk.left)[lk.i[keep]]
-    rp = _codes(tables[lk.right][0], pdom, lk.right)
+    rc = table_codes(tables[lk.left][0], cdom, lk.left)[lk.i[keep]]
+    rp = table_codes(tables[lk.right][0], pdom, lk.right)
     rj = lk.j[keep]
     sc = res.tables[lk.left][list(cdom.attributes)].to_numpy()
     sp = res.tables[lk.right][list(pdom.attributes)].to_numpy()
@@ -143,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
           f"sessions {len(ds['tables']['sessions'][0])} × {len(ds['tables']['sessions'][1])} attrs, d_max {d_max}, "
           f"table eps {a.eps_table}, params: defaults{' + ' + json.dumps(extra) if extra else ''}")
     print("average % L1 error over all cross-table 3-way marginals (NON-private evaluation)")
-    print(f"{'eps_rel':>8} {'learned':>8} {'random':>8} {'real':>8} {'l/rand':>7} {'meas.':>6} {'seconds':>8} "
-          f"{'load(1min)':>10}")
+    print(f"{'eps_rel':>8} {'learned':>8} {'random':>8} {'real':>8} {'l/rand':>7} {'l/real':>7} {'meas.':>6} "
+          f"{'users w/ sess. syn/real':>23} {'max deg syn/real':>16} {'seconds':>8} {'load(1min)':>10}")
     for eps in a.eps_rel:
         params = {**job.params, "evaluate_nonprivate": True, "d_max": d_max, "truncate": True, **extra}
         budgets = {"tables": {"users": {"epsilon": a.eps_table, "delta": 1e-6},
@@ -156,8 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         ev = res.report["nonprivate_evaluation"]
         e, r = ev["average_cross_error_pct"], ev["initial_random_links_error_pct"]
         floor = real_links_floor(ds, res, d_max, np.random.default_rng(a.seed))
-        print(f"{eps:8.2f} {e:8.2f} {r:8.2f} {floor:8.2f} {e / r:7.3f} {res.report['privacy']['selections']:6d} "
-              f"{dt:8.1f} {os.getloadavg()[0]:10.2f}", flush=True)
+        wl, md = ev.get("right_records_with_links", {}), ev.get("right_max_degree", {})
+        print(f"{eps:8.2f} {e:8.2f} {r:8.2f} {floor:8.2f} {e / r:7.3f} {e / floor:7.3f} "
+              f"{res.report['privacy']['selections']:6d} {str(wl.get('synthetic', '-')) + '/' + str(wl.get('real', '-')):>23} "
+              f"{str(md.get('synthetic', '-')) + '/' + str(md.get('real', '-')):>16} {dt:8.1f} {os.getloadavg()[0]:10.2f}",
+              flush=True)
         np.testing.assert_equal(len(res.links), len(res.tables["sessions"]))
     print("load average (1, 5, 15 min) at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
           + f" on {os.cpu_count()} cores")

@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from distributed import Client, LocalCluster
 
+    from privcube.graphs.execution import run_context
     from privcube.mechanisms.relational.mechanism import run_relational
     from privcube.privacy.noise import NoiseSource
 
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         last[0] = t0
         res = run_relational(ds["tables"], ds["links"], params, budgets, noise=NoiseSource(a.seed), client=client,
-                             progress=progress)
+                             progress=progress, context=run_context(client))
         total = time.perf_counter() - t0
         worker_gb = client.run(_peak_gb)
     load1 = os.getloadavg()

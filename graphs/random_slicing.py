@@ -1,4 +1,8 @@
-"""Random-slicing sub-blocks of one relational iteration as independent tasks on a Dask client."""
+"""Random-slicing sub-blocks of one relational iteration as independent tasks on a Dask client.
+
+The mechanism itself runs its slices through the run context's ``map``; this is the same thing for a
+caller holding a client (the graphs layer depends on the engine, never the other way round).
+"""
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -50,7 +50,7 @@ def test_shipped_config_runs_on_a_sample(tmp_path: Path) -> None:
     for t in ("users", "sessions"):
         raw["data"]["tables"][t]["path"] = str(tmp_path / f"{t}.csv")
         raw["data"]["tables"][t]["schema"] = str(base / raw["data"]["tables"][t]["schema"])
-    raw["mechanism"].update({"iterations": 2, "pgd_iters": 20, "candidates": 40})
+    raw["mechanism"].update({"iterations": 2, "pgd_iters": 20, "candidates": 40, "max_noise": None})
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(raw))
     out = tmp_path / "run"
     res = run_relational_job(raw, tmp_path, out, seed=0, quiet=True)

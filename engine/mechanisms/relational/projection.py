@@ -144,4 +144,38 @@ def project_rows_simplex(B: np.ndarray, mask: np.ndarray | None = None) -> np.nd
     return out
 
 
-__all__ = ["BoxSumProjector", "project_box_sum", "project_rows_simplex"]
+def project_rows_box_sum(B: np.ndarray, r: np.ndarray, hi: np.ndarray | float = 1.0, *, iters: int = 40) -> np.ndarray:
+    """Every row i of ``B`` onto {0 ≤ x ≤ hi, Σx = r_i} (many-to-many links with each row's degree kept).
+
+    Row-wise shift y_i with Σ_j clip(B_ij + y_i, 0, hi_ij) = r_i: vectorised bisection on all rows, then
+    one exact step on the final active set and a last spread of any float residual over entries with room.
+    Rows with r_i = 0 become 0; ``r_i`` must not exceed the row's capacity Σ_j hi_ij.
+    """
+    B = np.asarray(B, dtype=float)
+    r = np.asarray(r, dtype=float)
+    H = np.broadcast_to(np.asarray(hi, dtype=float), B.shape)
+    lo_y = -B.max(axis=1, initial=0.0) - 1.0
+    hi_y = -B.min(axis=1, initial=0.0) + 1.0 + float(np.max(H, initial=1.0))
+    for _ in range(iters):
+        mid = 0.5 * (lo_y + hi_y)
+        tot = np.clip(B + mid[:, None], 0.0, H).sum(axis=1)
+        below = tot < r
+        lo_y = np.where(below, mid, lo_y)
+        hi_y = np.where(below, hi_y, mid)
+    y = 0.5 * (lo_y + hi_y)
+    Z = B + y[:, None]
+    free = (Z > 0) & (Z < H)
+    nf = free.sum(axis=1)
+    at_hi = np.where(Z >= H, H, 0.0).sum(axis=1)
+    fsum = np.where(free, B, 0.0).sum(axis=1)
+    exact = np.where(nf > 0, (r - at_hi - fsum) / np.maximum(nf, 1), y)
+    X = np.clip(B + exact[:, None], 0.0, H)
+    res = r - X.sum(axis=1)
+    room = np.where(res[:, None] > 0, H - X, X)
+    tot_room = room.sum(axis=1)
+    X += np.where(tot_room[:, None] > 0, room * (res / np.where(tot_room > 0, tot_room, 1.0))[:, None], 0.0)
+    X[r <= 0] = 0.0
+    return X
+
+
+__all__ = ["project_rows_box_sum", "BoxSumProjector", "project_box_sum", "project_rows_simplex"]

@@ -1,21 +1,23 @@
 """Random slicing (Sec. 6 / App. B): optimise a τn1 × τn2 sub-block of the synthetic links at a time.
 
 Slices drawn in one iteration have pairwise disjoint rows and columns, so they are independent tasks
-(see ``privcube.graphs.random_slicing``). Inside a slice the edge count is preserved (many-to-many) or
+(run through the run context's ``map``). Inside a slice the edge count is preserved (many-to-many) or
 each child keeps exactly one parent inside the slice (one-to-many), so the global count never changes.
 Only the slice's dense block (|rows| × |cols|) is ever materialised.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from privcube.errors import ConfigError, DataError
 from privcube.mechanisms.relational.pgd import SliceOperator, box_sum_projector, pgd, row_simplex_projector
+from privcube.mechanisms.relational.projection import project_rows_box_sum
 from privcube.mechanisms.relational.ubs import categorical_rows, ubs
 
 
@@ -129,6 +131,7 @@ class SliceTask:
     noise: object  # NoiseSource
     key: tuple = field(default_factory=tuple)
     forbidden: tuple[np.ndarray, np.ndarray] | None = None  # local (row, col) cells fixed at 0 (self-loops)
+    keep_row_degrees: bool = False  # many-to-many: every row keeps its number of links inside the slice
 
 
 def solve_slice(task: SliceTask) -> tuple[np.ndarray, np.ndarray]:
@@ -150,13 +153,31 @@ def solve_slice(task: SliceTask) -> tuple[np.ndarray, np.ndarray]:
     if task.forbidden is not None and task.forbidden[0].size:
         hi = np.ones(B0.shape)
         hi[task.forbidden] = 0.0
-    relaxed = pgd(op, task.targets, task.scale, B0, box_sum_projector(m_slice, hi), iters=task.iters, rng=rng)
-    flat = ubs(relaxed.ravel(), m_slice, rng)
-    r, c = np.divmod(flat, B0.shape[1])
+    if task.keep_row_degrees:
+        r, c = _solve_rows(task, op, B0, hi, rng)
+    else:
+        relaxed = pgd(op, task.targets, task.scale, B0, box_sum_projector(m_slice, hi), iters=task.iters, rng=rng)
+        flat = ubs(relaxed.ravel(), m_slice, rng)
+        r, c = np.divmod(flat, B0.shape[1])
     if not np.isscalar(hi) and np.any(np.asarray(hi)[r, c] == 0.0):
         # UBS keeps P(i) = x_i = 0 for the fixed cells; only a float edge case could pick one
         raise DataError("internal: UBS drew a cell fixed at 0 (self-loop) in a slice")
     return r.astype(np.int64), c.astype(np.int64)
+
+
+def _solve_rows(task: SliceTask, op: SliceOperator, B0: np.ndarray, hi: np.ndarray | float,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Many-to-many with row degrees kept: PGD on {0 ≤ B ≤ hi, row sums fixed}, then UBS per row."""
+    deg = np.rint(B0.sum(axis=1)).astype(np.int64)
+    relaxed = pgd(op, task.targets, task.scale, B0, lambda B: project_rows_box_sum(B, deg, hi), iters=task.iters,
+                  rng=rng)
+    rows, cols = [], []
+    for i in np.flatnonzero(deg):
+        cols.append(ubs(relaxed[i], int(deg[i]), rng))
+        rows.append(np.full(int(deg[i]), i, dtype=np.int64))
+    if not rows:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    return np.concatenate(rows), np.concatenate(cols)
 
 
 def reinsert(ei: np.ndarray, ej: np.ndarray, inside: np.ndarray, sl: Slice, new_r: np.ndarray,
@@ -166,14 +187,13 @@ def reinsert(ei: np.ndarray, ej: np.ndarray, inside: np.ndarray, sl: Slice, new_
     return (np.concatenate([ei[keep], sl.rows[new_r]]), np.concatenate([ej[keep], sl.cols[new_c]]))
 
 
-def map_slices(tasks: Sequence[SliceTask], client: object = None,
+def map_slices(tasks: Sequence[SliceTask], run_map: Callable[..., list[Any]] | None = None,
                label: str = "relational-slice") -> list[tuple[np.ndarray, np.ndarray]]:
-    """Solve the slice tasks, on ``client`` via ``privcube.graphs.random_slicing`` when one is given."""
-    if client is None or len(tasks) <= 1:
+    """Solve the slice tasks through the run context's ``map`` (independent tasks, results in input order;
+    on the cluster when there is one), or in this process without one. Same results either way."""
+    if run_map is None or len(tasks) <= 1:
         return [solve_slice(t) for t in tasks]
-    from privcube.graphs.random_slicing import solve_slices
-
-    return solve_slices(tasks, client=client, label=label)
+    return run_map(solve_slice, list(tasks), cost=lambda t: float(block_cells(t.B0)), label=label)
 
 
 __all__ = ["Slice", "slice_shape", "choose_slices_m2m", "choose_slices_o2m", "edges_in", "dense_block", "sparse_block",

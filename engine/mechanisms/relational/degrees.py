@@ -1,0 +1,175 @@
+"""Degree structure of the synthetic links: starting links with a given degree sequence, and d_max repair.
+
+Learning moves links between records; without a constraint it piles links onto the records whose codes
+fit the releases best, which distorts every marginal read over the links (a record's attributes count
+once per link). ``degrees: preserve`` fixes each synthetic record's degree on the left side from the
+start (the slices keep row sums) and repairs the right side to d_max at the end, moving surplus links
+to records with the same codes, so the cross-table marginals are unchanged by the repair when such a
+record has room. All of this is data-independent given DP inputs (post-processing).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def balanced_degrees(n: int, m: int, rng: np.random.Generator) -> np.ndarray:
+    """n degrees summing to m, each ⌊m/n⌋ or ⌈m/n⌉ (which records get the extra link: uniform)."""
+    base, extra = divmod(int(m), int(n))
+    deg = np.full(n, base, dtype=np.int64)
+    deg[rng.choice(n, size=extra, replace=False)] += 1
+    return deg
+
+
+def links_with_degrees(deg1: np.ndarray, deg2: np.ndarray, rng: np.random.Generator, *,
+                       no_diagonal: bool = False, passes: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct random pairs with left degrees ``deg1`` and right degrees ``deg2`` (configuration model).
+
+    Stubs are matched at random; repeated pairs (and self-loops with ``no_diagonal``) are repaired by
+    swapping right ends with random other pairs, which keeps both degree sequences. Pairs still repeated
+    after ``passes`` rounds (only with near-complete graphs) are moved to a random free cell of their row.
+    """
+    i = np.repeat(np.arange(deg1.size, dtype=np.int64), deg1)
+    j = rng.permutation(np.repeat(np.arange(deg2.size, dtype=np.int64), deg2))
+    n2 = int(deg2.size)
+    for _ in range(passes):
+        bad = _bad_pairs(i, j, n2, no_diagonal)
+        if not bad.size:
+            return i, j
+        for b, o in zip(bad.tolist(), rng.integers(0, i.size, size=bad.size).tolist()):
+            j[b], j[o] = j[o], j[b]  # one swap at a time: the right degree sequence is kept exactly
+    bad = _bad_pairs(i, j, n2, no_diagonal)
+    for b in bad.tolist():  # last resort: a free cell of the same row (right degrees may then shift by one)
+        used = set(j[i == i[b]].tolist())
+        free = [c for c in rng.permutation(n2).tolist() if c not in used and not (no_diagonal and c == i[b])]
+        if free:
+            j[b] = free[0]
+    return i, j
+
+
+def _bad_pairs(i: np.ndarray, j: np.ndarray, n2: int, no_diagonal: bool) -> np.ndarray:
+    """Positions of repeated pairs (all but the first) and, with ``no_diagonal``, of self-loops."""
+    flat = i * n2 + j
+    order = np.argsort(flat, kind="stable")
+    dup = np.zeros(flat.size, dtype=bool)
+    dup[order[1:]] = flat[order[1:]] == flat[order[:-1]]
+    if no_diagonal:
+        dup |= i == j
+    return np.flatnonzero(dup)
+
+
+def cap_degrees(si: np.ndarray, sj: np.ndarray, n2: int, d_max: int | np.ndarray, keys2: np.ndarray,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Move links off right records above their cap (``d_max``, or one cap per record) to right records
+    with room (same code first).
+
+    ``keys2`` is each right record's full code (a moved link keeps its cross-table cells when the new
+    record has the same code). A link never moves onto a pair that already exists. Left degrees are kept.
+    """
+    sj = sj.copy()
+    deg = np.bincount(sj, minlength=n2)
+    cap = np.broadcast_to(np.asarray(d_max, dtype=np.int64), (n2,))
+    over = np.flatnonzero(deg > cap)
+    if not over.size:
+        return si, sj
+    existing = set((si * n2 + sj).tolist())
+    room = np.maximum(cap - deg, 0)
+    by_key: dict[int, list[int]] = {}
+    for r in rng.permutation(np.flatnonzero(room > 0)).tolist():
+        by_key.setdefault(int(keys2[r]), []).append(r)
+    any_room = [r for lst in by_key.values() for r in lst]
+    for c in over.tolist():
+        pos = rng.permutation(np.flatnonzero(sj == c))[: deg[c] - cap[c]]
+        for e in pos.tolist():
+            target = _take(by_key.get(int(keys2[c]), []), room, existing, int(si[e]), n2)
+            if target < 0:
+                target = _take(any_room, room, existing, int(si[e]), n2)
+            if target < 0:
+                continue  # nowhere to go (all records full): impossible when m ≤ d_max·n2
+            existing.discard(int(si[e]) * n2 + c)
+            existing.add(int(si[e]) * n2 + target)
+            sj[e] = target
+            room[target] -= 1
+    return si, sj
+
+
+def degree_bins(d_max: int) -> list[tuple[int, int]]:
+    """Public degree bins [lo, hi]: parents without children and parents with 1..d_max children.
+
+    Finer bins cost far more: a parent changing with its ≤ d_max children moves up to 2·d_max + 1 parents
+    between bins, so each further bin's count is drowned at the budgets where links are learned."""
+    return [(0, 0), (1, d_max)]
+
+
+def release_degree_histogram(parent_of: np.ndarray, n_parents: int, d_max: int, rho: float, ledger: Any,
+                             noise: Any) -> np.ndarray:
+    """Gaussian release of how many parents have no child and how many have 1..d_max (charged first).
+
+    Bounded DP (a record changes with all its links): a child moving changes the count of parents with
+    children by at most 1; a parent changing its ≤ d_max children can leave ≤ d_max parents childless or
+    give ≤ d_max their first child, and these partly cancel with its own change: each count moves by at
+    most d_max, the two in opposite directions: L2 sensitivity √2·d_max.
+    """
+    sens = math.sqrt(2.0) * d_max
+    sigma = sens / math.sqrt(2.0 * rho)
+    ledger.charge("links:degrees", rho=rho, sigma=sigma, bins=len(degree_bins(d_max)))
+    deg = np.bincount(parent_of, minlength=n_parents)
+    counts = np.array([np.count_nonzero((deg >= lo) & (deg <= hi)) for lo, hi in degree_bins(d_max)], dtype=float)
+    return noise.add_gaussian(("relational", "degrees"), counts, sigma)
+
+
+def target_degrees(noisy: np.ndarray, n_parents: int, n_children: int, d_max: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    """A degree per synthetic parent from the noisy binned histogram (post-processing): counts clipped at 0
+    and scaled to the parents, degrees uniform inside a bin, then adjusted (within [0, d_max]) to sum to
+    the number of children."""
+    bins = degree_bins(d_max)
+    w = np.clip(np.asarray(noisy, dtype=float), 0.0, None)
+    w = w / w.sum() if w.sum() > 0 else np.full(len(bins), 1.0 / len(bins))
+    b = rng.choice(len(bins), size=n_parents, p=w)
+    lo = np.array([x for x, _ in bins])[b]
+    hi = np.array([y for _, y in bins])[b]
+    deg = lo + np.floor(rng.random(n_parents) * (hi - lo + 1)).astype(np.int64)
+    diff = int(n_children - deg.sum())
+    while diff != 0:  # spread the difference a unit each, keeping the childless parents childless if possible
+        if diff > 0:
+            room = np.flatnonzero((deg > 0) & (deg < d_max))
+            room = room if room.size else np.flatnonzero(deg < d_max)
+        else:
+            room = np.flatnonzero(deg > 1)
+            room = room if room.size else np.flatnonzero(deg > 0)
+        if not room.size:
+            break
+        pick = rng.choice(room, size=min(abs(diff), room.size), replace=False)
+        deg[pick] += 1 if diff > 0 else -1
+        diff = int(n_children - deg.sum())
+    return deg
+
+
+def match_degrees(current: np.ndarray, target: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Targets reassigned by rank: the parent with the most children now gets the largest target (ties at
+    random), so matching the degrees moves as few links as possible."""
+    order = np.lexsort((rng.random(current.size), -current))
+    out = np.empty_like(target)
+    out[order] = np.sort(target)[::-1]
+    return out
+
+
+def _take(cands: list[int], room: np.ndarray, existing: set, row: int, n2: int) -> int:
+    """A candidate with room that ``row`` is not linked to yet (full candidates are dropped), or -1."""
+    k = 0
+    while k < len(cands):
+        r = cands[k]
+        if room[r] <= 0:
+            cands.pop(k)
+            continue
+        if row * n2 + r not in existing:
+            return r
+        k += 1
+    return -1
+
+
+__all__ = ["balanced_degrees", "links_with_degrees", "cap_degrees", "degree_bins", "release_degree_histogram",
+           "target_degrees", "match_degrees"]

@@ -1,0 +1,143 @@
+"""The checked inputs of a relational run: links, codes, degree bound, budgets and synthetic sizes.
+
+Everything here runs before the first charge: a bad link, degree, budget or size raises (an error that
+names the table, column or key, never a private value) while nothing is spent and nothing is written.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from privcube.domain import Domain
+from privcube.errors import ConfigError, DataError
+from privcube.mechanisms.relational.composition import as_budget, compose_budgets
+from privcube.mechanisms.relational.degree import enforce_degree
+from privcube.mechanisms.relational.links import Links, key_positions, parse_links, table_codes
+from privcube.privacy.budget import PrivacyBudget
+
+
+@dataclass
+class Problem:
+    """A relational run's inputs after every check: real links (i, j) after the degree bound, codes, sizes."""
+
+    p: dict[str, Any]
+    lk: Links
+    names: tuple[str, str]
+    unique: list[str]
+    doms: tuple[Domain, Domain]
+    codes: list[np.ndarray]  # real codes of (left, right); a one-to-many child keeps only linked rows
+    ri: np.ndarray
+    rj: np.ndarray
+    deg_report: dict[str, Any]
+    need: list[str]  # tables synthesized here (not supplied)
+    total: PrivacyBudget
+    b_links: PrivacyBudget
+    tbud: dict[str, PrivacyBudget]
+    given: dict[str, np.ndarray] = field(default_factory=dict)  # supplied synthetic tables
+    n_syn: dict[str, int] = field(default_factory=dict)
+    m_syn: int = 0
+
+    @property
+    def m(self) -> int:
+        """Number of real links (public, as in the paper)."""
+        return int(self.ri.size)
+
+    @property
+    def self_ref(self) -> bool:
+        """One table linked to itself."""
+        return self.lk.self_ref
+
+    @property
+    def no_diag(self) -> bool:
+        """Self-referential without self-loops: the diagonal i = j is excluded."""
+        return self.self_ref and not self.p["self_loops"]
+
+    @property
+    def kind(self) -> str:
+        """``one_to_many`` or ``many_to_many``."""
+        return self.lk.kind
+
+    @property
+    def n_real(self) -> tuple[int, int]:
+        """Real row counts of (left, right)."""
+        return self.codes[0].shape[0], self.codes[1].shape[0]
+
+    @property
+    def n_syn_pair(self) -> tuple[int, int]:
+        """Synthetic row counts of (left, right)."""
+        return self.n_syn[self.names[0]], self.n_syn[self.names[1]]
+
+
+def _bound_degrees(pr: Problem, tables: Mapping[str, tuple[Any, Domain]]) -> None:
+    """Apply d_max (check, or truncate first-come); a one-to-many child losing its link is dropped."""
+    lk, names, d_max = pr.lk, pr.names, int(pr.p["d_max"])
+    keys = tuple(key_positions(tables[n][0], n, k)[0] for n, k in zip(names, (lk.left_key, lk.right_key)))
+    if pr.no_diag and np.any(pr.ri == pr.rj):
+        raise DataError(f"links: a record of table {names[0]!r} links to itself; self-loops are excluded "
+                        "by default: remove them or set mechanism parameter 'self_loops: true'")
+    side = (f"{names[0]} (source)", f"{names[1]} (target)") if pr.self_ref else names
+    keep, pr.deg_report = enforce_degree(pr.ri, pr.rj, d_max, truncate=bool(pr.p["truncate"]),
+                                         names=side, keys=keys)  # type: ignore[arg-type]
+    if lk.kind == "one_to_many":
+        pr.codes[0] = pr.codes[0][pr.ri[keep]]
+        pr.ri, pr.rj = np.arange(int(keep.sum()), dtype=np.int64), pr.rj[keep]
+    else:
+        pr.ri, pr.rj = pr.ri[keep], pr.rj[keep]
+    if pr.ri.size == 0:
+        raise DataError(f"links: no relationships between {names[0]!r} and {names[1]!r} (after d_max truncation)")
+
+
+def _synthetic_sizes(pr: Problem, synthetic_tables: Mapping[str, Any]) -> None:
+    """Synthetic row counts (public: ``synthetic_rows``, a supplied table's size, or the real size) and m_syn."""
+    p, names = pr.p, pr.names
+    rows = dict(p["synthetic_rows"] or {})
+    if set(rows) - set(pr.unique):
+        raise ConfigError(f"mechanism 'relational': parameter 'synthetic_rows' names unknown table(s) "
+                          f"{sorted(map(str, set(rows) - set(pr.unique)))}; tables are {sorted(pr.unique)}")
+    for s, (name, dom) in enumerate(zip(names, pr.doms)):
+        if name in pr.n_syn:
+            continue
+        if name in synthetic_tables:
+            pr.given[name] = table_codes(synthetic_tables[name], dom, f"synthetic {name}")
+            pr.n_syn[name] = int(pr.given[name].shape[0])
+        else:
+            pr.n_syn[name] = int(rows.get(name, pr.n_real[s]))
+    n1s, n2s = pr.n_syn_pair
+    if n1s <= 0 or n2s <= 0:
+        raise DataError("synthetic tables must have at least one row each")
+    cells = n1s * (n2s - 1) if pr.no_diag else n1s * n2s
+    if pr.kind == "one_to_many":
+        pr.m_syn = n1s
+        return
+    m_syn = p["m_syn"]
+    if m_syn is None:
+        m_syn = int(round(pr.m * math.sqrt(n1s * n2s / (pr.n_real[0] * pr.n_real[1]))))
+    if isinstance(m_syn, bool) or int(m_syn) != m_syn or not (1 <= int(m_syn) <= cells):
+        raise ConfigError(f"mechanism 'relational': parameter 'm_syn' must be an integer in [1, {cells}], got {m_syn!r}")
+    pr.m_syn = int(m_syn)
+
+
+def prepare(tables: Mapping[str, tuple[Any, Domain]], links: Any, p: dict[str, Any], budgets: Mapping[str, Any],
+            synthetic_tables: Mapping[str, Any]) -> Problem:
+    """Check and resolve every input of ``run_relational`` (see there) into a :class:`Problem`."""
+    lk = parse_links(links, tables)
+    names = (lk.left, lk.right)
+    unique = list(dict.fromkeys(names))
+    doms = (tables[lk.left][1], tables[lk.right][1])
+    codes = [table_codes(tables[n][0], d, n) for n, d in zip(names, doms)]
+    need = [n for n in unique if n not in synthetic_tables]
+    total = compose_budgets(budgets, need)
+    b_links = as_budget(budgets["links"], "privacy.links")
+    tbud = {n: as_budget(budgets["tables"][n], f"privacy.tables.{n}") for n in need}
+    pr = Problem(p, lk, names, unique, doms, codes, np.asarray(lk.i, dtype=np.int64), np.asarray(lk.j, dtype=np.int64),
+                 {}, need, total, b_links, tbud)
+    _bound_degrees(pr, tables)
+    _synthetic_sizes(pr, synthetic_tables)
+    return pr
+
+
+__all__ = ["Problem", "prepare"]

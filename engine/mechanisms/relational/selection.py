@@ -1,0 +1,207 @@
+"""Selection of the cross workloads to measure: candidates, how many, and the exponential mechanism.
+
+Each measuring iteration draws k_t workloads from a random pool of unmeasured candidates with the
+exponential mechanism (TV score, sensitivity d_max/m; optionally AIM's noise penalty), then releases
+their count tables with the Gaussian mechanism (L2 sensitivity √2·d_max). The schedule (how many
+measurements, ε0, σ, the per-iteration k_t) depends on public quantities only.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from privcube.domain import Domain
+from privcube.errors import ConfigError, WorkloadError
+from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, cross_workloads
+from privcube.privacy.primitives import exponential_mechanism, exponential_rho, gaussian_sigma
+
+
+def candidate_workloads(dom1: Domain, dom2: Domain, k: int, orders: Any) -> list[CrossWorkload]:
+    """Candidate cross workloads: order k only (``orders: 'k'``, the paper), every order 2..k
+    (``'closure'``, AIM's downward closure: the default), or an explicit list of orders."""
+    if orders == "k":
+        return cross_workloads(dom1, dom2, k)
+    if orders in (None, "closure"):
+        orders = list(range(2, k + 1))
+    out: list[CrossWorkload] = []
+    for o in orders:
+        try:
+            out.extend(cross_workloads(dom1, dom2, int(o)))
+        except WorkloadError:
+            continue  # an order the two tables cannot form
+    if not out:
+        raise ConfigError(f"mechanism 'relational': no cross workloads of order(s) {orders}")
+    return out
+
+
+def selection_count(T: int, K: int, n_candidates: int, rho: float, m: int, d_max: int, alpha: float,
+                    max_noise: float | None, min_cells: int, floor_one: bool = True) -> int:
+    """How many workloads to measure: T·K (the paper), capped so each measurement stays informative.
+
+    With n measurements, σ² = d_max²·n / (m²·(1−α)·ρ). ``max_noise`` = τ caps n so that the expected
+    L2 norm of the noise on the smallest candidate, σ·√cells_min, is at most τ:
+    n ≤ τ²·m²·(1−α)·ρ / (d_max²·cells_min) (at least 1). Public inputs only (m is public, as in the paper).
+    """
+    n = min(T * K, n_candidates)
+    if max_noise is not None and n > 0:
+        cap = float(max_noise) ** 2 * m * m * (1 - alpha) * rho / (d_max * d_max * max(min_cells, 1))
+        n = max(1 if floor_one else 0, min(n, int(math.floor(cap))))
+    return n
+
+
+@dataclass
+class Schedule:
+    """The links stage's privacy schedule (public): measurements per iteration, ε0, σ, the EM's ε."""
+
+    T: int
+    K: int
+    alpha: float
+    rho_links: float
+    n_sel: int
+    ks: list[int]
+    eps0: float
+    sigma: float  # std of the noise on a released marginal (count-table noise σ·m, divided by m)
+    eps_em: float
+    sens_tv: float
+    shrinkage: Any  # True | False | 'per_release'
+    l2: float = 0.0  # L2 sensitivity of a released marginal (count table / m)
+    tau: float | None = None  # max_noise: each measurement gets the ρ its cells need (None: the paper's equal split)
+    informative: bool = True  # the data-independent check: can one measurement beat max_noise at all?
+
+    @property
+    def rho_select(self) -> float:
+        """ρ of one exponential-mechanism draw (α of a unit)."""
+        return exponential_rho(self.eps_em) if self.n_sel else 0.0
+
+    def rho_measure(self, cells: int) -> float:
+        """ρ of measuring a workload of ``cells`` cells: (1 − α) of a unit, raised (``max_noise`` τ) to what
+        keeps its expected noise norm σ·√cells ≤ τ: ρ = l2²·cells/(2τ²). Public (cells, m, d_max, τ)."""
+        base = (1 - self.alpha) * self.eps0 ** 2 / 2
+        if self.tau is None:
+            return base
+        return max(base, self.l2 * self.l2 * cells / (2.0 * self.tau * self.tau))
+
+    def sigma_of(self, rho: float) -> float:
+        """Noise std on a released marginal measured with ρ."""
+        return gaussian_sigma(rho, self.l2) if rho > 0 else math.inf
+
+    def report(self, candidates: int, rho_tables: Mapping[str, float]) -> dict[str, Any]:
+        """The report's ``privacy`` section."""
+        return {"rho_links": self.rho_links, "epsilon0": self.eps0, "em_epsilon": self.eps_em,
+                "noise_std": self.sigma, "selections": self.n_sel, "shrinkage": self.shrinkage,
+                "measuring_iterations": sum(1 for k_ in self.ks if k_), "candidates": candidates,
+                "alpha": self.alpha, "rho_tables": dict(rho_tables), "max_noise": self.tau,
+                "informative": self.informative}
+
+
+def privacy_schedule(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1: Domain, dom2: Domain,
+                     rho_links: float, m: int, d_sens: int) -> Schedule:
+    """Split ``rho_links`` over the measurements (ρ_links = Σ_t k_t·ε0²/2; α selection, 1 − α measurement)."""
+    T, K, alpha = int(p["iterations"]), int(p["workloads_per_iteration"]), float(p["alpha"])
+    tau = None if p["max_noise"] is None else float(p["max_noise"])
+    # the unit: the paper's equal split over min(T·K, candidates) measurements; with max_noise a measurement
+    # of a large workload costs several units, so the count follows the workloads actually chosen
+    n_sel = min(T * K, len(cand_w))
+    l2 = math.sqrt(2.0) * d_sens / m
+    if tau is not None and n_sel:
+        # plan for what a typical (median-sized) candidate needs: n·ρ_med = (1 − α)·ρ_links, so the
+        # selection budget per draw is not spread over measurements that cannot be paid for
+        med = float(np.median([np.prod(w.sizes(dom1, dom2)) for w in cand_w]))
+        rho_med = l2 * l2 * med / (2.0 * tau * tau)
+        n_sel = max(1, min(n_sel, int((1 - alpha) * rho_links / rho_med)))
+    eps0 = math.sqrt(2.0 * rho_links / n_sel) if n_sel else 0.0
+    sigma = gaussian_sigma((1 - alpha) * eps0 ** 2 / 2, l2) if n_sel else math.inf
+    eps_em = 2.0 * math.sqrt(alpha) * eps0 if n_sel else 0.0
+    sched = Schedule(T, K, alpha, rho_links, n_sel, [min(K, max(n_sel - K * t, 0)) for t in range(T)], eps0, sigma,
+                     eps_em, d_sens / m, False, l2, tau)
+    if n_sel and tau is not None:
+        # data-independent check: one measurement of the smallest candidate with the whole budget
+        # (less the draw) must keep its expected noise norm within max_noise, or no release can help
+        min_cells = min(int(np.prod(w.sizes(dom1, dom2))) for w in cand_w)
+        sched.informative = sched.rho_select + sched.rho_measure(min_cells) <= rho_links * (1 + 1e-9)
+    if p["shrinkage"] == "auto":
+        sched.shrinkage = True if tau is not None else False
+    else:
+        sched.shrinkage = bool(p["shrinkage"])
+    return sched
+
+
+def one_measurement(sched: Schedule, shrinkage: Any) -> Schedule:
+    """The schedule when no measurement can meet max_noise: one draw and one release with the whole links
+    budget (the least noisy release possible), shrunk unless ``shrinkage`` is false."""
+    eps0 = math.sqrt(2.0 * sched.rho_links)
+    sigma = gaussian_sigma((1 - sched.alpha) * eps0 ** 2 / 2, sched.l2)
+    ks = [1 if t == 0 else 0 for t in range(sched.T)]
+    return Schedule(sched.T, sched.K, sched.alpha, sched.rho_links, 1 if sched.T else 0, ks, eps0, sigma,
+                    2.0 * math.sqrt(sched.alpha) * eps0, sched.sens_tv, shrinkage is not False, sched.l2, None,
+                    informative=False)
+
+
+def select_and_measure(t: int, kt: int, sched: Schedule, p: Mapping[str, Any], remaining: list[CrossWorkload],
+                       real: CrossTables, ri: np.ndarray, rj: np.ndarray, syn: CrossTables, si: np.ndarray,
+                       sj: np.ndarray, m: int, ledger: Any, noise: Any,
+                       spent: float) -> tuple[list[CrossWorkload], list[np.ndarray], list[float], float]:
+    """Iteration t: up to ``kt`` draws from a random pool of ``remaining`` (EM), each then released (Gaussian).
+
+    A draw is made only while the links budget left (``rho_links − spent``) pays for it and for measuring
+    some pool member; only such members can be drawn. Each step is charged before the private data is read.
+    Returns (picked, releases, their σ, ρ spent so far); a release is a noisy marginal (count table +
+    N(0, (σ·m)²), divided by m).
+    """
+    rng = noise.generator("relational", "iteration", t)
+    pool_idx = rng.choice(len(remaining), size=min(int(p["candidates"]), len(remaining)), replace=False)
+    pool = [remaining[q] for q in sorted(pool_idx)]
+    cost = np.array([sched.rho_measure(int(np.prod(w.sizes(syn.dom1, syn.dom2)))) for w in pool])
+    picked: list[CrossWorkload] = []
+    releases: list[np.ndarray] = []
+    sigmas: list[float] = []
+    scores: np.ndarray | None = None
+    for d in range(kt):
+        left = sched.rho_links - spent
+        ok = sched.rho_select + cost <= left * (1 + 1e-9)
+        if scores is not None:
+            ok &= np.isfinite(scores)
+        if not ok.any():
+            break
+        ledger.charge("links:select", rho=sched.rho_select, iteration=t, draws=1)
+        spent += sched.rho_select
+        if scores is None:  # the private scores, read once per iteration after the first charge
+            scores = _scores(pool, sched, p, real, ri, rj, syn, si, sj, cost)
+        draw = np.where(ok, scores, -np.inf)
+        # Gumbel-max draws from the noise source (keyed; CSPRNG when unseeded), like every release
+        q = exponential_mechanism(draw, sched.eps_em, sched.sens_tv,
+                                  lambda n, d=d: noise.gumbel(("relational", "select", t, d), n))
+        w = pool[q]
+        rho_m = float(cost[q])
+        rest = sched.rho_links - spent - rho_m
+        if rest < (sched.rho_select + float(cost.min())) * (1 - 1e-9):  # nothing else fits: this one takes the rest
+            rho_m = max(sched.rho_links - spent, rho_m) if rest > 0 else rho_m
+        sigma = sched.sigma_of(rho_m)
+        ledger.charge("links:measure", rho=rho_m, iteration=t, workloads=[w.label()], sigma=sigma)
+        spent += rho_m
+        # the release is of the integer count table (L2 sensitivity √2·d_sens, noise σ·m), read as a
+        # distribution after the noise: P_w + N(0, σ²) exactly, and a discrete sampler gets integers
+        releases.append(noise.add_gaussian(("relational", "measure", t, w.label()), real.counts(w, ri, rj), sigma * m) / m)
+        picked.append(w)
+        sigmas.append(sigma)
+        scores[q] = -np.inf
+    return picked, releases, sigmas, spent
+
+
+def _scores(pool: list[CrossWorkload], sched: Schedule, p: Mapping[str, Any], real: CrossTables, ri: np.ndarray,
+            rj: np.ndarray, syn: CrossTables, si: np.ndarray, sj: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """EM scores: TV error of the current links on each pool member (sensitivity d_max/m), minus (AIM's
+    penalty, data-independent) the expected TV noise of measuring it, ½·√(2/π)·σ_w·|cells|."""
+    scores = np.array([0.5 * np.abs(real.marginal(w, ri, rj) - syn.marginal(w, si, sj)).sum() for w in pool])
+    if p["noise_penalty"]:
+        scores = scores - np.array([0.5 * math.sqrt(2 / math.pi) * sched.sigma_of(float(c)) *
+                                    np.prod(w.sizes(syn.dom1, syn.dom2)) for w, c in zip(pool, cost)])
+    return scores
+
+
+__all__ = ["candidate_workloads", "selection_count", "Schedule", "privacy_schedule", "one_measurement",
+           "select_and_measure"]

@@ -1,0 +1,172 @@
+"""Relational link learning (issue 17): per-release budgets from the chosen workloads, the data-independent
+informativeness check, degree preservation (row degrees kept, d_max respected, a noisy children-per-parent
+histogram charged to the ledger), and the projections/repairs behind them."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from privcube.errors import ConfigError
+from privcube.mechanisms.relational.degrees import (
+    balanced_degrees,
+    cap_degrees,
+    degree_bins,
+    links_with_degrees,
+    target_degrees,
+)
+from privcube.mechanisms.relational.mechanism import compose_budgets, run_relational
+from privcube.mechanisms.relational.parameters import check_params
+from privcube.mechanisms.relational.projection import project_box_sum, project_rows_box_sum
+from privcube.privacy.ledger import PrivacyLedger
+from privcube.privacy.noise import NoiseSource
+from privcube.storage.relational_data import movielens_like, parent_child_like
+
+FAST = {"iterations": 3, "pgd_iters": 30, "d_max": 10}
+
+
+@pytest.fixture(scope="module")
+def ml() -> dict:
+    return movielens_like(n_users=120, n_movies=80, n_genres=4, d_max=10, seed=2)
+
+
+@pytest.fixture(scope="module")
+def pc() -> dict:
+    return parent_child_like(n_parents=60, n_children=240, d_max=10, seed=2)
+
+
+def _identity(ds: dict) -> dict:
+    return {n: v[0] for n, v in ds["tables"].items()}
+
+
+def _links_charges(ledger: PrivacyLedger) -> dict[str, float]:
+    by: dict[str, float] = {}
+    for c in ledger.to_dict()["charges"]:
+        if c["label"].startswith("links:"):
+            by[c["label"]] = by.get(c["label"], 0.0) + c["rho"]
+    return by
+
+
+def test_rows_box_sum_projection_is_the_exact_per_row_projection() -> None:
+    rng = np.random.default_rng(0)
+    B = rng.normal(0.3, 0.6, (30, 25))
+    r = rng.integers(0, 12, 30).astype(float)
+    hi = np.ones(B.shape)
+    hi[np.arange(25), np.arange(25)] = 0.0  # a fixed diagonal, as for self-referential links
+    X = project_rows_box_sum(B, r, hi)
+    ref = np.array([project_box_sum(B[i], r[i], 0.0, hi[i]) if r[i] > 0 else np.zeros(25) for i in range(30)])
+    assert np.abs(X - ref).max() < 1e-9
+    assert np.abs(X.sum(axis=1) - r).max() < 1e-9 and X.min() >= 0 and np.all(X <= hi + 1e-12)
+
+
+def test_links_with_degrees_and_cap_keep_degree_sequences() -> None:
+    rng = np.random.default_rng(1)
+    d1, d2 = balanced_degrees(50, 230, rng), balanced_degrees(40, 230, rng)
+    assert d1.sum() == d2.sum() == 230 and d1.max() - d1.min() <= 1
+    i, j = links_with_degrees(d1, d2, rng)
+    assert len(set(zip(i.tolist(), j.tolist()))) == 230
+    assert np.array_equal(np.bincount(i, minlength=50), d1) and np.array_equal(np.bincount(j, minlength=40), d2)
+    # pile links on a few right records, then cap: left degrees kept, right ≤ cap, no repeated pair,
+    # and a moved link lands on a record with the same code when one has room
+    j2 = np.where(rng.random(230) < 0.5, j % 3, j)
+    keep = np.unique(i * 40 + j2, return_index=True)[1]
+    i2, j2 = i[keep], j2[keep]
+    keys = np.arange(40) % 2
+    si, sj = cap_degrees(i2, j2, 40, 7, keys, rng)
+    assert np.array_equal(np.bincount(si, minlength=50), np.bincount(i2, minlength=50))
+    assert np.bincount(sj, minlength=40).max() <= 7 and len(set(zip(si.tolist(), sj.tolist()))) == si.size
+    assert np.array_equal(np.bincount(keys[sj], minlength=2), np.bincount(keys[j2], minlength=2))
+
+
+def test_target_degrees_sum_to_children_within_d_max() -> None:
+    rng = np.random.default_rng(2)
+    assert degree_bins(50) == [(0, 0), (1, 50)]
+    deg = target_degrees(np.array([700.0, 300.0]), 1000, 4000, 50, rng)
+    assert deg.sum() == 4000 and deg.min() >= 0 and deg.max() <= 50
+    assert 0.6 < np.mean(deg == 0) < 0.8  # most parents childless, as the (noisy) counts say
+    deg = target_degrees(np.array([-50.0, 900.0]), 1000, 3000, 50, rng)  # a negative count is clipped
+    assert deg.sum() == 3000 and np.count_nonzero(deg) > 900
+
+
+def test_one_to_many_degrees_are_released_charged_and_respected(pc: dict) -> None:
+    b = {"tables": {"children": {"epsilon": 1.0, "delta": 1e-6}, "parents": {"epsilon": 1.0, "delta": 1e-6}},
+         "links": {"epsilon": 2.0, "delta": 1e-6}}
+    noise = NoiseSource(3)
+    total = compose_budgets(b, ["children", "parents"])
+    ledger = PrivacyLedger(total, noise=noise)
+    res = run_relational(pc["tables"], pc["links"], {**FAST, "d_max": 6, "truncate": True, "degree_share": 0.1},
+                         b, ledger, noise)
+    rho_links = compose_budgets({"links": b["links"]}, []).rho
+    by = _links_charges(ledger)
+    assert math.isclose(by["links:degrees"], 0.1 * rho_links, rel_tol=1e-9)
+    assert sum(by.values()) <= rho_links * (1 + 1e-9) and ledger.spent_rho <= total.rho * (1 + 1e-9)
+    fk = res.tables["children"]["parent_id"].to_numpy()
+    assert np.bincount(fk).max() <= 6 and res.report["degrees"]["d_max_respected"]
+    # no private value in what the run says about degrees (only public settings and DP figures)
+    deg_charge = [c for c in ledger.to_dict()["charges"] if c["label"] == "links:degrees"][0]
+    assert set(deg_charge) - {"label", "rho", "epsilon", "delta"} <= {"sigma", "bins"}
+
+
+def test_many_to_many_keeps_row_degrees_and_d_max(ml: dict) -> None:
+    b = {"links": {"epsilon": 2.0, "delta": 1e-6}}
+    res = run_relational(ml["tables"], ml["links"], {**FAST, "d_max": 10}, b, noise=NoiseSource(4),
+                         synthetic_tables=_identity(ml))
+    u, m = res.links.iloc[:, 0].to_numpy(), res.links.iloc[:, 1].to_numpy()
+    assert not res.links.duplicated().any()
+    # users keep the balanced start's degrees (⌊m/n⌋ or ⌈m/n⌉), movies are capped at d_max
+    du = np.bincount(u, minlength=len(res.tables["users"]))
+    assert du.max() - du.min() <= 1 and np.bincount(m).max() <= 10
+
+
+def test_each_release_gets_the_budget_its_cells_need(ml: dict) -> None:
+    """max_noise τ: every release's expected noise norm σ·√cells is within τ; the links budget is used up and
+    never exceeded; the number of releases follows the chosen workloads."""
+    b = {"links": {"epsilon": 2.0, "delta": 1e-6}}
+    noise = NoiseSource(5)
+    ledger = PrivacyLedger(compose_budgets(b, []), noise=noise)
+    tau = 0.3
+    res = run_relational(ml["tables"], ml["links"], {**FAST, "iterations": 6, "max_noise": tau}, b, ledger, noise,
+                         synthetic_tables=_identity(ml))
+    dom1, dom2 = ml["tables"]["users"][1], ml["tables"]["movies"][1]
+    meas = [c for c in ledger.to_dict()["charges"] if c["label"] == "links:measure"]
+    assert meas and len(meas) == res.report["privacy"]["selections"]
+    for c in meas:
+        (lab,) = c["workloads"]
+        left, right = lab.split("|")
+        cells = dom1.size(tuple(left.split(","))) * dom2.size(tuple(right.split(",")))
+        assert c["sigma"] * math.sqrt(cells) <= tau * (1 + 1e-9)
+    assert math.isclose(ledger.spent_rho, compose_budgets(b, []).rho, rel_tol=1e-9)
+
+
+def test_uninformative_budget_releases_random_links_and_spends_nothing(ml: dict) -> None:
+    b = {"links": {"epsilon": 0.01, "delta": 1e-6}}
+    noise = NoiseSource(6)
+    ledger = PrivacyLedger(compose_budgets(b, []), noise=noise)
+    res = run_relational(ml["tables"], ml["links"], {**FAST, "max_noise": 0.05, "evaluate_nonprivate": True,
+                                                     "uninformative": "random"}, b,
+                         ledger, noise, synthetic_tables=_identity(ml))
+    assert res.report["privacy"]["informative"] is False and "released" in res.report["warnings"][0]
+    assert ledger.spent_rho == 0.0 and res.report["privacy"]["selections"] == 0
+    ev = res.report["nonprivate_evaluation"]
+    assert math.isclose(ev["before_degree_repair_pct"], ev["initial_random_links_error_pct"], rel_tol=1e-12)
+
+
+def test_uninformative_budget_warns_and_learns_by_default(ml: dict) -> None:
+    b = {"links": {"epsilon": 0.01, "delta": 1e-6}}
+    noise = NoiseSource(6)
+    ledger = PrivacyLedger(compose_budgets(b, []), noise=noise)
+    res = run_relational(ml["tables"], ml["links"], {**FAST, "max_noise": 0.05}, b, ledger, noise,
+                         synthetic_tables=_identity(ml))
+    assert "anyway" in res.report["warnings"][0] and res.report["privacy"]["selections"] == 1
+    assert math.isclose(ledger.spent_rho, compose_budgets(b, []).rho, rel_tol=1e-9)
+
+
+def test_new_parameters_are_validated() -> None:
+    with pytest.raises(ConfigError, match="'uninformative'"):
+        check_params({"uninformative": "skip"})
+    with pytest.raises(ConfigError, match="'degrees'"):
+        check_params({"degrees": "keep"})
+    with pytest.raises(ConfigError, match="'degree_share'"):
+        check_params({"degree_share": 1.5})
+    assert check_params({})["degrees"] == "preserve"

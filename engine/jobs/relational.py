@@ -188,7 +188,7 @@ class RelationalJobKind:
         job, ctx = self.job, env.context
         ledger = PrivacyLedger(job.total, noise=env.noise)
         res = run_relational(tables, links, job.params, job.budgets, ledger, env.noise, ctx.client,
-                             progress=ctx.progress, checkpoint=ctx.checkpoint, resume=ctx.resume)
+                             progress=ctx.progress, checkpoint=ctx.checkpoint, resume=ctx.resume, context=ctx)
         return res, ledger
 
     def release(self, measured: Any, env: JobEnv) -> None:

@@ -74,7 +74,7 @@ import pandas as pd
 from privcube.domain import Domain
 from privcube.errors import ConfigError, DataError
 from privcube.mechanisms.base import Mechanism, MechanismResult, RunContext
-from privcube.mechanisms.relational.composition import PrefixNoise, compose_budgets, restore_ledger
+from privcube.mechanisms.relational.composition import compose_budgets, restore_ledger
 from privcube.mechanisms.relational.degrees import (
     cap_degrees,
     match_degrees,
@@ -103,11 +103,6 @@ from privcube.mechanisms.relational.tables import restore_tables, synthesize_tab
 from privcube.mechanisms.relational.workloads import CrossTables, average_error, cross_workloads
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
-
-# names kept for existing importers (the config loader, tests); new code uses the public ones
-_check_params = check_params
-_PrefixNoise = PrefixNoise
-
 
 @dataclass
 class RelationalResult:

@@ -7,13 +7,16 @@ data:
     users:    {path: users.parquet, schema: users.schema.yaml, key: id}   # or domain: {col: size} / path
     sessions: {path: sessions.parquet, schema: sessions.schema.yaml}      # key optional for a child
   links: {from: sessions.user_id, to: users.id}                           # one-to-many through a FK
+  # several foreign keys (a schema graph without cycles; privacy.links then maps each `from` to its budget):
+  #   links: [{from: sessions.user_id, to: users.id}, {from: bookings.user_id, to: users.id}]
   # many-to-many: links: {path: ratings.parquet, left: users.id, right: movies.id[, columns: [user_id, movie_id]]}
   # self-referential (ONE table under data.tables, one table budget):
   #   links: {path: friends.parquet, left: users.id, right: users.id[, columns: [user_id, friend_id]]}
 mechanism: {name: relational, d_max: 50, iterations: 10, ..., evaluate_nonprivate: false}
 privacy:
   tables: {users: {epsilon: 1, delta: 1e-6}, sessions: {epsilon: 1, delta: 1e-6}}
-  links: {epsilon: 1, delta: 1e-6}
+  links: {epsilon: 1, delta: 1e-6}       # list form: {sessions.user_id: {epsilon: 1, delta: 1e-6}, ...}
+  # list form only: a table may be `public` (released as it is, no budget): tables: {users: public, ...}
 cluster: {type: local, n_workers: 2}      # optional
 noise_sampler: continuous                 # optional
 output: {labels: true}                    # optional: decoded <attr>_label columns
@@ -92,6 +95,14 @@ class RelationalJob:
     cluster: dict[str, Any] = field(default_factory=dict)
     output: dict[str, Any] = field(default_factory=dict)
     noise_sampler: str = "continuous"
+    fks: list[LinkSpec] = field(default_factory=list)  # list form of data.links (a schema graph); else empty
+    public: list[str] = field(default_factory=list)  # list form: tables released as they are (no budget)
+    keys: dict[str, str] = field(default_factory=dict)  # list form: each table's (output) key column
+
+    @property
+    def multi(self) -> bool:
+        """Whether ``data.links`` was a list of foreign keys (schema graph)."""
+        return bool(self.fks)
 
     def resolved(self) -> dict[str, Any]:
         """The config as written to ``config.yaml`` (paths resolved, schemas and budgets spelled out)."""
@@ -108,12 +119,15 @@ class RelationalJob:
         out["mechanism"] = {"name": "relational", **self.params}
         out["resolved"] = {
             "schemas": {n: t.schema.to_dict() for n, t in self.tables.items()},
-            "links": {"kind": self.links.kind, "left": f"{self.links.left}.{self.links.left_col}",
+            "links": [{"kind": f.kind, "from": f"{f.left}.{f.left_col}", "to": f"{f.right}.{f.right_col}"}
+                      for f in self.fks] if self.multi else {"kind": self.links.kind, "left": f"{self.links.left}.{self.links.left_col}",
                       "right": f"{self.links.right}.{self.links.right_col}",
                       **({"columns": list(self.links.columns)} if self.links.columns else {})},
             "privacy": {"parts": {n: b.to_dict() for n, b in self.parts.items()}, "total": self.total.to_dict(),
-                        "composition": COMPOSITION_NOTE},
+                        "composition": COMPOSITION_NOTE, **({"public_tables": self.public} if self.public else {})},
         }
+        if self.multi:
+            out["resolved"]["keys"] = dict(self.keys)
         return out
 
 
@@ -199,18 +213,35 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
     bad = set(data) - DATA_KEYS
     if bad:
         raise ConfigError(f"data: unknown key(s) {sorted(bad)} for mechanism 'relational'; known: {sorted(DATA_KEYS)}")
-    tables = _tables(data.get("tables"), base)
-    links = _links(data.get("links"), tables, base)
-    _check_identifiers(tables, links)
-    params = _params(raw.get("mechanism"), tables)
-    parts = _parts(raw.get("privacy"), tables)
+    multi = isinstance(data.get("links"), list)
+    tables = _tables(data.get("tables"), base, multi)
+    fks: list[LinkSpec] = []
+    public: list[str] = []
+    keys: dict[str, str] = {}
+    if multi:
+        from privcube.relational_graph import check_graph, graph_parts, parse_fk_list
+
+        fks = parse_fk_list(data["links"], tables)
+        keys = check_graph(tables, fks)
+        links = fks[0]
+        params = _params(raw.get("mechanism"), tables)
+        parts, public = graph_parts(raw.get("privacy"), tables, fks)
+    else:
+        links = _links(data.get("links"), tables, base)
+        _check_identifiers(tables, links)
+        params = _params(raw.get("mechanism"), tables)
+        parts = _parts(raw.get("privacy"), tables)
     rho = sum(b.rho for b in parts.values())
     eps = sum(b.epsilon for b in parts.values())
     delta = sum(b.delta for b in parts.values())
     if delta >= 1:
         raise BudgetError(f"privacy: the deltas add up to {delta:g} >= 1")
     total = PrivacyBudget(rho, eps, delta, False)
-    budgets = {"tables": {n: parts[n] for n in tables}, "links": parts["links"]}
+    if multi:
+        budgets = {"tables": {n: parts[n] for n in tables if n not in public},
+                   "links": {f"{f.left}.{f.left_col}": parts[f"{f.left}.{f.left_col}"] for f in fks}}
+    else:
+        budgets = {"tables": {n: parts[n] for n in tables}, "links": parts["links"]}
     cluster = parse_cluster(raw, base)
     output = raw.get("output") or {}
     if not isinstance(output, Mapping) or set(output) - OUTPUT_KEYS:
@@ -218,16 +249,18 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
     if not isinstance(output.get("labels", True), bool):
         raise ConfigError(f"output.labels must be true or false, got {output.get('labels')!r}")
     return RelationalJob(raw, base, tables, links, params, budgets, parts, total, cluster, dict(output),
-                         parse_noise_sampler(raw))
+                         parse_noise_sampler(raw), fks, public, keys)
 
 
-def _tables(tables_raw: Any, base: Path) -> dict[str, TableSpec]:
-    """``data.tables``: one or two tables, each {path, schema|domain, key}."""
+def _tables(tables_raw: Any, base: Path, multi: bool = False) -> dict[str, TableSpec]:
+    """``data.tables``: one or two tables (two or more with a list of links), each {path, schema|domain, key}."""
     if not isinstance(tables_raw, Mapping) or not tables_raw:
         raise ConfigError("data.tables: expected a mapping {name: {path, schema|domain, key}}")
-    if len(tables_raw) not in (1, 2):
+    if multi and len(tables_raw) < 2:
+        raise ConfigError(f"data.tables: a list of links needs at least two tables, got {len(tables_raw)}")
+    if not multi and len(tables_raw) not in (1, 2):
         raise ConfigError(f"data.tables: relational synthesis takes two tables (or one table with self-referential "
-                          f"links), got {len(tables_raw)} ({sorted(map(str, tables_raw))})")
+                          f"links; more tables with a list of foreign keys under data.links), got {len(tables_raw)} ({sorted(map(str, tables_raw))})")
     tables: dict[str, TableSpec] = {}
     for name, spec in tables_raw.items():
         if not isinstance(name, str) or not name or "." in name:

@@ -260,7 +260,8 @@ def _tables(tables_raw: Any, base: Path, multi: bool = False) -> dict[str, Table
         raise ConfigError(f"data.tables: a list of links needs at least two tables, got {len(tables_raw)}")
     if not multi and len(tables_raw) not in (1, 2):
         raise ConfigError(f"data.tables: relational synthesis takes two tables (or one table with self-referential "
-                          f"links; more tables with a list of foreign keys under data.links), got {len(tables_raw)} ({sorted(map(str, tables_raw))})")
+                          f"links), got {len(tables_raw)} ({sorted(map(str, tables_raw))}); for more tables give "
+                          "data.links as a list of foreign keys [{from: child.fk, to: parent.key}, ...]")
     tables: dict[str, TableSpec] = {}
     for name, spec in tables_raw.items():
         if not isinstance(name, str) or not name or "." in name:

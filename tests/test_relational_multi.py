@@ -181,3 +181,52 @@ def test_missing_fk_column_names_it(tmp_path: Path) -> None:
         _run(cfg, tmp_path)
     assert "'owner'" in str(e.value) and "bookings" in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "run").exists()
+
+
+class _Crash(BaseException):
+    """Stands in for a kill right after a checkpoint commit."""
+
+
+@pytest.mark.parametrize("crash_after", [1, 3])  # 1: two tables done; 3: three tables and the first link done
+def test_killed_graph_run_resumes_to_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     crash_after: int) -> None:
+    from privcube.mechanisms.relational.checkpoint import RelationalCheckpoint
+
+    cfg = _files(tmp_path)
+    ref = _run(cfg, tmp_path, "ref")
+    orig = RelationalCheckpoint.save
+
+    def save(self: RelationalCheckpoint, round: int, state: dict) -> None:
+        orig(self, round, state)
+        if round == crash_after:
+            raise _Crash()
+
+    monkeypatch.setattr(RelationalCheckpoint, "save", save)
+    with pytest.raises(_Crash):
+        _run(cfg, tmp_path, "got")
+    monkeypatch.undo()
+    assert (tmp_path / "got" / "checkpoint").exists() and not (tmp_path / "got" / "ledger.json").exists()
+    privcube.run(tmp_path / "cfg.yaml", tmp_path / "got", seed=5, resume=True, quiet=True)
+    got = tmp_path / "got"
+    assert (got / ".complete").exists() and not (got / "checkpoint").exists()
+    for name in ("users", "sessions", "bookings"):
+        pd.testing.assert_frame_equal(pd.read_parquet(ref / f"synthetic/{name}.parquet"),
+                                      pd.read_parquet(got / f"synthetic/{name}.parquet"))
+    a, b = json.loads((ref / "ledger.json").read_text()), json.loads((got / "ledger.json").read_text())
+    assert a["charges"] == b["charges"] and a["spent"] == b["spent"]  # replayed, never charged twice
+    _check_ledger(got, ["users", "sessions", "bookings", "sessions.user_id", "bookings.user_id"])
+    ra, rb = json.loads((ref / "report.json").read_text()), json.loads((got / "report.json").read_text())
+    assert [lk["from"] for lk in rb["links"]] == ["sessions.user_id", "bookings.user_id"]
+    assert ra["cross_table_error"] == rb["cross_table_error"]
+
+
+def test_cli_bad_graph_config_one_line_exit_2(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    cfg = _bad(_files(tmp_path), lambda c: c["privacy"]["links"].pop("sessions.user_id"))
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "privcube", "run", str(tmp_path / "cfg.yaml"), "--out",
+                           str(tmp_path / "out"), "--seed", "1", "--quiet"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and not (tmp_path / "out").exists()
+    assert len(proc.stderr.strip().splitlines()) == 1 and "sessions.user_id" in proc.stderr

@@ -192,7 +192,7 @@ class RelationalJobKind:
 
         job, ctx = self.job, env.context
         ledger = PrivacyLedger(job.total, noise=env.noise)
-        if job.multi:  # a schema graph: no checkpoint (nothing is released before the end); see relational_multi
+        if job.multi:  # a schema graph: see relational_multi
             from privcube.jobs.relational_multi import run_graph
 
             return run_graph(job, source, ledger, env.noise, ctx), ledger

@@ -1,5 +1,5 @@
-"""Config of a relational job (mechanism ``relational``): two tables (or one self-linked table), their links,
-budgets, cluster.
+"""Config of a relational job (mechanism ``relational``): two tables (or one self-linked table, or several
+tables linked by a list of foreign keys: ``privcube.relational_graph``), their links, budgets, cluster.
 
 ```yaml
 data:
@@ -226,6 +226,10 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
         links = fks[0]
         params = _params(raw.get("mechanism"), tables)
         parts, public = graph_parts(raw.get("privacy"), tables, fks)
+        resized = sorted(set(params.get("synthetic_rows") or {}) & set(public))
+        if resized:
+            raise ConfigError(f"mechanism.synthetic_rows: table(s) {resized} are public (released as given); "
+                              "remove them from synthetic_rows")
     else:
         links = _links(data.get("links"), tables, base)
         _check_identifiers(tables, links)
@@ -335,6 +339,9 @@ def _parts(privacy: Any, tables: Mapping[str, TableSpec]) -> dict[str, PrivacyBu
     for name in tables:
         if name not in ptab:
             raise BudgetError(f"privacy.tables: no budget for table {name!r}")
+        if ptab[name] == "public":
+            raise ConfigError(f"privacy.tables.{name}: 'public' tables are taken only with a list of foreign keys "
+                              "under data.links; give a budget {epsilon, delta}")
         parts[name] = _budget(ptab[name], f"privacy.tables.{name}")
     parts["links"] = _budget(privacy["links"], "privacy.links")
     return parts

@@ -157,6 +157,10 @@ BAD = [
     ("same_column_twice", lambda c: c["data"]["links"].append({"from": "sessions.user_id", "to": "users.id"}),
      ConfigError, "sessions.user_id"),
     ("cycle", lambda c: c["data"]["links"].append({"from": "users.home", "to": "sessions.sid"}), ConfigError, "cycle"),
+    ("table_in_no_link", lambda c: c["data"]["links"].pop(1), ConfigError, "'bookings'"),
+    ("item_keys", lambda c: c["data"]["links"][0].update({"path": "x.parquet"}), ConfigError, "data.links[0]"),
+    ("public_resized", lambda c: (c["privacy"]["tables"].update({"users": "public"}),
+                                  c["mechanism"].update({"synthetic_rows": {"users": 10}})), ConfigError, "synthetic_rows"),
 ]
 
 
@@ -218,6 +222,16 @@ def test_killed_graph_run_resumes_to_the_same_result(tmp_path: Path, monkeypatch
     ra, rb = json.loads((ref / "report.json").read_text()), json.loads((got / "report.json").read_text())
     assert [lk["from"] for lk in rb["links"]] == ["sessions.user_id", "bookings.user_id"]
     assert ra["cross_table_error"] == rb["cross_table_error"]
+
+
+def test_public_only_with_list_form(tmp_path: Path) -> None:
+    cfg = _files(tmp_path)
+    cfg["data"]["tables"].pop("bookings")
+    cfg["data"]["links"] = cfg["data"]["links"][0]
+    cfg["privacy"] = {"tables": {"users": "public", "sessions": {"epsilon": 1, "delta": 1e-6}},
+                      "links": {"epsilon": 1, "delta": 1e-6}}
+    with pytest.raises(ConfigError, match=r"privacy.tables.users: 'public'"):
+        _run(cfg, tmp_path)
 
 
 def test_cli_bad_graph_config_one_line_exit_2(tmp_path: Path) -> None:

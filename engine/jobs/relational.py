@@ -23,6 +23,10 @@ reads each part's spent ρ at its own δ and adds, so a full run shows ε1+ε2+�
 tighter zCDP reading (cdp_epsilon(Σρ, Σδ)) is recorded under ``composition.zcdp``. A self-referential
 job has one table part: it shows ε_table + ε_rel (the table is synthesized once).
 
+Schema graphs (``data.links`` a list of foreign keys; ``privcube.jobs.relational_multi``): every table is
+synthesized once, then each link on the synthetic tables with its own budget (``privacy.links[<from>]``,
+ledger labels ``link:<from>:…``, part ``<from>`` of the composition); ``report.json`` lists the links.
+
 Resume: ``--resume`` continues from ``checkpoint/`` (same config and seed, checked before any data is
 read): finished tables are reused, the ledger is replayed from the checkpoint (no budget spent twice),
 the link loop restarts after the last committed iteration, output files already written are kept.

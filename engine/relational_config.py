@@ -117,12 +117,15 @@ class RelationalJob:
         if self.links.path is not None:
             data["links"]["path"] = self.links.path
         out["mechanism"] = {"name": "relational", **self.params}
+        links: Any = {"kind": self.links.kind, "left": f"{self.links.left}.{self.links.left_col}",
+                      "right": f"{self.links.right}.{self.links.right_col}",
+                      **({"columns": list(self.links.columns)} if self.links.columns else {})}
+        if self.multi:
+            links = [{"kind": f.kind, "from": f"{f.left}.{f.left_col}", "to": f"{f.right}.{f.right_col}"}
+                     for f in self.fks]
         out["resolved"] = {
             "schemas": {n: t.schema.to_dict() for n, t in self.tables.items()},
-            "links": [{"kind": f.kind, "from": f"{f.left}.{f.left_col}", "to": f"{f.right}.{f.right_col}"}
-                      for f in self.fks] if self.multi else {"kind": self.links.kind, "left": f"{self.links.left}.{self.links.left_col}",
-                      "right": f"{self.links.right}.{self.links.right_col}",
-                      **({"columns": list(self.links.columns)} if self.links.columns else {})},
+            "links": links,
             "privacy": {"parts": {n: b.to_dict() for n, b in self.parts.items()}, "total": self.total.to_dict(),
                         "composition": COMPOSITION_NOTE, **({"public_tables": self.public} if self.public else {})},
         }

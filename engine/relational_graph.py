@@ -31,8 +31,9 @@ def parse_fk_list(items: list[Any], tables: Mapping[str, TableSpec]) -> list[Lin
     for n, item in enumerate(items):
         what = f"data.links[{n}]"
         if not isinstance(item, Mapping) or set(item) != FK_KEYS:
+            got = sorted(map(str, item)) if isinstance(item, Mapping) else item
             raise ConfigError(f"{what}: expected {{from: child.fk, to: parent.key}} (a list item takes exactly "
-                              f"'from' and 'to'), got keys {sorted(map(str, item)) if isinstance(item, Mapping) else item!r}")
+                              f"'from' and 'to'), got {got!r}")
         child, fk = _ref(item["from"], f"{what}.from")
         parent, key = _ref(item["to"], f"{what}.to")
         for t, side in ((child, "from"), (parent, "to")):
@@ -113,7 +114,8 @@ def graph_parts(privacy: Any, tables: Mapping[str, TableSpec],
                 fks: list[LinkSpec]) -> tuple[dict[str, PrivacyBudget], list[str]]:
     """``privacy``: a budget (or ``public``) per table, a budget per link's ``from``; returns (parts, public)."""
     if not isinstance(privacy, Mapping):
-        raise ConfigError("privacy is missing: give {tables: {name: {epsilon, delta}}, links: {child.fk: {epsilon, delta}}}")
+        raise ConfigError("privacy is missing: give {tables: {name: {epsilon, delta}}, "
+                          "links: {child.fk: {epsilon, delta}}}")
     bad = set(privacy) - {"tables", "links"}
     if bad:
         raise ConfigError(f"privacy: unknown key(s) {sorted(bad)}; a relational job takes 'tables' and 'links'")

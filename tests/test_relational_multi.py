@@ -160,7 +160,8 @@ BAD = [
     ("table_in_no_link", lambda c: c["data"]["links"].pop(1), ConfigError, "'bookings'"),
     ("item_keys", lambda c: c["data"]["links"][0].update({"path": "x.parquet"}), ConfigError, "data.links[0]"),
     ("public_resized", lambda c: (c["privacy"]["tables"].update({"users": "public"}),
-                                  c["mechanism"].update({"synthetic_rows": {"users": 10}})), ConfigError, "synthetic_rows"),
+                                  c["mechanism"].update({"synthetic_rows": {"users": 10}})),
+     ConfigError, "synthetic_rows"),
 ]
 
 
@@ -241,6 +242,7 @@ def test_cli_bad_graph_config_one_line_exit_2(tmp_path: Path) -> None:
     cfg = _bad(_files(tmp_path), lambda c: c["privacy"]["links"].pop("sessions.user_id"))
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
     proc = subprocess.run([sys.executable, "-m", "privcube", "run", str(tmp_path / "cfg.yaml"), "--out",
-                           str(tmp_path / "out"), "--seed", "1", "--quiet"], capture_output=True, text=True, timeout=120)
+                           str(tmp_path / "out"), "--seed", "1", "--quiet"],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and not (tmp_path / "out").exists()
     assert len(proc.stderr.strip().splitlines()) == 1 and "sessions.user_id" in proc.stderr

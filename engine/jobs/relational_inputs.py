@@ -129,7 +129,8 @@ def read_graph_inputs(job: RelationalJob) -> tuple[dict[str, tuple[pd.DataFrame,
     frames: dict[str, tuple[pd.DataFrame, Any]] = {}
     for name, t in job.tables.items():
         ids = [job.keys[name], *(f.left_col for f in job.fks if f.left == name)]
-        ids = [c for c in ids if c and (c != job.keys[name] or t.key is not None or any(f.right == name for f in job.fks))]
+        has_key = t.key is not None or any(f.right == name for f in job.fks)  # else ids are row positions
+        ids = [c for c in ids if c != job.keys[name] or has_key]
         frames[name] = (_read_table(t, ids), t.domain)
     per_link: list[tuple[Any, dict]] = []
     for f in job.fks:
@@ -138,8 +139,8 @@ def read_graph_inputs(job: RelationalJob) -> tuple[dict[str, tuple[pd.DataFrame,
         a, b = _harmonise(cframe[f.left_col], pframe[f.right_col])
         cframe[f.left_col], pframe[f.right_col] = a.to_numpy(), b.to_numpy()
         tables = {f.left: (cframe, frames[f.left][1]), f.right: (pframe, frames[f.right][1])}
-        per_link.append((f, {"tables": tables, "links": {"from": f"{f.left}.{f.left_col}", "to": f"{f.right}.{f.right_col}",
-                                                         "child_key": job.keys[f.left]}}))
+        spec = {"from": f"{f.left}.{f.left_col}", "to": f"{f.right}.{f.right_col}", "child_key": job.keys[f.left]}
+        per_link.append((f, {"tables": tables, "links": spec}))
     return frames, per_link
 
 

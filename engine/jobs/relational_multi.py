@@ -5,9 +5,10 @@ Stage 1: each table is synthesized once on its own budget (ledger label ``table:
 each link ``CHILD.fk -> PARENT.key`` runs ``run_relational`` on the already synthetic tables (given as
 ``synthetic_tables=``, so nothing is charged twice) with its own budget ``privacy.links[CHILD.fk]``; its
 charges go to the run's ledger as ``link:CHILD.fk:…`` and its noise comes from a stream of its own.
-The ledger's budget is the basic composition of the parts (Σε, Σδ; Σρ enforced). The run's checkpoint is
-committed after each table and each link (``--resume`` replays its charges; an unfinished link restarts). Synthetic ids are row
-positions 0..n-1 of each synthetic table, so every child's FK is a key of the synthetic parent.
+The ledger's budget is the basic composition of the parts (Σε, Σδ; Σρ enforced). The run's
+checkpoint is committed after each table and each link (``--resume`` replays its charges; an unfinished
+link restarts). Synthetic ids are row positions 0..n-1 of each synthetic table, so every child's FK is a
+key of the synthetic parent.
 """
 from __future__ import annotations
 

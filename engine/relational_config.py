@@ -1,5 +1,5 @@
-"""Config of a relational job (mechanism ``relational``): two tables (or one self-linked table), their links,
-budgets, cluster.
+"""Config of a relational job (mechanism ``relational``): two tables (or one self-linked table, or several
+tables linked by a list of foreign keys: ``privcube.relational_graph``), their links, budgets, cluster.
 
 ```yaml
 data:
@@ -7,13 +7,16 @@ data:
     users:    {path: users.parquet, schema: users.schema.yaml, key: id}   # or domain: {col: size} / path
     sessions: {path: sessions.parquet, schema: sessions.schema.yaml}      # key optional for a child
   links: {from: sessions.user_id, to: users.id}                           # one-to-many through a FK
+  # several foreign keys (a schema graph without cycles; privacy.links then maps each `from` to its budget):
+  #   links: [{from: sessions.user_id, to: users.id}, {from: bookings.user_id, to: users.id}]
   # many-to-many: links: {path: ratings.parquet, left: users.id, right: movies.id[, columns: [user_id, movie_id]]}
   # self-referential (ONE table under data.tables, one table budget):
   #   links: {path: friends.parquet, left: users.id, right: users.id[, columns: [user_id, friend_id]]}
 mechanism: {name: relational, d_max: 50, iterations: 10, ..., evaluate_nonprivate: false}
 privacy:
   tables: {users: {epsilon: 1, delta: 1e-6}, sessions: {epsilon: 1, delta: 1e-6}}
-  links: {epsilon: 1, delta: 1e-6}
+  links: {epsilon: 1, delta: 1e-6}       # list form: {sessions.user_id: {epsilon: 1, delta: 1e-6}, ...}
+  # list form only: a table may be `public` (released as it is, no budget): tables: {users: public, ...}
 cluster: {type: local, n_workers: 2}      # optional
 noise_sampler: continuous                 # optional
 output: {labels: true}                    # optional: decoded <attr>_label columns
@@ -92,6 +95,14 @@ class RelationalJob:
     cluster: dict[str, Any] = field(default_factory=dict)
     output: dict[str, Any] = field(default_factory=dict)
     noise_sampler: str = "continuous"
+    fks: list[LinkSpec] = field(default_factory=list)  # list form of data.links (a schema graph); else empty
+    public: list[str] = field(default_factory=list)  # list form: tables released as they are (no budget)
+    keys: dict[str, str] = field(default_factory=dict)  # list form: each table's (output) key column
+
+    @property
+    def multi(self) -> bool:
+        """Whether ``data.links`` was a list of foreign keys (schema graph)."""
+        return bool(self.fks)
 
     def resolved(self) -> dict[str, Any]:
         """The config as written to ``config.yaml`` (paths resolved, schemas and budgets spelled out)."""
@@ -106,14 +117,20 @@ class RelationalJob:
         if self.links.path is not None:
             data["links"]["path"] = self.links.path
         out["mechanism"] = {"name": "relational", **self.params}
+        links: Any = {"kind": self.links.kind, "left": f"{self.links.left}.{self.links.left_col}",
+                      "right": f"{self.links.right}.{self.links.right_col}",
+                      **({"columns": list(self.links.columns)} if self.links.columns else {})}
+        if self.multi:
+            links = [{"kind": f.kind, "from": f"{f.left}.{f.left_col}", "to": f"{f.right}.{f.right_col}"}
+                     for f in self.fks]
         out["resolved"] = {
             "schemas": {n: t.schema.to_dict() for n, t in self.tables.items()},
-            "links": {"kind": self.links.kind, "left": f"{self.links.left}.{self.links.left_col}",
-                      "right": f"{self.links.right}.{self.links.right_col}",
-                      **({"columns": list(self.links.columns)} if self.links.columns else {})},
+            "links": links,
             "privacy": {"parts": {n: b.to_dict() for n, b in self.parts.items()}, "total": self.total.to_dict(),
-                        "composition": COMPOSITION_NOTE},
+                        "composition": COMPOSITION_NOTE, **({"public_tables": self.public} if self.public else {})},
         }
+        if self.multi:
+            out["resolved"]["keys"] = dict(self.keys)
         return out
 
 
@@ -199,18 +216,39 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
     bad = set(data) - DATA_KEYS
     if bad:
         raise ConfigError(f"data: unknown key(s) {sorted(bad)} for mechanism 'relational'; known: {sorted(DATA_KEYS)}")
-    tables = _tables(data.get("tables"), base)
-    links = _links(data.get("links"), tables, base)
-    _check_identifiers(tables, links)
-    params = _params(raw.get("mechanism"), tables)
-    parts = _parts(raw.get("privacy"), tables)
+    multi = isinstance(data.get("links"), list)
+    tables = _tables(data.get("tables"), base, multi)
+    fks: list[LinkSpec] = []
+    public: list[str] = []
+    keys: dict[str, str] = {}
+    if multi:
+        from privcube.relational_graph import check_graph, graph_parts, parse_fk_list
+
+        fks = parse_fk_list(data["links"], tables)
+        keys = check_graph(tables, fks)
+        links = fks[0]
+        params = _params(raw.get("mechanism"), tables)
+        parts, public = graph_parts(raw.get("privacy"), tables, fks)
+        resized = sorted(set(params.get("synthetic_rows") or {}) & set(public))
+        if resized:
+            raise ConfigError(f"mechanism.synthetic_rows: table(s) {resized} are public (released as given); "
+                              "remove them from synthetic_rows")
+    else:
+        links = _links(data.get("links"), tables, base)
+        _check_identifiers(tables, links)
+        params = _params(raw.get("mechanism"), tables)
+        parts = _parts(raw.get("privacy"), tables)
     rho = sum(b.rho for b in parts.values())
     eps = sum(b.epsilon for b in parts.values())
     delta = sum(b.delta for b in parts.values())
     if delta >= 1:
         raise BudgetError(f"privacy: the deltas add up to {delta:g} >= 1")
     total = PrivacyBudget(rho, eps, delta, False)
-    budgets = {"tables": {n: parts[n] for n in tables}, "links": parts["links"]}
+    if multi:
+        budgets = {"tables": {n: parts[n] for n in tables if n not in public},
+                   "links": {f"{f.left}.{f.left_col}": parts[f"{f.left}.{f.left_col}"] for f in fks}}
+    else:
+        budgets = {"tables": {n: parts[n] for n in tables}, "links": parts["links"]}
     cluster = parse_cluster(raw, base)
     output = raw.get("output") or {}
     if not isinstance(output, Mapping) or set(output) - OUTPUT_KEYS:
@@ -218,16 +256,19 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
     if not isinstance(output.get("labels", True), bool):
         raise ConfigError(f"output.labels must be true or false, got {output.get('labels')!r}")
     return RelationalJob(raw, base, tables, links, params, budgets, parts, total, cluster, dict(output),
-                         parse_noise_sampler(raw))
+                         parse_noise_sampler(raw), fks, public, keys)
 
 
-def _tables(tables_raw: Any, base: Path) -> dict[str, TableSpec]:
-    """``data.tables``: one or two tables, each {path, schema|domain, key}."""
+def _tables(tables_raw: Any, base: Path, multi: bool = False) -> dict[str, TableSpec]:
+    """``data.tables``: one or two tables (two or more with a list of links), each {path, schema|domain, key}."""
     if not isinstance(tables_raw, Mapping) or not tables_raw:
         raise ConfigError("data.tables: expected a mapping {name: {path, schema|domain, key}}")
-    if len(tables_raw) not in (1, 2):
+    if multi and len(tables_raw) < 2:
+        raise ConfigError(f"data.tables: a list of links needs at least two tables, got {len(tables_raw)}")
+    if not multi and len(tables_raw) not in (1, 2):
         raise ConfigError(f"data.tables: relational synthesis takes two tables (or one table with self-referential "
-                          f"links), got {len(tables_raw)} ({sorted(map(str, tables_raw))})")
+                          f"links), got {len(tables_raw)} ({sorted(map(str, tables_raw))}); for more tables give "
+                          "data.links as a list of foreign keys [{from: child.fk, to: parent.key}, ...]")
     tables: dict[str, TableSpec] = {}
     for name, spec in tables_raw.items():
         if not isinstance(name, str) or not name or "." in name:
@@ -301,6 +342,9 @@ def _parts(privacy: Any, tables: Mapping[str, TableSpec]) -> dict[str, PrivacyBu
     for name in tables:
         if name not in ptab:
             raise BudgetError(f"privacy.tables: no budget for table {name!r}")
+        if ptab[name] == "public":
+            raise ConfigError(f"privacy.tables.{name}: 'public' tables are taken only with a list of foreign keys "
+                              "under data.links; give a budget {epsilon, delta}")
         parts[name] = _budget(ptab[name], f"privacy.tables.{name}")
     parts["links"] = _budget(privacy["links"], "privacy.links")
     return parts

@@ -23,6 +23,10 @@ reads each part's spent ρ at its own δ and adds, so a full run shows ε1+ε2+�
 tighter zCDP reading (cdp_epsilon(Σρ, Σδ)) is recorded under ``composition.zcdp``. A self-referential
 job has one table part: it shows ε_table + ε_rel (the table is synthesized once).
 
+Schema graphs (``data.links`` a list of foreign keys; ``privcube.jobs.relational_multi``): every table is
+synthesized once, then each link on the synthetic tables with its own budget (``privacy.links[<from>]``,
+ledger labels ``link:<from>:…``, part ``<from>`` of the composition); ``report.json`` lists the links.
+
 Resume: ``--resume`` continues from ``checkpoint/`` (same config and seed, checked before any data is
 read): finished tables are reused, the ledger is replayed from the checkpoint (no budget spent twice),
 the link loop restarts after the last committed iteration, output files already written are kept.
@@ -101,7 +105,8 @@ def composed_ledger(ledger: Any, job: RelationalJob, noise: Any) -> dict[str, An
     spent_rho = {n: 0.0 for n in job.parts}
     for c in d["charges"]:
         lab = c["label"]
-        part = "links" if lab.startswith("links:") else lab.split(":")[1] if lab.startswith("table:") else None
+        part = ("links" if lab.startswith("links:") else lab.split(":")[1] if lab.startswith(("table:", "link:"))
+                else None)
         if part not in spent_rho:
             raise ConfigError(f"internal: charge {lab!r} belongs to no budget part")
         spent_rho[part] += float(c["rho"])
@@ -171,7 +176,12 @@ class RelationalJobKind:
         from privcube.jobs.relational_inputs import read_inputs
 
         t0 = time.perf_counter()
-        inputs = read_inputs(self.job)
+        if self.job.multi:
+            from privcube.jobs.relational_inputs import read_graph_inputs
+
+            inputs = read_graph_inputs(self.job)
+        else:
+            inputs = read_inputs(self.job)
         env.timings["read_s"] = time.perf_counter() - t0
         return inputs
 
@@ -184,9 +194,13 @@ class RelationalJobKind:
         from privcube.mechanisms.relational.mechanism import run_relational
         from privcube.privacy.ledger import PrivacyLedger
 
-        tables, links = source
         job, ctx = self.job, env.context
         ledger = PrivacyLedger(job.total, noise=env.noise)
+        if job.multi:  # a schema graph: see relational_multi
+            from privcube.jobs.relational_multi import run_graph
+
+            return run_graph(job, source, ledger, env.noise, ctx), ledger
+        tables, links = source
         res = run_relational(tables, links, job.params, job.budgets, ledger, env.noise, ctx.client,
                              progress=ctx.progress, checkpoint=ctx.checkpoint, resume=ctx.resume, context=ctx)
         return res, ledger
@@ -205,10 +219,10 @@ class RelationalJobKind:
         t0 = time.perf_counter()
         labels = bool(job.output.get("labels", True))
         synthetic = {name: labelled(frame, job.tables[name], labels) for name, frame in res.tables.items()}
-        if job.links.kind == "many_to_many":
+        if job.links.kind == "many_to_many" and not job.multi:
             synthetic["links"] = res.links
         ledger_dict = composed_ledger(ledger, job, env.noise)
-        report = self._report(res, env)
+        report = self._graph_report(res, ledger_dict, env) if job.multi else self._report(res, env)
 
         def absent(name: str) -> bool:
             return not (env.resume and rundir.has(name))
@@ -248,6 +262,25 @@ class RelationalJobKind:
         if lk.left == lk.right:
             report["self_referential"] = mech_report.get("self_referential")
         return report
+
+    def _graph_report(self, res: Any, ledger_dict: Mapping[str, Any], env: JobEnv) -> dict[str, Any]:
+        """``report.json`` of a schema graph: per table and per link (budget, ρ spent, DP fit report)."""
+        parts = ledger_dict["composition"]["parts"]
+        links = [{**lk, "spent": parts[lk["from"]]["spent"]} for lk in res.links]
+        return {
+            "mechanism": "relational",
+            "kind": "schema_graph",
+            "privacy_note": PRIVACY_NOTE,
+            "tables": {n: {"rows_synthetic": int(len(f)), "key": self.job.keys[n],
+                           **({"public": True, "note": "released as given (privacy.tables: public): real codes, "
+                               "keys renumbered 0..n-1; no budget spent"} if n in res.public else
+                              {"budget": self.job.parts[n].to_dict(), "spent": parts[n]["spent"]})}
+                       for n, f in res.tables.items()},
+            "links": links,
+            "cross_table_error": {lk["from"]: lk["dp_cross_error"] for lk in res.links},
+            "public_tables": list(res.public),
+            "noise": env.noise.to_dict(),
+        }
 
     def publish(self, env: JobEnv) -> None:
         """Nothing: a relational job publishes no copies."""

@@ -122,4 +122,26 @@ def read_inputs(job: RelationalJob) -> tuple[dict[str, tuple[pd.DataFrame, Any]]
     return tables, links
 
 
-__all__ = ["read_inputs"]
+def read_graph_inputs(job: RelationalJob) -> tuple[dict[str, tuple[pd.DataFrame, Any]], list[tuple[Any, dict]]]:
+    """A schema graph (list form of ``data.links``): every table read once (codes + its key + its foreign keys),
+    and per link the two frames as ``run_relational`` takes them (``{child, parent}`` with comparable ids) and
+    its ``{from, to, child_key}``. Reads private data; writes nothing."""
+    frames: dict[str, tuple[pd.DataFrame, Any]] = {}
+    for name, t in job.tables.items():
+        ids = [job.keys[name], *(f.left_col for f in job.fks if f.left == name)]
+        has_key = t.key is not None or any(f.right == name for f in job.fks)  # else ids are row positions
+        ids = [c for c in ids if c != job.keys[name] or has_key]
+        frames[name] = (_read_table(t, ids), t.domain)
+    per_link: list[tuple[Any, dict]] = []
+    for f in job.fks:
+        cframe = frames[f.left][0].copy()
+        pframe = frames[f.right][0].copy()
+        a, b = _harmonise(cframe[f.left_col], pframe[f.right_col])
+        cframe[f.left_col], pframe[f.right_col] = a.to_numpy(), b.to_numpy()
+        tables = {f.left: (cframe, frames[f.left][1]), f.right: (pframe, frames[f.right][1])}
+        spec = {"from": f"{f.left}.{f.left_col}", "to": f"{f.right}.{f.right_col}", "child_key": job.keys[f.left]}
+        per_link.append((f, {"tables": tables, "links": spec}))
+    return frames, per_link
+
+
+__all__ = ["read_graph_inputs", "read_inputs"]

@@ -1,0 +1,150 @@
+"""A schema graph of several tables linked by foreign keys (list form of ``data.links``), run as one job.
+
+Stage 1: each table is synthesized once on its own budget (ledger label ``table:<name>:…``), or, when
+``privacy.tables`` marks it ``public``, its real codes are released as they are (no charge). Stage 2:
+each link ``CHILD.fk -> PARENT.key`` runs ``run_relational`` on the already synthetic tables (given as
+``synthetic_tables=``, so nothing is charged twice) with its own budget ``privacy.links[CHILD.fk]``; its
+charges go to the run's ledger as ``link:CHILD.fk:…`` and its noise comes from a stream of its own.
+The ledger's budget is the basic composition of the parts (Σε, Σδ; Σρ enforced). The run's
+checkpoint is committed after each table and each link (``--resume`` replays its charges; an unfinished
+link restarts). Synthetic ids are row positions 0..n-1 of each synthetic table, so every child's FK is a
+key of the synthetic parent.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from privcube.relational_config import RelationalJob
+from privcube.relational_graph import link_name
+
+
+class LinkLedger:
+    """The run's ledger as one link's ``run_relational`` sees it: charges labelled ``link:<from>:<label>``."""
+
+    def __init__(self, ledger: Any, name: str) -> None:
+        """Charges of link ``name`` (its ``from``) forwarded to ``ledger``."""
+        self.ledger, self.prefix = ledger, f"link:{name}"
+
+    def charge(self, label: str, **kw: Any) -> Any:
+        """Charge ``link:<from>:<label>`` on the run's ledger (which enforces the total)."""
+        return self.ledger.charge(f"{self.prefix}:{label}", **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        """Anything else (``spent_rho``, ``charges``, …) from the run's ledger."""
+        if name in ("ledger", "prefix"):
+            raise AttributeError(name)
+        return getattr(self.ledger, name)
+
+
+@dataclass
+class GraphResult:
+    """Synthetic tables (key, codes, FK columns) and per-link reports."""
+
+    tables: dict[str, pd.DataFrame]
+    links: list[dict[str, Any]]
+    public: list[str]
+
+
+class GraphCheckpoint:
+    """The schema graph's state in the run's checkpoint: committed after each synthetic table (round s) and
+    after each link (the next round) with the ledger's charges; public tables are not stored."""
+
+    def __init__(self, checkpoint: Any, ledger: Any) -> None:
+        """State saved through ``checkpoint`` (None: no checkpoint) with ``ledger``'s charges."""
+        self.checkpoint, self.ledger = checkpoint, ledger
+        self.syn: dict[str, np.ndarray] = {}
+        self.fks: dict[str, np.ndarray] = {}
+        self.reports: list[dict[str, Any]] = []
+
+    def restore(self, resume: bool) -> None:
+        """With ``resume``: the committed tables, links, reports and the ledger's charges (replayed once)."""
+        from privcube.errors import CheckpointError
+        from privcube.mechanisms.relational.composition import restore_ledger
+
+        loaded = self.checkpoint.load() if resume and self.checkpoint is not None else None
+        if loaded is None:
+            return
+        meta, arrays = loaded[1]["meta"], loaded[1]["arrays"]
+        if meta.get("stage") != "graph":
+            raise CheckpointError("relational checkpoint: not the checkpoint of a schema-graph run")
+        restore_ledger(self.ledger, meta.get("ledger"))
+        self.syn = {n: np.asarray(arrays[f"syn.{n}"], dtype=np.int64) for n in meta["tables_done"]}
+        self.fks = {n: np.asarray(arrays[f"fk.{n}"], dtype=np.int64) for n in meta["links_done"]}
+        self.reports = list(meta["reports"])
+
+    def save(self) -> None:
+        """Commit the state reached so far (nothing without a checkpoint)."""
+        if self.checkpoint is None:
+            return
+        meta = {"stage": "graph", "tables_done": sorted(self.syn), "links_done": list(self.fks),
+                "reports": self.reports, "ledger": self.ledger.to_dict()}
+        arrays = {**{f"syn.{n}": c for n, c in self.syn.items()}, **{f"fk.{n}": v for n, v in self.fks.items()}}
+        self.checkpoint.save(len(self.syn) + len(self.fks) - 1, {"meta": meta, "arrays": arrays})
+
+
+def synthesize_graph_tables(job: RelationalJob, frames: dict[str, tuple[pd.DataFrame, Any]], ledger: Any,
+                            noise: Any, client: Any, progress: Any, state: GraphCheckpoint) -> dict[str, np.ndarray]:
+    """Stage 1: synthetic codes of every table (its own budget; committed after each), public tables as given."""
+    from privcube.mechanisms.relational.links import table_codes
+    from privcube.mechanisms.relational.parameters import check_params
+    from privcube.mechanisms.relational.tables import synth_table
+
+    p = check_params(job.params)
+    rows = dict(p["synthetic_rows"] or {})
+    out: dict[str, np.ndarray] = {}
+    for name, (frame, dom) in frames.items():
+        codes = table_codes(frame, dom, name)
+        if name in job.public:
+            out[name] = codes
+            continue
+        if name not in state.syn:
+            state.syn[name] = synth_table(name, codes, dom, int(rows.get(name, len(codes))), job.parts[name], ledger,
+                                          noise, p, client)
+            state.save()
+            if progress is not None:
+                progress(f"synthesize table {name}", 1.0)
+        out[name] = table_codes(state.syn[name], dom, f"synthetic {name}")
+    return out
+
+
+def run_graph(job: RelationalJob, inputs: Any, ledger: Any, noise: Any, ctx: Any) -> GraphResult:
+    """Both stages for every table and link (see the module docstring)."""
+    from privcube.mechanisms.relational.composition import PrefixNoise
+    from privcube.mechanisms.relational.mechanism import run_relational
+
+    frames, per_link = inputs
+    state = GraphCheckpoint(ctx.checkpoint, ledger)
+    state.restore(bool(ctx.resume))
+    syn = synthesize_graph_tables(job, frames, ledger, noise, ctx.client, ctx.progress, state)
+    for f, spec in per_link:
+        name = link_name(f)
+        if name in state.fks:
+            continue
+        res = run_relational(spec["tables"], spec["links"], job.params, {"tables": {}, "links": job.parts[name]},
+                             LinkLedger(ledger, name), PrefixNoise(noise, ("relational", "link", name)), ctx.client,
+                             synthetic_tables={f.left: syn[f.left], f.right: syn[f.right]}, progress=ctx.progress,
+                             context=ctx)
+        rep = dict(res.report)
+        rep.pop("ledger_rho_spent", None)  # the run's total; the link's own spend is in the ledger's parts
+        state.fks[name] = res.tables[f.left][f.left_col].to_numpy().astype(np.int64)
+        state.reports.append({"from": name, "to": f"{f.right}.{f.right_col}", "budget": job.parts[name].to_dict(),
+                              "dp_cross_error": rep.get("dp_cross_error"), "mechanism_report": rep})
+        state.save()
+    tables = {}
+    for name, (_, dom) in frames.items():
+        t = pd.DataFrame(syn[name], columns=list(dom.attributes))
+        t.insert(0, job.keys[name], np.arange(len(t), dtype=np.int64))
+        for f in job.fks:
+            if f.left == name:
+                t[f.left_col] = state.fks[link_name(f)]
+        tables[name] = t
+    order = [link_name(f) for f in job.fks]
+    reports = sorted(state.reports, key=lambda r: order.index(r["from"]))
+    return GraphResult(tables, reports, list(job.public))
+
+
+__all__ = ["GraphCheckpoint", "GraphResult", "LinkLedger", "run_graph", "synthesize_graph_tables"]

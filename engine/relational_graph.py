@@ -1,0 +1,152 @@
+"""The schema graph of a relational job whose ``data.links`` is a list of foreign keys (several tables).
+
+Each item ``{from: CHILD.fk, to: PARENT.key}`` is one one-to-many link; ``privacy.links`` then maps each
+link's ``from`` to its own budget and ``privacy.tables`` gives each table a budget or ``public`` (released
+as it is, no budget). Checked here, before any data is read: known tables, one link per FK column, one
+key per parent, no cycle. Errors name the config key at fault; nothing here reads private data.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from privcube.errors import BudgetError, ConfigError
+from privcube.privacy.budget import PrivacyBudget
+from privcube.relational_config import FK_KEYS, LinkSpec, TableSpec, _budget, _ref
+
+PUBLIC = "public"
+
+
+def link_name(f: LinkSpec) -> str:
+    """The link's ``from`` (``CHILD.fk``): its key under ``privacy.links`` and in the ledger."""
+    return f"{f.left}.{f.left_col}"
+
+
+def parse_fk_list(items: list[Any], tables: Mapping[str, TableSpec]) -> list[LinkSpec]:
+    """``data.links`` as a list of ``{from: CHILD.fk, to: PARENT.key}`` (one-to-many links)."""
+    if not items:
+        raise ConfigError("data.links: the list of foreign keys is empty; give [{from: child.fk, to: parent.key}, ...]")
+    fks: list[LinkSpec] = []
+    seen: dict[str, int] = {}
+    for n, item in enumerate(items):
+        what = f"data.links[{n}]"
+        if not isinstance(item, Mapping) or set(item) != FK_KEYS:
+            got = sorted(map(str, item)) if isinstance(item, Mapping) else item
+            raise ConfigError(f"{what}: expected {{from: child.fk, to: parent.key}} (a list item takes exactly "
+                              f"'from' and 'to'), got {got!r}")
+        child, fk = _ref(item["from"], f"{what}.from")
+        parent, key = _ref(item["to"], f"{what}.to")
+        for t, side in ((child, "from"), (parent, "to")):
+            if t not in tables:
+                raise ConfigError(f"{what}.{side}: unknown table {t!r}; tables are {sorted(tables)}")
+        if child == parent:
+            raise ConfigError(f"{what}: a foreign key into the same table ({child}.{fk} -> {parent}.{key}) is not "
+                              "supported in a list of links")
+        pk = tables[parent].key
+        if pk is not None and pk != key:
+            raise ConfigError(f"{what}.to names {parent}.{key}, which is not the key of table {parent!r} "
+                              f"(data.tables.{parent}.key is {pk!r})")
+        if tables[child].key is not None and tables[child].key == fk:
+            raise ConfigError(f"{what}.from: {child}.{fk} is the key of table {child!r}, not a foreign key")
+        name = f"{child}.{fk}"
+        if name in seen:
+            raise ConfigError(f"{what}.from: {name} is already the foreign key of data.links[{seen[name]}]; "
+                              "one link per column")
+        seen[name] = n
+        fks.append(LinkSpec("one_to_many", child, fk, parent, key))
+    return fks
+
+
+def _check_acyclic(fks: list[LinkSpec]) -> None:
+    """No cycle among child -> parent edges (ConfigError naming the tables on the cycle)."""
+    edges: dict[str, list[str]] = {}
+    for f in fks:
+        edges.setdefault(f.left, []).append(f.right)
+    state: dict[str, int] = {}  # 1 = on the path, 2 = done
+
+    def visit(t: str, path: list[str]) -> None:
+        state[t] = 1
+        for u in edges.get(t, []):
+            if state.get(u) == 1:
+                cyc = path[path.index(u):] + [u] if u in path else [t, u]
+                raise ConfigError(f"data.links: the schema graph has a cycle ({' -> '.join(cyc)}); foreign keys "
+                                  "must form a graph without cycles")
+            if u not in state:
+                visit(u, [*path, u])
+        state[t] = 2
+
+    for t in list(edges):
+        if t not in state:
+            visit(t, [t])
+
+
+def check_graph(tables: Mapping[str, TableSpec], fks: list[LinkSpec]) -> dict[str, str]:
+    """Every table linked, identifiers not schema attributes, one key per parent, no cycle; returns each
+    table's key column (declared, else the one links point at, else a free default)."""
+    _check_acyclic(fks)
+    linked = {f.left for f in fks} | {f.right for f in fks}
+    if set(tables) - linked:
+        raise ConfigError(f"data.links: table(s) {sorted(set(tables) - linked)} are in no link")
+    keys: dict[str, str] = {n: t.key for n, t in tables.items() if t.key is not None}
+    for n, f in enumerate(fks):
+        if keys.setdefault(f.right, f.right_col) != f.right_col:
+            raise ConfigError(f"data.links[{n}].to names {f.right}.{f.right_col}, but another link points at "
+                              f"{f.right}.{keys[f.right]}; a table has one key")
+    for n, f in enumerate(fks):
+        for t, col, side in ((f.left, f.left_col, "from"), (f.right, f.right_col, "to")):
+            if col in tables[t].schema:
+                raise ConfigError(f"data.links[{n}].{side}: column {col!r} of table {t!r} is an identifier; it cannot "
+                                  "also be a schema attribute")
+        if keys.get(f.left) == f.left_col:
+            raise ConfigError(f"data.links[{n}].from: {f.left}.{f.left_col} is the key of table {f.left!r}, "
+                              "not a foreign key")
+    for t in tables.values():
+        if t.key is not None and t.key in t.schema:
+            raise ConfigError(f"data.tables.{t.name}.key: column {t.key!r} cannot also be a schema attribute")
+    for name, t in tables.items():
+        if name not in keys:
+            taken = set(t.schema.names) | {f.left_col for f in fks if f.left == name}
+            keys[name] = next(k for k in ("id", "row_id", "_id", "record_id") if k not in taken)
+    return keys
+
+
+def graph_parts(privacy: Any, tables: Mapping[str, TableSpec],
+                fks: list[LinkSpec]) -> tuple[dict[str, PrivacyBudget], list[str]]:
+    """``privacy``: a budget (or ``public``) per table, a budget per link's ``from``; returns (parts, public)."""
+    if not isinstance(privacy, Mapping):
+        raise ConfigError("privacy is missing: give {tables: {name: {epsilon, delta}}, "
+                          "links: {child.fk: {epsilon, delta}}}")
+    bad = set(privacy) - {"tables", "links"}
+    if bad:
+        raise ConfigError(f"privacy: unknown key(s) {sorted(bad)}; a relational job takes 'tables' and 'links'")
+    ptab = privacy.get("tables")
+    if not isinstance(ptab, Mapping):
+        raise BudgetError("privacy.tables is missing: give a budget {epsilon, delta} (or public) for each table")
+    extra = set(ptab) - set(tables)
+    if extra:
+        raise ConfigError(f"privacy.tables: unknown table(s) {sorted(map(str, extra))}; tables are {sorted(tables)}")
+    parts: dict[str, PrivacyBudget] = {}
+    public: list[str] = []
+    for name in tables:
+        if name not in ptab:
+            raise BudgetError(f"privacy.tables: no budget for table {name!r}")
+        if ptab[name] == PUBLIC:
+            public.append(name)
+        else:
+            parts[name] = _budget(ptab[name], f"privacy.tables.{name}")
+    plinks = privacy.get("links")
+    names = [link_name(f) for f in fks]
+    if not isinstance(plinks, Mapping) or set(plinks) & {"epsilon", "rho", "delta"}:
+        raise BudgetError(f"privacy.links: with a list under data.links, give one budget per link: "
+                          f"{{{names[0]}: {{epsilon, delta}}, ...}} for {names}")
+    extra = set(plinks) - set(names)
+    if extra:
+        raise ConfigError(f"privacy.links: unknown link(s) {sorted(map(str, extra))}; links (their 'from') are {names}")
+    for name in names:
+        if name not in plinks:
+            raise BudgetError(f"privacy.links: no budget for link {name!r}")
+        parts[name] = _budget(plinks[name], f"privacy.links.{name}")
+    return parts, public
+
+
+__all__ = ["PUBLIC", "check_graph", "graph_parts", "link_name", "parse_fk_list"]

@@ -1,0 +1,248 @@
+"""Relational jobs over a schema graph (list form of data.links): users <- sessions, users <- bookings,
+and a chain users <- sessions <- events, run end to end through ``privcube.run``."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+import privcube
+from privcube.errors import BudgetError, ConfigError, DataError
+
+FAST = {"name": "relational", "d_max": 10, "iterations": 2, "pgd_iters": 20, "candidates": 50}
+BUD = {"users": (1.0, 1e-6), "sessions": (0.5, 2e-6), "bookings": (0.7, 1e-6), "events": (0.4, 1e-6)}
+LINK_BUD = {"sessions.user_id": (1.0, 1e-6), "bookings.user_id": (0.8, 3e-6), "events.session_id": (0.6, 1e-6)}
+
+
+def _children(rng: np.random.Generator, n_parents: int, n: int, cap: int = 8) -> np.ndarray:
+    """Parent positions of n children, each parent at most ``cap`` children."""
+    parent = rng.integers(0, n_parents, n)
+    for c in range(n):
+        deg = np.bincount(parent, minlength=n_parents)
+        if deg[parent[c]] > cap:
+            parent[c] = int(np.argmin(deg))
+    return parent
+
+
+def _files(folder: Path, chain: bool = False, seed: int = 0) -> dict:
+    """users (text ids), sessions and bookings (FK user_id), optionally events (FK session_id)."""
+    rng = np.random.default_rng(seed)
+    n_u, n_s, n_b, n_e = 40, 120, 60, 150
+    uid = np.array([f"u{k:03d}" for k in range(n_u)])
+    age = rng.integers(0, 4, n_u)
+    pd.DataFrame({"id": uid, "age": age, "region": rng.integers(0, 3, n_u)}).to_parquet(folder / "users.parquet")
+    su = _children(rng, n_u, n_s)
+    pd.DataFrame({"sid": np.arange(n_s) + 1000, "user_id": uid[su], "device": (age[su] + (rng.random(n_s) < .2)) % 4,
+                  "hour": rng.integers(0, 3, n_s)}).to_parquet(folder / "sessions.parquet")
+    bu = _children(rng, n_u, n_b)
+    pd.DataFrame({"bid": np.arange(n_b), "user_id": uid[bu], "kind": rng.integers(0, 2, n_b)}).to_parquet(
+        folder / "bookings.parquet")
+    tables = {"users": {"path": "users.parquet", "domain": {"age": 4, "region": 3}, "key": "id"},
+              "sessions": {"path": "sessions.parquet", "domain": {"device": 4, "hour": 3}, "key": "sid"},
+              "bookings": {"path": "bookings.parquet", "domain": {"kind": 2}}}
+    links = [{"from": "sessions.user_id", "to": "users.id"}, {"from": "bookings.user_id", "to": "users.id"}]
+    if chain:
+        es = _children(rng, n_s, n_e)
+        pd.DataFrame({"session_id": es + 1000, "action": rng.integers(0, 3, n_e)}).to_parquet(folder / "events.parquet")
+        tables["events"] = {"path": "events.parquet", "domain": {"action": 3}}
+        links.append({"from": "events.session_id", "to": "sessions.sid"})
+    names = [lk["from"] for lk in links]
+    return {"data": {"tables": tables, "links": links}, "mechanism": dict(FAST),
+            "privacy": {"tables": {n: {"epsilon": BUD[n][0], "delta": BUD[n][1]} for n in tables},
+                        "links": {n: {"epsilon": LINK_BUD[n][0], "delta": LINK_BUD[n][1]} for n in names}}}
+
+
+def _run(cfg: dict, folder: Path, name: str = "run", seed: int = 5) -> Path:
+    out = folder / name
+    (folder / "cfg.yaml").write_text(yaml.safe_dump(cfg))  # relative paths resolve against the config's folder
+    privcube.run(folder / "cfg.yaml", out, seed=seed, quiet=True)
+    return out
+
+
+def _check_ledger(out: Path, parts: list[str]) -> dict:
+    """Budget = Σ of the parts; spent ≤ budget and = Σ of the parts' spent; charges labelled per part."""
+    led = json.loads((out / "ledger.json").read_text())
+    bud = {**BUD, **LINK_BUD}
+    assert math.isclose(led["budget"]["epsilon"], sum(bud[p][0] for p in parts), rel_tol=1e-12)
+    assert math.isclose(led["budget"]["delta"], sum(bud[p][1] for p in parts), rel_tol=1e-12)
+    comp = led["composition"]["parts"]
+    assert sorted(comp) == sorted(parts)
+    rho_by_part = {p: 0.0 for p in parts}
+    for c in led["charges"]:
+        head, part = c["label"].split(":")[:2]
+        assert head in ("table", "link")
+        rho_by_part[part] += c["rho"]
+    for p in parts:
+        assert math.isclose(comp[p]["spent"]["rho"], rho_by_part[p], rel_tol=1e-12)
+        assert comp[p]["spent"]["rho"] <= comp[p]["budget"]["rho"] * (1 + 1e-9)
+        assert comp[p]["spent"]["rho"] > 0
+    assert math.isclose(led["spent"]["rho"], sum(rho_by_part.values()), rel_tol=1e-12)
+    assert led["spent"]["rho"] <= led["budget"]["rho"] * (1 + 1e-9)
+    assert math.isclose(led["spent"]["epsilon"], sum(comp[p]["spent"]["epsilon"] for p in parts), rel_tol=1e-12)
+    assert led["spent"]["epsilon"] <= led["budget"]["epsilon"] * (1 + 1e-9)
+    assert led["spent"]["delta"] <= led["budget"]["delta"] * (1 + 1e-12)
+    return led
+
+
+def test_three_tables_end_to_end(tmp_path: Path) -> None:
+    cfg = _files(tmp_path)
+    out = _run(cfg, tmp_path)
+    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and "synthetic" in p.parts)
+    assert names == ["synthetic/bookings.parquet", "synthetic/sessions.parquet", "synthetic/users.parquet"]
+    users = pd.read_parquet(out / "synthetic/users.parquet")
+    sess = pd.read_parquet(out / "synthetic/sessions.parquet")
+    book = pd.read_parquet(out / "synthetic/bookings.parquet")
+    assert (len(users), len(sess), len(book)) == (40, 120, 60)
+    assert list(users.columns) == ["id", "age", "region"]
+    assert list(sess.columns) == ["sid", "device", "hour", "user_id"]
+    assert list(book.columns) == ["id", "kind", "user_id"]
+    # referential integrity: every child's FK is a key of the synthetic parent
+    assert users["id"].is_unique and sess["sid"].is_unique
+    assert sess["user_id"].isin(set(users["id"])).all() and book["user_id"].isin(set(users["id"])).all()
+    led = _check_ledger(out, ["users", "sessions", "bookings", "sessions.user_id", "bookings.user_id"])
+    # each link spent its own budget, under its own label
+    comp = led["composition"]["parts"]
+    for n in ("sessions.user_id", "bookings.user_id"):
+        assert math.isclose(comp[n]["budget"]["epsilon"], LINK_BUD[n][0], rel_tol=1e-12)
+        assert any(c["label"].startswith(f"link:{n}:links:") for c in led["charges"])
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["kind"] == "schema_graph"
+    assert [lk["from"] for lk in rep["links"]] == ["sessions.user_id", "bookings.user_id"]
+    for lk in rep["links"]:
+        assert math.isclose(lk["budget"]["epsilon"], LINK_BUD[lk["from"]][0], rel_tol=1e-12)
+        assert lk["dp_cross_error"] is not None and lk["spent"]["rho"] > 0
+    # seeded: the same run again gives the same tables
+    again = _run(cfg, tmp_path, "again")
+    pd.testing.assert_frame_equal(pd.read_parquet(again / "synthetic/bookings.parquet"), book)
+
+
+def test_chain_and_public_table(tmp_path: Path) -> None:
+    cfg = _files(tmp_path, chain=True)
+    cfg["privacy"]["tables"]["users"] = "public"
+    out = _run(cfg, tmp_path)
+    users = pd.read_parquet(out / "synthetic/users.parquet")
+    sess = pd.read_parquet(out / "synthetic/sessions.parquet")
+    ev = pd.read_parquet(out / "synthetic/events.parquet")
+    assert ev["session_id"].isin(set(sess["sid"])).all() and sess["user_id"].isin(set(users["id"])).all()
+    assert list(sess.columns) == ["sid", "device", "hour", "user_id"]
+    real = pd.read_parquet(tmp_path / "users.parquet")
+    assert (users[["age", "region"]].to_numpy() == real[["age", "region"]].to_numpy()).all()  # public: as given
+    led = _check_ledger(out, ["sessions", "bookings", "events", "sessions.user_id", "bookings.user_id",
+                              "events.session_id"])
+    assert not any(c["label"].startswith("table:users:") for c in led["charges"])
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["public_tables"] == ["users"] and rep["tables"]["users"]["public"] is True
+
+
+def _bad(cfg: dict, edit) -> dict:
+    cfg = copy.deepcopy(cfg)
+    edit(cfg)
+    return cfg
+
+
+BAD = [
+    ("from_table", lambda c: c["data"]["links"][1].update({"from": "nope.user_id"}), ConfigError, "data.links[1].from"),
+    ("to_not_key", lambda c: c["data"]["links"][0].update({"to": "users.region"}), ConfigError, "data.links[0].to"),
+    ("missing_link_budget", lambda c: c["privacy"]["links"].pop("bookings.user_id"), BudgetError, "bookings.user_id"),
+    ("extra_link_budget", lambda c: c["privacy"]["links"].update({"sessions.sid": {"epsilon": 1, "delta": 1e-6}}),
+     ConfigError, "sessions.sid"),
+    ("single_links_budget", lambda c: c["privacy"].update({"links": {"epsilon": 1, "delta": 1e-6}}), BudgetError,
+     "privacy.links"),
+    ("same_column_twice", lambda c: c["data"]["links"].append({"from": "sessions.user_id", "to": "users.id"}),
+     ConfigError, "sessions.user_id"),
+    ("cycle", lambda c: c["data"]["links"].append({"from": "users.home", "to": "sessions.sid"}), ConfigError, "cycle"),
+    ("table_in_no_link", lambda c: c["data"]["links"].pop(1), ConfigError, "'bookings'"),
+    ("item_keys", lambda c: c["data"]["links"][0].update({"path": "x.parquet"}), ConfigError, "data.links[0]"),
+    ("public_resized", lambda c: (c["privacy"]["tables"].update({"users": "public"}),
+                                  c["mechanism"].update({"synthetic_rows": {"users": 10}})),
+     ConfigError, "synthetic_rows"),
+]
+
+
+@pytest.mark.parametrize("case,edit,exc,needle", BAD, ids=[b[0] for b in BAD])
+def test_bad_graph_configs(tmp_path: Path, case: str, edit, exc: type, needle: str) -> None:
+    cfg = _bad(_files(tmp_path), edit)
+    out = tmp_path / "run"
+    with pytest.raises(exc) as e:
+        _run(cfg, tmp_path)
+    msg = str(e.value)
+    assert needle in msg and "\n" not in msg and "u0" not in msg
+    assert not out.exists()
+
+
+def test_missing_fk_column_names_it(tmp_path: Path) -> None:
+    def edit(c: dict) -> None:
+        c["data"]["links"][1]["from"] = "bookings.owner"
+        c["privacy"]["links"]["bookings.owner"] = c["privacy"]["links"].pop("bookings.user_id")
+
+    cfg = _bad(_files(tmp_path), edit)
+    with pytest.raises(DataError) as e:
+        _run(cfg, tmp_path)
+    assert "'owner'" in str(e.value) and "bookings" in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "run").exists()
+
+
+class _Crash(BaseException):
+    """Stands in for a kill right after a checkpoint commit."""
+
+
+@pytest.mark.parametrize("crash_after", [1, 3])  # 1: two tables done; 3: three tables and the first link done
+def test_killed_graph_run_resumes_to_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     crash_after: int) -> None:
+    from privcube.mechanisms.relational.checkpoint import RelationalCheckpoint
+
+    cfg = _files(tmp_path)
+    ref = _run(cfg, tmp_path, "ref")
+    orig = RelationalCheckpoint.save
+
+    def save(self: RelationalCheckpoint, round: int, state: dict) -> None:
+        orig(self, round, state)
+        if round == crash_after:
+            raise _Crash()
+
+    monkeypatch.setattr(RelationalCheckpoint, "save", save)
+    with pytest.raises(_Crash):
+        _run(cfg, tmp_path, "got")
+    monkeypatch.undo()
+    assert (tmp_path / "got" / "checkpoint").exists() and not (tmp_path / "got" / "ledger.json").exists()
+    privcube.run(tmp_path / "cfg.yaml", tmp_path / "got", seed=5, resume=True, quiet=True)
+    got = tmp_path / "got"
+    assert (got / ".complete").exists() and not (got / "checkpoint").exists()
+    for name in ("users", "sessions", "bookings"):
+        pd.testing.assert_frame_equal(pd.read_parquet(ref / f"synthetic/{name}.parquet"),
+                                      pd.read_parquet(got / f"synthetic/{name}.parquet"))
+    a, b = json.loads((ref / "ledger.json").read_text()), json.loads((got / "ledger.json").read_text())
+    assert a["charges"] == b["charges"] and a["spent"] == b["spent"]  # replayed, never charged twice
+    _check_ledger(got, ["users", "sessions", "bookings", "sessions.user_id", "bookings.user_id"])
+    ra, rb = json.loads((ref / "report.json").read_text()), json.loads((got / "report.json").read_text())
+    assert [lk["from"] for lk in rb["links"]] == ["sessions.user_id", "bookings.user_id"]
+    assert ra["cross_table_error"] == rb["cross_table_error"]
+
+
+def test_public_only_with_list_form(tmp_path: Path) -> None:
+    cfg = _files(tmp_path)
+    cfg["data"]["tables"].pop("bookings")
+    cfg["data"]["links"] = cfg["data"]["links"][0]
+    cfg["privacy"] = {"tables": {"users": "public", "sessions": {"epsilon": 1, "delta": 1e-6}},
+                      "links": {"epsilon": 1, "delta": 1e-6}}
+    with pytest.raises(ConfigError, match=r"privacy.tables.users: 'public'"):
+        _run(cfg, tmp_path)
+
+
+def test_cli_bad_graph_config_one_line_exit_2(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    cfg = _bad(_files(tmp_path), lambda c: c["privacy"]["links"].pop("sessions.user_id"))
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "privcube", "run", str(tmp_path / "cfg.yaml"), "--out",
+                           str(tmp_path / "out"), "--seed", "1", "--quiet"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and not (tmp_path / "out").exists()
+    assert len(proc.stderr.strip().splitlines()) == 1 and "sessions.user_id" in proc.stderr

@@ -42,42 +42,13 @@ from privcube.config import parse_cluster, parse_noise_sampler, resolve_path
 from privcube.domain import Domain
 from privcube.errors import BudgetError, ConfigError, PrivcubeError
 from privcube.privacy.budget import PrivacyBudget
+from privcube.relational_spec import FK_KEYS, LinkSpec, TableSpec, parse_budget, parse_ref
 
 TOP_KEYS = {"data", "mechanism", "privacy", "cluster", "output", "noise_sampler"}
 DATA_KEYS = {"tables", "links"}
 TABLE_KEYS = {"path", "schema", "domain", "key"}
-FK_KEYS = {"from", "to"}
 LINK_TABLE_KEYS = {"path", "left", "right", "columns"}
 OUTPUT_KEYS = {"labels"}
-
-
-@dataclass
-class TableSpec:
-    """One input table: where it is, its public schema and its key column (if any)."""
-
-    name: str
-    path: str
-    schema: Any  # privcube.storage.schema.Schema
-    key: str | None = None
-    has_labels: bool = False
-
-    @property
-    def domain(self) -> Domain:
-        """The code domain of the schema's attributes."""
-        return self.schema.domain
-
-
-@dataclass
-class LinkSpec:
-    """The links: a foreign key (one_to_many) or a link table (many_to_many)."""
-
-    kind: str
-    left: str  # one_to_many: child table; many_to_many: left table
-    left_col: str  # one_to_many: FK column of the child; many_to_many: key column of the left table
-    right: str  # parent / right table
-    right_col: str  # key column of the right table
-    path: str | None = None
-    columns: tuple[str, str] | None = None
 
 
 @dataclass
@@ -147,13 +118,6 @@ def _resolve_path(p: Any, base: Path, what: str) -> str:
     return resolve_path(p, base)
 
 
-def _ref(ref: Any, what: str) -> tuple[str, str]:
-    if not isinstance(ref, str) or ref.count(".") != 1 or not all(ref.split(".")):
-        raise ConfigError(f"{what} must look like 'table.column', got {ref!r}")
-    t, c = ref.split(".")
-    return t, c
-
-
 def _schema(name: str, spec: Mapping[str, Any], base: Path) -> Any:
     from privcube.storage.schema import Schema, load_schema
 
@@ -174,18 +138,6 @@ def _schema(name: str, spec: Mapping[str, Any], base: Path) -> Any:
     except (OSError, ValueError) as e:
         raise ConfigError(f"data.tables.{name}.{given[0]}: cannot read it: {e}") from None
     raise ConfigError(f"data.tables.{name}.{given[0]}: expected a path or a mapping, got {src!r}")
-
-
-def _budget(b: Any, what: str) -> PrivacyBudget:
-    if not isinstance(b, Mapping):
-        raise BudgetError(f"{what}: expected {{epsilon, delta}} or {{rho, delta}}, got {b!r}")
-    try:
-        out = PrivacyBudget.from_config(b)
-    except BudgetError as e:
-        raise BudgetError(f"{what}: {e}") from None
-    if out.pure or out.delta <= 0:
-        raise BudgetError(f"{what}: give delta as well (the Gaussian mechanism needs (epsilon, delta) or rho)")
-    return out
 
 
 def load_relational_config(raw: Mapping[str, Any], base: str | Path = ".") -> RelationalJob:
@@ -345,8 +297,8 @@ def _parts(privacy: Any, tables: Mapping[str, TableSpec]) -> dict[str, PrivacyBu
         if ptab[name] == "public":
             raise ConfigError(f"privacy.tables.{name}: 'public' tables are taken only with a list of foreign keys "
                               "under data.links; give a budget {epsilon, delta}")
-        parts[name] = _budget(ptab[name], f"privacy.tables.{name}")
-    parts["links"] = _budget(privacy["links"], "privacy.links")
+        parts[name] = parse_budget(ptab[name], f"privacy.tables.{name}")
+    parts["links"] = parse_budget(privacy["links"], "privacy.links")
     return parts
 
 
@@ -362,8 +314,8 @@ def _links(spec: Any, tables: Mapping[str, TableSpec], base: Path) -> LinkSpec:
         bad = set(spec) - FK_KEYS
         if bad:
             raise ConfigError(f"data.links: unknown key(s) {sorted(bad)} for a foreign key; known: {sorted(FK_KEYS)}")
-        child, fk = _ref(spec.get("from"), "data.links.from")
-        parent, key = _ref(spec.get("to"), "data.links.to")
+        child, fk = parse_ref(spec.get("from"), "data.links.from")
+        parent, key = parse_ref(spec.get("to"), "data.links.to")
         known(child, "data.links.from")
         known(parent, "data.links.to")
         if child == parent:
@@ -381,8 +333,8 @@ def _links(spec: Any, tables: Mapping[str, TableSpec], base: Path) -> LinkSpec:
         bad = set(spec) - LINK_TABLE_KEYS
         if bad:
             raise ConfigError(f"data.links: unknown key(s) {sorted(bad)} for a link table; known: {sorted(LINK_TABLE_KEYS)}")
-        lt, lk = _ref(spec.get("left"), "data.links.left")
-        rt, rk = _ref(spec.get("right"), "data.links.right")
+        lt, lk = parse_ref(spec.get("left"), "data.links.left")
+        rt, rk = parse_ref(spec.get("right"), "data.links.right")
         known(lt, "data.links.left")
         known(rt, "data.links.right")
         for t, k, side in ((lt, lk, "left"), (rt, rk, "right")):

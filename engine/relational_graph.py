@@ -12,7 +12,7 @@ from typing import Any
 
 from privcube.errors import BudgetError, ConfigError
 from privcube.privacy.budget import PrivacyBudget
-from privcube.relational_config import FK_KEYS, LinkSpec, TableSpec, _budget, _ref
+from privcube.relational_spec import FK_KEYS, LinkSpec, TableSpec, parse_budget, parse_ref
 
 PUBLIC = "public"
 
@@ -34,8 +34,8 @@ def parse_fk_list(items: list[Any], tables: Mapping[str, TableSpec]) -> list[Lin
             got = sorted(map(str, item)) if isinstance(item, Mapping) else item
             raise ConfigError(f"{what}: expected {{from: child.fk, to: parent.key}} (a list item takes exactly "
                               f"'from' and 'to'), got {got!r}")
-        child, fk = _ref(item["from"], f"{what}.from")
-        parent, key = _ref(item["to"], f"{what}.to")
+        child, fk = parse_ref(item["from"], f"{what}.from")
+        parent, key = parse_ref(item["to"], f"{what}.to")
         for t, side in ((child, "from"), (parent, "to")):
             if t not in tables:
                 raise ConfigError(f"{what}.{side}: unknown table {t!r}; tables are {sorted(tables)}")
@@ -133,7 +133,7 @@ def graph_parts(privacy: Any, tables: Mapping[str, TableSpec],
         if ptab[name] == PUBLIC:
             public.append(name)
         else:
-            parts[name] = _budget(ptab[name], f"privacy.tables.{name}")
+            parts[name] = parse_budget(ptab[name], f"privacy.tables.{name}")
     plinks = privacy.get("links")
     names = [link_name(f) for f in fks]
     if not isinstance(plinks, Mapping) or set(plinks) & {"epsilon", "rho", "delta"}:
@@ -145,7 +145,7 @@ def graph_parts(privacy: Any, tables: Mapping[str, TableSpec],
     for name in names:
         if name not in plinks:
             raise BudgetError(f"privacy.links: no budget for link {name!r}")
-        parts[name] = _budget(plinks[name], f"privacy.links.{name}")
+        parts[name] = parse_budget(plinks[name], f"privacy.links.{name}")
     return parts, public
 
 

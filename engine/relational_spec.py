@@ -1,0 +1,69 @@
+"""The parts of a relational job's config both of its forms share: tables, links, references, budgets.
+
+Used by ``privcube.relational_config`` (the two-table forms) and ``privcube.relational_graph`` (a list
+of foreign keys); nothing here reads private data.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from privcube.domain import Domain
+from privcube.errors import BudgetError, ConfigError
+from privcube.privacy.budget import PrivacyBudget
+
+FK_KEYS = {"from", "to"}
+
+
+@dataclass
+class TableSpec:
+    """One input table: where it is, its public schema and its key column (if any)."""
+
+    name: str
+    path: str
+    schema: Any  # privcube.storage.schema.Schema
+    key: str | None = None
+    has_labels: bool = False
+
+    @property
+    def domain(self) -> Domain:
+        """The code domain of the schema's attributes."""
+        return self.schema.domain
+
+
+@dataclass
+class LinkSpec:
+    """The links: a foreign key (one_to_many) or a link table (many_to_many)."""
+
+    kind: str
+    left: str  # one_to_many: child table; many_to_many: left table
+    left_col: str  # one_to_many: FK column of the child; many_to_many: key column of the left table
+    right: str  # parent / right table
+    right_col: str  # key column of the right table
+    path: str | None = None
+    columns: tuple[str, str] | None = None
+
+
+def parse_ref(ref: Any, what: str) -> tuple[str, str]:
+    """``"table.column"`` split in two; a ConfigError naming ``what`` otherwise."""
+    if not isinstance(ref, str) or ref.count(".") != 1 or not all(ref.split(".")):
+        raise ConfigError(f"{what} must look like 'table.column', got {ref!r}")
+    t, c = ref.split(".")
+    return t, c
+
+
+def parse_budget(b: Any, what: str) -> PrivacyBudget:
+    """One part's Gaussian budget, (epsilon, delta) or (rho, delta); a BudgetError naming ``what`` otherwise."""
+    if not isinstance(b, Mapping):
+        raise BudgetError(f"{what}: expected {{epsilon, delta}} or {{rho, delta}}, got {b!r}")
+    try:
+        out = PrivacyBudget.from_config(b)
+    except BudgetError as e:
+        raise BudgetError(f"{what}: {e}") from None
+    if out.pure or out.delta <= 0:
+        raise BudgetError(f"{what}: give delta as well (the Gaussian mechanism needs (epsilon, delta) or rho)")
+    return out
+
+
+__all__ = ["FK_KEYS", "LinkSpec", "TableSpec", "parse_budget", "parse_ref"]

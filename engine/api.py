@@ -44,8 +44,22 @@ _WORKER_LOSS_NAMES = {"KilledWorker", "FutureCancelledError", "CancelledError", 
                       "FutureLostError"}
 
 
-def plan(config: str | Path | Mapping[str, Any] | JobConfig) -> PlanSummary:
-    """Data-independent plan of a batch mechanism: expected error and measurements; reads no data."""
+def plan(config: str | Path | Mapping[str, Any] | JobConfig, *, links: int | None = None) -> PlanSummary:
+    """Data-independent plan of a batch mechanism: expected error and measurements; reads no data. A
+    relational job's plan previews each table's measurements and each link's schedule (``links``: the
+    public number of links, which sizes the links stage under ``max_noise``)."""
+    if not isinstance(config, JobConfig):
+        from privcube.config import read_config_file
+        from privcube.jobs import mechanism_name
+
+        raw, folder = (dict(config), Path(".").resolve()) if isinstance(config, Mapping) else read_config_file(config)
+        if mechanism_name(raw) == "relational":
+            from privcube.jobs.relational_plan import plan_relational
+            from privcube.relational_config import load_relational_config
+
+            return plan_relational(load_relational_config(raw, folder), links)
+    if links is not None:
+        raise ConfigError("plan: 'links' (the public number of links) applies to relational jobs only")
     cfg = config if isinstance(config, JobConfig) else load_config(config, need_data=False)
     summary = plan_of(cfg, build_mechanism(cfg))
     if cfg.privacy_unit is not None:  # the plan's privacy figures are per row; the guarantee is per person

@@ -5,6 +5,7 @@ Any ``PrivcubeError`` becomes one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="expected error of a batch mechanism, without reading data")
     pl.add_argument("config", help="job config (YAML or JSON)")
     pl.add_argument("--json", action="store_true", help="machine-readable output")
+    pl.add_argument("--links", type=int, default=None, metavar="M",
+                    help="relational jobs: the public number of links (sizes the links stage under max_noise)")
 
     r = sub.add_parser("run", help="run a job: measure privately and write the run directory")
     r.add_argument("config", help="job config (YAML or JSON)")
@@ -193,7 +196,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "marginals":
         return _marginals(args)
     if args.command == "plan":
-        summary = api.plan(args.config)
+        summary = api.plan(args.config, links=args.links)
         if args.json:
             print(summary.to_json())
         else:
@@ -286,6 +289,9 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _print_plan(summary) -> None:  # noqa: ANN001
     print(f"mechanism: {summary.mechanism}")
+    if summary.mechanism == "relational":
+        _print_relational_plan(summary)
+        return
     print(f"expected RMSE (all queries): {summary.rmse:.6g}")
     print("privacy: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
                                   for k, v in summary.privacy.items() if not isinstance(v, dict)))
@@ -316,6 +322,28 @@ def _print_plan(summary) -> None:  # noqa: ANN001
             print(f"  {where}: {info}")
         if len(summary.measurements) > 20:
             print(f"  ... {len(summary.measurements) - 20} more (use --json)")
+
+
+def _print_relational_plan(summary) -> None:  # noqa: ANN001
+    """The relational plan: the composed budget, each table's marginals, each link's schedule."""
+    pr = summary.privacy
+    print(f"privacy: epsilon={pr['epsilon']:.6g}, delta={pr['delta']:.6g}, rho={pr['rho']:.6g} "
+          "(basic composition of the parts below)")
+    for name, part in pr["parts"].items():
+        print(f"  {name}: " + ", ".join(f"{k}={v:.6g}" for k, v in part.items() if isinstance(v, float)))
+    for name in pr.get("public_tables", []):
+        print(f"  {name}: public (released as it is, no budget)")
+    for name, t in summary.details["tables"].items():
+        print(f"table {name}: {t['marginals']} marginals, expected RMSE {t['rmse']:.6g} (counts)")
+    for lp in summary.details["links"]:
+        bound = "rho_per_measurement" not in lp  # m unknown under max_noise: bounds
+        rho, std = (lp["rho_per_measurement_min"], lp["count_noise_std_max"]) if bound else \
+            (lp["rho_per_measurement"], lp["count_noise_std"])
+        noise = f"{std:.6g}" if math.isfinite(std) else "none"
+        print(f"link {lp['link']} ({lp['kind']}): {lp['candidates']} candidate workloads, measurements: "
+              f"{lp['measurements']}; per measurement rho {'>= ' if bound else ''}{rho:.6g}, count noise std "
+              f"{'<= ' if bound else ''}{noise} (d_max {lp['d_max']}), selection epsilon {lp['em_epsilon']:.6g}"
+              + (f", degrees rho {lp['rho_degrees']:.6g}" if lp["rho_degrees"] else ""))
 
 
 if __name__ == "__main__":

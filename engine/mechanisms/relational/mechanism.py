@@ -95,8 +95,8 @@ from privcube.mechanisms.relational.links import KINDS, Links, RelationalData, p
 from privcube.mechanisms.relational.parameters import PARAMS, check_params
 from privcube.mechanisms.relational.selection import (  # noqa: F401 (selection_count: re-export)
     candidate_workloads,
+    links_schedule,
     one_measurement,
-    privacy_schedule,
     selection_count,
 )
 from privcube.mechanisms.relational.tables import restore_tables, synthesize_tables
@@ -253,12 +253,7 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     if evaluate:
         ls.init_err = average_error(real, pr.ri, pr.rj, syn, si, sj, all_w)
 
-    # ---- candidates and privacy schedule (a self-referential record is on both ends: 2·d_max pairs change)
-    cand_w = candidate_workloads(doms[0], doms[1], int(p["k"]), p["candidate_orders"])
-    d_sens = 2 * int(p["d_max"]) if pr.self_ref else int(p["d_max"])
-    o2m_degrees = pr.kind == "one_to_many" and p["degrees"] == "preserve"
-    rho_deg = float(p["degree_share"]) * pr.b_links.rho if o2m_degrees else 0.0
-    sched = privacy_schedule(p, cand_w, doms[0], doms[1], pr.b_links.rho - rho_deg, pr.m, d_sens)
+    cand_w, sched, rho_deg = links_schedule(p, pr.kind, pr.self_ref, doms[0], doms[1], pr.b_links.rho, pr.m)
     report["privacy"] = sched.report(len(cand_w), {n: pr.tbud[n].rho for n in pr.need})
     report["privacy"]["rho_degrees"] = rho_deg
     if state is not None and state["meta"].get("stage") == "links":

@@ -130,6 +130,18 @@ def privacy_schedule(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1
     return sched
 
 
+def links_schedule(p: Mapping[str, Any], kind: str, self_ref: bool, dom1: Domain, dom2: Domain, rho_links: float,
+                   m: int) -> tuple[list[CrossWorkload], Schedule, float]:
+    """``(candidates, schedule, ρ of the degree release)`` of the links stage from public inputs only (the
+    domains, the parameters, the links budget and the public link count ``m``): what a run measures and
+    what ``privcube plan`` previews. A self-referential record is on both ends: 2·d_max pairs change."""
+    cand_w = candidate_workloads(dom1, dom2, int(p["k"]), p["candidate_orders"])
+    d_sens = 2 * int(p["d_max"]) if self_ref else int(p["d_max"])
+    o2m_degrees = kind == "one_to_many" and p["degrees"] == "preserve"
+    rho_deg = float(p["degree_share"]) * rho_links if o2m_degrees else 0.0
+    return cand_w, privacy_schedule(p, cand_w, dom1, dom2, rho_links - rho_deg, m, d_sens), rho_deg
+
+
 def one_measurement(sched: Schedule, shrinkage: Any) -> Schedule:
     """The schedule when no measurement can meet max_noise: one draw and one release with the whole links
     budget (the least noisy release possible), shrunk unless ``shrinkage`` is false."""

@@ -1,0 +1,90 @@
+"""``privcube plan`` of a relational job: what each part will measure, with what noise, on what budget.
+
+Data-free: the tables' ResidualPlanner plans (all ``table_marginals``-way marginals, substitution
+neighbours, as stage 1 runs them) and the links stage's schedule from public quantities (domains,
+parameters, budget). The number of links m is public in the model but is not read here: a link
+release's noise is stated per count cell, σ·m = d_max/√ρ_i, which does not depend on m; with
+``max_noise`` the number of measurements does, so it is given for the ``links`` count passed in
+(``privcube plan --links M``) or stated as chosen at run time.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from privcube.errors import ConfigError
+from privcube.mechanisms.base import PlanSummary
+from privcube.relational_config import COMPOSITION_NOTE, RelationalJob
+from privcube.relational_spec import LinkSpec
+
+
+def _table_plan(name: str, job: RelationalJob, p: Mapping[str, Any]) -> PlanSummary:
+    """The ResidualPlanner plan stage 1 runs for table ``name`` on its own budget."""
+    from privcube.mechanisms.residual_planner import ResidualPlanner
+    from privcube.workload import Workload
+
+    domain = job.tables[name].domain
+    k = min(int(p["table_marginals"]), len(domain))
+    cliques = list(itertools.combinations(domain.attributes, k))
+    return ResidualPlanner({"neighbours": "substitution"}).plan(Workload.marginals(domain, cliques), job.parts[name])
+
+
+def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, Any], links: int | None) -> dict[str, Any]:
+    """The links stage's schedule for one link: candidates, measurements, ρ and count noise per release."""
+    from privcube.mechanisms.relational.selection import links_schedule
+
+    self_ref = link.left == link.right
+    d_sens = 2 * int(p["d_max"]) if self_ref else int(p["d_max"])
+    m = int(links) if links else 1
+    dom1, dom2 = job.tables[link.left].domain, job.tables[link.right].domain
+    cand, sched, rho_deg = links_schedule(p, link.kind, self_ref, dom1, dom2, budget.rho, m)
+    out = {"link": f"{link.left}.{link.left_col} -> {link.right}.{link.right_col}", "kind": link.kind,
+           "rho": budget.rho, "rho_degrees": rho_deg, "candidates": len(cand), "alpha": sched.alpha,
+           "em_epsilon": sched.eps_em, "d_max": int(p["d_max"]), "sensitivity_pairs": d_sens}
+    if links or p["max_noise"] is None:
+        cells = sorted(int(math.prod(w.sizes(dom1, dom2))) for w in cand)
+        rho_each = sched.rho_measure(cells[len(cells) // 2]) if sched.n_sel else 0.0  # a median-sized workload
+        out.update({"measurements": sched.n_sel, "informative": sched.informative, "rho_per_measurement": rho_each,
+                    "count_noise_std": d_sens / math.sqrt(rho_each) if rho_each > 0 else math.inf,
+                    **({"links": int(links)} if links else {})})
+    else:  # the count depends on m: bound it by the paper's equal split over the most measurements
+        most = min(sched.T * sched.K, len(cand))
+        rho_min = (1 - sched.alpha) * (budget.rho - rho_deg) / most if most else 0.0
+        out.update({"measurements": f"at most {most}, chosen at run time from the public link count (max_noise "
+                                    f"{p['max_noise']}); pass --links M to preview it",
+                    "rho_per_measurement_min": rho_min,
+                    "count_noise_std_max": d_sens / math.sqrt(rho_min) if rho_min > 0 else math.inf})
+    return out
+
+
+def plan_relational(job: RelationalJob, links: int | None = None) -> PlanSummary:
+    """The data-free plan of a relational job (see the module docstring); post-processing is not planned."""
+    from privcube.mechanisms.relational.parameters import check_params
+
+    if links is not None and (isinstance(links, bool) or not isinstance(links, int) or links < 1):
+        raise ConfigError(f"plan: links must be a positive number of links, got {links!r}")
+    p = check_params(job.params)
+    tables = [n for n in job.tables if n not in job.public]
+    plans = {n: _table_plan(n, job, p) for n in tables}
+    groups = [{**g, "table": n} for n, pl in plans.items() for g in pl.groups]
+    measurements = [{**m, "table": n} for n, pl in plans.items() for m in pl.measurements]
+    fks = job.fks if job.multi else [job.links]
+    link_budgets: Mapping[str, Any] = {f"{f.left}.{f.left_col}": job.parts[f"{f.left}.{f.left_col}"]
+                                       for f in fks} if job.multi else {"links": job.parts["links"]}
+    link_plans = [_link_plan(f, b, job, p, links) for f, b in zip(fks, link_budgets.values())]
+    squares = sum(g["rmse"] ** 2 * g["cells"] for g in groups)
+    cells = sum(g["cells"] for g in groups)
+    privacy = {**job.total.to_dict(), "composition": COMPOSITION_NOTE,
+               "parts": {n: b.to_dict() for n, b in job.parts.items()},
+               **({"public_tables": list(job.public)} if job.public else {})}
+    return PlanSummary("relational", math.sqrt(squares / cells) if cells else 0.0, privacy, groups,
+                       measurements + [{"link": lp["link"], **{k: v for k, v in lp.items() if k != "link"}}
+                                       for lp in link_plans],
+                       {"rmse_definition": "over the tables' marginal cells (stage 1); the links are not in it",
+                        "tables": {n: {"rmse": pl.rmse, "marginals": len(pl.groups)} for n, pl in plans.items()},
+                        "links": link_plans})
+
+
+__all__ = ["plan_relational"]

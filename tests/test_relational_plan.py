@@ -1,0 +1,99 @@
+"""``privcube plan`` of relational jobs (issue 17): data-free, the schedule a run then follows."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from privcube import api
+from privcube.errors import ConfigError
+from privcube.privacy.zcdp import cdp_rho
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_relational_job import _o2m_files  # noqa: E402
+from test_relational_multi import LINK_BUD, _files  # noqa: E402
+
+
+def _write(cfg: dict, folder: Path) -> Path:
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_plan_reads_no_data_and_states_every_part(tmp_path: Path) -> None:
+    cfg = _o2m_files(tmp_path)
+    for name in ("parents", "children"):  # the data files are gone: a plan must not need them
+        (tmp_path / cfg["data"]["tables"][name]["path"]).unlink()
+    plan = api.plan(_write(cfg, tmp_path))
+    assert plan.mechanism == "relational"
+    parts = plan.privacy["parts"]
+    assert set(parts) == {"parents", "children", "links"}
+    assert math.isclose(plan.privacy["epsilon"], 1.0 + 0.5 + 1.0, rel_tol=1e-12)
+    assert math.isclose(plan.privacy["rho"], sum(p["rho"] for p in parts.values()), rel_tol=1e-12)
+    assert math.isclose(parts["children"]["rho"], cdp_rho(0.5, 2e-6), rel_tol=1e-9)
+    # stage 1: all 2-way marginals of each table (table_marginals default 2)
+    assert plan.details["tables"]["parents"]["marginals"] == 1
+    assert plan.details["tables"]["children"]["marginals"] == 3
+    assert {g["table"] for g in plan.groups} == {"parents", "children"}
+    (link,) = plan.details["links"]
+    assert link["link"] == "children.parent_id -> parents.id" and link["kind"] == "one_to_many"
+    assert link["d_max"] == 10 and link["rho"] == parts["links"]["rho"]
+    assert link["rho_degrees"] == pytest.approx(0.05 * parts["links"]["rho"], rel=1e-12)
+    # without the public link count, max_noise's measurement count is bounded, not claimed
+    assert "at most" in link["measurements"] and link["count_noise_std_max"] > 0
+
+
+def test_plan_with_links_is_the_schedule_the_run_follows(tmp_path: Path) -> None:
+    cfg = _o2m_files(tmp_path)
+    path = _write(cfg, tmp_path)
+    out = tmp_path / "run"
+    api.run(path, out, seed=3, quiet=True)
+    report = json.loads((out / "report.json").read_text())
+    priv = report["mechanism_report"]["privacy"] if "mechanism_report" in report else report["privacy"]
+    m = 160  # the fixture's links (every child has a parent; degrees capped at 8 < d_max)
+    (link,) = api.plan(path, links=m).details["links"]
+    assert link["links"] == m
+    assert link["em_epsilon"] == pytest.approx(priv["em_epsilon"], rel=1e-12)
+    assert link["informative"] == priv["informative"]
+    assert priv["selections"] <= link["measurements"]
+    assert link["rho_degrees"] == pytest.approx(priv["rho_degrees"], rel=1e-12)
+
+
+def test_plan_of_a_schema_graph_lists_each_link_with_its_budget(tmp_path: Path) -> None:
+    plan = api.plan(_write(_files(tmp_path), tmp_path), links=500)
+    links = {lk["link"]: lk for lk in plan.details["links"]}
+    assert set(links) == {"sessions.user_id -> users.id", "bookings.user_id -> users.id"}
+    for lk in links.values():
+        eps, delta = LINK_BUD[lk["link"].split(" ")[0]]
+        assert lk["rho"] == pytest.approx(cdp_rho(eps, delta), rel=1e-9)
+    assert set(plan.details["tables"]) == {"users", "sessions", "bookings"}
+
+
+def test_plan_links_flag_errors(tmp_path: Path) -> None:
+    path = _write(_o2m_files(tmp_path), tmp_path)
+    with pytest.raises(ConfigError, match="links must be a positive number of links, got 0"):
+        api.plan(path, links=0)
+    single = tmp_path / "single.yaml"
+    single.write_text(yaml.safe_dump({"data": {"path": "x.parquet", "domain": {"a": 2, "b": 3}},
+                                      "mechanism": "residual-planner", "workload": [{"kway": 1}],
+                                      "privacy": {"epsilon": 1, "delta": 1e-6}}))
+    with pytest.raises(ConfigError, match="relational jobs only"):
+        api.plan(single, links=10)
+
+
+def test_cli_plan_relational_text_and_json(tmp_path: Path) -> None:
+    path = _write(_o2m_files(tmp_path), tmp_path)
+    text = subprocess.run([sys.executable, "-m", "privcube", "plan", str(path), "--links", "160"],
+                          capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0, text.stderr
+    assert "link children.parent_id -> parents.id (one_to_many)" in text.stdout
+    assert "table children: 3 marginals" in text.stdout
+    js = subprocess.run([sys.executable, "-m", "privcube", "plan", str(path), "--json"],
+                        capture_output=True, text=True, timeout=120)
+    assert js.returncode == 0, js.stderr
+    assert json.loads(js.stdout)["details"]["links"][0]["kind"] == "one_to_many"

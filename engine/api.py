@@ -487,8 +487,9 @@ def _write_records(cfg: JobConfig, result: MechanismResult, run_path: Path, nois
     import shutil
     import uuid
 
-    from privcube.graphs.synth_sampling import stream_records_parquet
+    from privcube.graphs.execution import run_context
     from privcube.synth.estimator import get_estimator
+    from privcube.synth.records import write_records
     from privcube.synth.sampler import marginals_from_answers, measured_marginals
 
     spec = cfg.synthesize or {}
@@ -511,9 +512,9 @@ def _write_records(cfg: JobConfig, result: MechanismResult, run_path: Path, nois
     info.update({"model": getattr(estimator, "info", {}), "budget_spent": 0.0})
     staging = folder.parent / f".records-{uuid.uuid4().hex[:8]}"
     try:
-        info["files"] = stream_records_parquet(model, cfg.domain, rows, staging, noise=noise, schema=cfg.schema,
-                                               key=("synthesize", "records"), chunk_size=spec["chunk_size"],
-                                               client=client)
+        info["files"] = write_records(model, cfg.domain, rows, staging, noise=noise, schema=cfg.schema,
+                                      key=("synthesize", "records"), chunk_size=spec["chunk_size"],
+                                      map=run_context(client).map)
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(staging, folder)

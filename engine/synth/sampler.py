@@ -105,7 +105,8 @@ def measured_marginals(answers: Sequence[Any], domain: Domain, cliques: Sequence
     wanted = {domain.canonical(tuple(c)) for c in cliques if c} | {(a,) for c in est for a in c}
     out: dict[Clique, np.ndarray] = {}
     out_var: dict[Clique, float] = {}
-    for w in sorted(wanted, key=len, reverse=True):
+    pos = {a: i for i, a in enumerate(domain.attributes)}  # a fixed order (not the set's, which varies by process)
+    for w in sorted(wanted, key=lambda w: (-len(w), [pos[x] for x in w])):
         if any(set(w) < set(o) for o in out):
             continue
         holder = next((c for c in sorted(est, key=len) if set(w) <= set(c)), None)

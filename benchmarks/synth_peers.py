@@ -4,7 +4,10 @@ privcube (a marginal mechanism, then ``synthesize``) against smartnoise-synth MS
 AIM on adult and nltcs (../shared/data) at ε ∈ {1, 3}, δ = 1e-9. Each peer is installed by this script
 in its own virtual environment under a cache folder (never a project dependency) and run in a
 subprocess with a time limit (DNF when over). Prints one row per (data, ε, system): TVD per k, time,
-and the ratios to privcube (TVD ratio > 1: the peer is worse; time ratio: how many times slower).
+and the ratios to privcube (TVD ratio > 1: the peer is worse; time ratio: how many times slower). Two
+times: the whole run (privcube: ``api.run`` in this process; a peer: its whole subprocess, interpreter
+and imports included) and the core, data in memory to records (privcube: the mechanism, post-process and
+synthesize stages; a peer: its fit and sample calls).
 
     python benchmarks/synth_peers.py [--datasets adult nltcs] [--eps 1 3] [--seeds 0 1] [--timeout 600]
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from privcube.domain import Domain
 from privcube.errors import DataError
+from privcube.mechanisms.base import local_map
 from privcube.privacy.noise import NoiseSource
 
 LOCAL_ROWS = 250_000  # at most this many records: every chunk is sampled in this process
@@ -35,11 +36,6 @@ def chunk_bounds(n_records: int, chunk_size: int) -> list[tuple[int, int]]:
 def sample_chunk(model: Any, n: int, noise: NoiseSource, key: tuple, chunk: int) -> np.ndarray:
     """One chunk of ``n`` records (codes) from the stream (*key, 'chunk', chunk)."""
     return np.asarray(model.sample(n, noise.generator(*key, "chunk", chunk)), dtype=np.int64)
-
-
-def local_map(fn: Callable[[Any], Any], items: Sequence[Any], **_: Any) -> list[Any]:
-    """``[fn(x) for x in items]`` in this process (the run context's ``map`` without a cluster)."""
-    return [fn(x) for x in items]
 
 
 def client_map(client: Any) -> Map:

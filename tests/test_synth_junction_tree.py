@@ -223,3 +223,27 @@ def test_job_with_junction_tree_spends_nothing_and_writes_records(tmp_path) -> N
     assert len(recs) == 1000
     # the strong a→c link of the data survives in the records (c = 0 only when b = 0)
     assert recs.loc[recs.c == 0, "b"].eq(0).mean() > 0.8
+
+
+def test_clique_table_sums_and_scalings_equal_numpy() -> None:
+    """factor_ops (merged axes, BLAS sums, gathers) give numpy's sums and broadcast products."""
+    from privcube.synth.factor_ops import project_idx, scale_idx
+
+    rng = np.random.default_rng(0)
+    cache: dict = {}
+    for _ in range(300):
+        d = int(rng.integers(1, 8))
+        attrs = tuple(int(a) for a in sorted(rng.choice(20, d, replace=False)))
+        shape = tuple(int(x) for x in rng.integers(1, 5, d))
+        arr = rng.random(shape)
+        k = int(rng.integers(0, d + 1))
+        sub = tuple(int(a) for a in sorted(rng.choice(attrs, k, replace=False))) if k else ()
+        axes = tuple(i for i, a in enumerate(attrs) if a not in sub)
+        want = arr.sum(axis=axes) if axes else arr
+        got = project_idx(arr, attrs, sub)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        f = rng.random(want.shape)
+        prod = arr * f.reshape([n if a in sub else 1 for n, a in zip(shape, attrs)])
+        np.testing.assert_allclose(scale_idx(arr.copy(), f, sub, attrs), prod, rtol=1e-12)
+        np.testing.assert_allclose(scale_idx(arr.copy(), f, sub, attrs, cache), prod, rtol=1e-12)

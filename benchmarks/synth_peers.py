@@ -4,7 +4,10 @@ privcube (a marginal mechanism, then ``synthesize``) against smartnoise-synth MS
 AIM on adult and nltcs (../shared/data) at ε ∈ {1, 3}, δ = 1e-9. Each peer is installed by this script
 in its own virtual environment under a cache folder (never a project dependency) and run in a
 subprocess with a time limit (DNF when over). Prints one row per (data, ε, system): TVD per k, time,
-and the ratios to privcube (TVD ratio > 1: the peer is worse; time ratio: how many times slower).
+and the ratios to privcube (TVD ratio > 1: the peer is worse; time ratio: how many times slower). Two
+times: the whole run (privcube: ``api.run`` in this process; a peer: its whole subprocess, interpreter
+and imports included) and the core, data in memory to records (privcube: the mechanism, post-process and
+synthesize stages; a peer: its fit and sample calls).
 
     python benchmarks/synth_peers.py [--datasets adult nltcs] [--eps 1 3] [--seeds 0 1] [--timeout 600]
 
@@ -48,22 +51,24 @@ def _peer_worker(spec_path: str) -> None:
     sizes = spec["domain"]
     df = df[list(sizes)]
     np.random.seed(spec["seed"])
-    t0 = time.perf_counter()
     system, algo = spec["peer"].split("-")
     if system == "smartnoise":
         from snsynth import Synthesizer
 
+        t0 = time.perf_counter()  # fit + sample only: the imports and the CSV are outside the core time
         synth = Synthesizer.create(algo, epsilon=float(spec["epsilon"]), delta=float(spec["delta"]))
         out = synth.fit_sample(df, categorical_columns=list(df.columns), preprocessor_eps=0.0)
     else:
         from dpmm.pipelines import AIMPipeline, MSTPipeline
 
+        t0 = time.perf_counter()
         cls = MSTPipeline if algo == "mst" else AIMPipeline
         pipe = cls(epsilon=float(spec["epsilon"]), delta=float(spec["delta"]), disable_processing=True)
         pipe.fit(df, domain={c: int(s) for c, s in sizes.items()}, random_state=spec["seed"])
         out = pipe.generate(n_records=len(df), random_state=spec["seed"])
+    core = time.perf_counter() - t0
     pd.DataFrame(out)[list(sizes)].to_csv(spec["out"], index=False)
-    Path(spec["out"] + ".time").write_text(str(time.perf_counter() - t0))
+    Path(spec["out"] + ".time").write_text(str(core))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -113,14 +118,19 @@ def run_ours(name: str, eps: float, delta: float, seed: int, mechanism: dict, wo
         t0 = time.perf_counter()
         summary = api.run(cfg, Path(tmp) / "run", seed=seed, quiet=True)
         secs = time.perf_counter() - t0
-        run_ours.stages = {k: summary.report["timings"].get(k) for k in ("mechanism_s", "synthesize_s")}
+        t = summary.report["timings"]
+        run_ours.stages = {k: t.get(k) for k in ("mechanism_s", "postprocess_s", "synthesize_s", "write_s")}
+        # core time, as the peers' (data in memory -> records): measure + post-process + fit, sample, write records
+        run_ours.stages["core_s"] = sum(t.get(k) or 0.0 for k in ("mechanism_s", "postprocess_s", "synthesize_s"))
         files = sorted((Path(tmp) / "run" / "synthetic" / "records").glob("part-*.parquet"))
         syn = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)[list(sizes)].to_numpy()
     return syn, secs
 
 
 def run_peer(peer: str, name: str, eps: float, delta: float, seed: int, timeout: float) -> tuple[np.ndarray | None, float]:
-    """A peer in its venv, killed after ``timeout`` s (None = did not finish); records and wall time."""
+    """A peer in its venv, killed after ``timeout`` s (None = did not finish); records and wall time (the
+    whole process: interpreter, imports, CSV); its fit + sample time is left in ``run_peer.core``."""
+    run_peer.core = None
     py = ensure_peer(*PEERS[peer])
     _, sizes, csv, _ = load(name)
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,6 +152,7 @@ def run_peer(peer: str, name: str, eps: float, delta: float, seed: int, timeout:
             err = (Path(tmp) / "err.txt").read_text().strip().splitlines()
             print(f"  {peer} failed: {err[-1] if err else proc.returncode}", file=sys.stderr)
             return None, secs
+        run_peer.core = float(Path(spec["out"] + ".time").read_text())
         return pd.read_csv(spec["out"])[list(sizes)].to_numpy(), secs
 
 
@@ -185,6 +196,7 @@ def main() -> None:
                 stages = run_ours.stages
             else:
                 syn, secs = run_peer(system, name, eps, args.delta, seed, args.timeout)
+                stages = {"core_s": run_peer.core}
             tv = [tvd(real, syn, list(sizes.values()), k) if syn is not None else None for k in (1, 2, 3)]
             rows.append({"data": name, "eps": eps, "system": system, "seed": seed, "tvd": tv, "seconds": secs,
                          "load": os.getloadavg()[0], **stages})
@@ -197,36 +209,55 @@ def main() -> None:
     print_table(rows, args.ours[0] if args.ours else next(iter(OURS)))
 
 
+def _core(r: dict) -> float | None:
+    """A row's core seconds (older result files: the stages they recorded)."""
+    if r.get("core_s") is not None:
+        return r["core_s"]
+    if r.get("synthesize_s") is not None:
+        return sum(r.get(k) or 0.0 for k in ("mechanism_s", "postprocess_s", "synthesize_s"))
+    return None
+
+
+def _system_stats(rs: list[dict]) -> dict:
+    """Means over seeds (± half range) of one system's rows on one (data, ε)."""
+    done = [r for r in rs if r["tvd"][0] is not None]
+    tv = [float(np.mean([r["tvd"][k] for r in done])) if done else None for k in range(3)]
+    sp = [(max(r["tvd"][k] for r in done) - min(r["tvd"][k] for r in done)) / 2 if done else None for k in range(3)]
+    core = [c for c in (_core(r) for r in done) if c is not None]
+    return {"tv": tv, "sp": sp, "secs": float(np.mean([r["seconds"] for r in rs])), "done": len(done), "n": len(rs),
+            "core": float(np.mean(core)) if core else None, "load": float(np.mean([r["load"] for r in rs]))}
+
+
+def _ratio(a: float | None, b: float | None, fmt: str) -> str:
+    return "-" if a is None or b is None or b == 0 else format(a / b, fmt)
+
+
 def print_table(rows: list[dict], reference: str) -> None:
-    """Means over seeds (± half range), and ratios to ``reference``: peer TVD / ours, peer time / ours."""
-    print("\ntime s: whole run (privcube: ingest, measure, synthesize, write every output; in brackets the "
-          "mechanism + synthesize stages); ratios: system / " + reference)
-    print(f"| data | ε | system | seeds | TVD 1-way | TVD 2-way | TVD 3-way | time s | TVD2 ratio | TVD3 ratio | time ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    keys = sorted({(r["data"], r["eps"]) for r in rows}, key=lambda x: (x[0], x[1]))
-    for data, eps in keys:
+    """Means over seeds (± half range), and ratios to ``reference``: system TVD / reference, system time /
+    reference (how many times slower), for the whole process and for the core (fit + sample) time."""
+    print("\nwhole s: privcube = api.run in this process (ingest, measure, post-process, synthesize, write every "
+          "output); peers = their whole subprocess (interpreter, imports, CSV in and out). core s: data in memory "
+          "to records (privcube: mechanism + postprocess + synthesize stages; peers: fit + sample). "
+          "Ratios: system / " + reference + "; load = 1-min load average during the system's runs")
+    print("| data | ε | system | seeds | TVD 1-way | TVD 2-way | TVD 3-way | whole s | core s | TVD2 ratio | "
+          "TVD3 ratio | whole ratio | core ratio | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for data, eps in sorted({(r["data"], r["eps"]) for r in rows}):
         here = [r for r in rows if r["data"] == data and r["eps"] == eps]
-        systems = list(dict.fromkeys(r["system"] for r in here))
-        stats = {}
-        for s in systems:
-            rs = [r for r in here if r["system"] == s]
-            done = [r for r in rs if r["tvd"][0] is not None]
-            tv = [np.mean([r["tvd"][k] for r in done]) if done else None for k in range(3)]
-            sp = [(max(r["tvd"][k] for r in done) - min(r["tvd"][k] for r in done)) / 2 if done else None
-                  for k in range(3)]
-            stage = [r["mechanism_s"] + r["synthesize_s"] for r in rs if r.get("synthesize_s") is not None]
-            stats[s] = (tv, sp, np.mean([r["seconds"] for r in rs]), len(done), len(rs),
-                        np.mean(stage) if stage else None)
+        stats = {s: _system_stats([r for r in here if r["system"] == s])
+                 for s in dict.fromkeys(r["system"] for r in here)}
         ref = stats.get(reference)
-        for s, (tv, sp, secs, nd, n, stage) in stats.items():
-            cells = " | ".join("DNF" if t is None else f"{t:.4f} ± {e:.4f}" for t, e in zip(tv, sp))
-            if ref and ref[0][1] is not None and tv[1] is not None:
-                ratios = f"{tv[1] / ref[0][1]:.2f} | {tv[2] / ref[0][2]:.2f} | {secs / ref[2]:.1f}"
-            else:
-                ratios = "- | - | " + (f"> {secs / ref[2]:.1f}" if ref and tv[0] is None else "-")
-            label = s if nd == n else f"{s} ({n - nd} DNF at the time limit)"
-            shown = f"{secs:.1f}" + (f" ({stage:.1f})" if stage is not None else "")
-            print(f"| {data} | {eps:g} | {label} | {nd}/{n} | {cells} | {shown} | {ratios} |")
+        for s, st in stats.items():
+            cells = " | ".join("DNF" if t is None else f"{t:.4f} ± {e:.4f}" for t, e in zip(st["tv"], st["sp"]))
+            if ref is not None and st["tv"][1] is not None:
+                ratios = " | ".join([_ratio(st["tv"][1], ref["tv"][1], ".2f"), _ratio(st["tv"][2], ref["tv"][2], ".2f"),
+                                     _ratio(st["secs"], ref["secs"], ".1f"), _ratio(st["core"], ref["core"], ".1f")])
+            else:  # did not finish: at least the time limit over the reference
+                ratios = "- | - | " + ("> " + _ratio(st["secs"], ref["secs"], ".1f") if ref else "-") + " | -"
+            label = s if st["done"] == st["n"] else f"{s} ({st['n'] - st['done']} DNF at the time limit)"
+            core = "-" if st["core"] is None else f"{st['core']:.2f}"
+            print(f"| {data} | {eps:g} | {label} | {st['done']}/{st['n']} | {cells} | {st['secs']:.1f} | {core} | "
+                  f"{ratios} | {st['load']:.1f} |")
 
 
 if __name__ == "__main__":

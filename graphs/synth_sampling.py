@@ -1,4 +1,6 @@
-"""Parallel chunked record generation on Dask: one task per chunk, same rows as the serial sampler."""
+"""Chunked record generation as Dask graphs (a lazy DataFrame, a Parquet dataset written by the workers):
+one task per chunk, same rows as the serial sampler. The run folder's records are written by
+``privcube.synth.records.write_records`` through the run context's ``map``; this module only builds graphs."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +12,8 @@ import pandas as pd
 from privcube.domain import Domain
 from privcube.privacy.noise import NoiseSource
 from privcube.synth.estimator import SamplingModel
-from privcube.synth.sampler import DEFAULT_CHUNK, chunk_bounds, sample_chunk
+from privcube.synth.records import add_labels, chunk_bounds, sample_chunk
+from privcube.synth.sampler import DEFAULT_CHUNK
 
 
 def _chunk_frame(model: SamplingModel, n: int, noise: NoiseSource, key: tuple, chunk: int,
@@ -45,8 +48,6 @@ def sample_records_parallel(model: SamplingModel, domain: Domain, n_records: int
 def _labelled_chunk(model: SamplingModel, n: int, noise: NoiseSource, key: tuple, chunk: int, columns: list[str],
                     schema: Any) -> pd.DataFrame:
     """One chunk of codes plus its decoded label columns."""
-    from privcube.synth.sampler import add_labels
-
     return add_labels(_chunk_frame(model, n, noise, key, chunk, columns), schema)
 
 
@@ -61,8 +62,6 @@ def write_records_parquet(model: SamplingModel, domain: Domain, n_records: int, 
     """
     import dask
     import dask.dataframe as dd
-
-    from privcube.synth.sampler import add_labels
 
     cols = list(domain.attributes)
     # dtypes as the chunks will have them (label columns: whatever pandas makes of decoded text)
@@ -80,45 +79,4 @@ def write_records_parquet(model: SamplingModel, domain: Domain, n_records: int, 
     return out
 
 
-def stream_records_parquet(model: SamplingModel, domain: Domain, n_records: int, folder: str | Path, *,
-                           noise: NoiseSource, schema: Any = None, key: tuple = ("synth",),
-                           chunk_size: int = DEFAULT_CHUNK, client: Any = None, window: int | None = None) -> int:
-    """Sample chunks in parallel (tasks on ``client``, else threads) and write each, in order, on THIS
-    machine as ``folder/part-NNNNN.parquet`` (codes plus schema labels; atomic, owner-only).
-
-    For run directories that only the driver can see (a remote cluster's workers cannot write there): at
-    most ``window`` chunks are in flight, so memory stays bounded whatever ``n_records`` is. Rows equal
-    ``sample_records`` in order. Returns the number of files written.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from privcube.storage.outputs import atomic_write_parquet
-
-    cols = list(domain.attributes)
-    bounds = chunk_bounds(int(n_records), int(chunk_size)) or [(0, 0)]
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True, mode=0o700)
-    args = [(model, b - a, noise, key, c, cols, schema) for c, (a, b) in enumerate(bounds)]
-    if client is not None:
-        width = window or max(2, 2 * len(client.scheduler_info().get("workers", {}) or [0]))
-        submit = lambda a: client.submit(_labelled_chunk, *a, pure=False)  # noqa: E731
-        pool = None
-    else:
-        pool = ThreadPoolExecutor(max_workers=window or 2)
-        width = window or 2
-        submit = lambda a: pool.submit(_labelled_chunk, *a)  # noqa: E731
-    try:
-        pending = [submit(a) for a in args[:width]]
-        for i in range(len(args)):
-            frame = pending[i].result()
-            pending[i] = None  # drop the reference: bounded memory
-            if i + width < len(args):
-                pending.append(submit(args[i + width]))
-            atomic_write_parquet(out / f"part-{i:05d}.parquet", frame)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-    return len(args)
-
-
-__all__ = ["sample_records_dask", "sample_records_parallel", "stream_records_parquet", "write_records_parquet"]
+__all__ = ["sample_records_dask", "sample_records_parallel", "write_records_parquet"]

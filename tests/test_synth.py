@@ -270,3 +270,36 @@ def test_dask_chunked_sampling_equals_serial() -> None:
     serial = sample_records(model, DOM, 2500, noise=NoiseSource(4), key=("t",), chunk_size=700)
     par = sample_records_parallel(model, DOM, 2500, noise=NoiseSource(4), key=("t",), chunk_size=700)
     assert len(par) == 2500 and par.equals(serial)
+
+
+def test_records_written_in_windows_through_a_run_context_map(tmp_path) -> None:  # noqa: ANN001
+    """write_records: chunks through the run context's map (a real dask cluster), in windows, files in
+    order, same rows as the serial sampler; small outputs never reach the map."""
+    import pandas as pd
+    from distributed import Client
+
+    import privcube.synth.records as records
+    from privcube.graphs.execution import run_context
+    from privcube.synth.sampler import sample_records
+
+    model = TreeEstimator().fit({c: 100 * _marg(_truth(), c) for c in itertools.combinations(DOM.attributes, 2)}, DOM)
+    serial = sample_records(model, DOM, 2500, noise=NoiseSource(4), key=("t",), chunk_size=700)
+    calls: list[int] = []
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as client:
+        ctx_map = run_context(client).map
+
+        def counted(fn, items, **kw):  # noqa: ANN001, ANN003, ANN202
+            calls.append(len(items))
+            return ctx_map(fn, items, **kw)
+
+        n = records.write_records(model, DOM, 2500, tmp_path / "a", noise=NoiseSource(4), key=("t",),
+                                  chunk_size=700, map=counted, window=2)
+        assert calls == [] and n == 4  # 2,500 records: sampled in this process
+        n = records.write_records(model, DOM, 2500, tmp_path / "b", noise=NoiseSource(4), key=("t",),
+                                  chunk_size=700, map=counted, window=2, local_rows=0)
+    assert n == 4 and calls == [2, 2]  # two windows of two chunks, as tasks on the cluster
+    for folder in ("a", "b"):
+        files = sorted((tmp_path / folder).iterdir())
+        assert [f.name for f in files] == [f"part-{i:05d}.parquet" for i in range(4)]
+        df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        pd.testing.assert_frame_equal(df, serial, check_dtype=False)

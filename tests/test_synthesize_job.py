@@ -73,8 +73,11 @@ def test_auto_rows_from_aim_answers_and_no_records_without_the_key(tmp_path):
     assert not (out2 / "synthetic").exists()
 
 
-def test_records_on_a_cluster_equal_the_local_ones(tmp_path):
+def test_records_on_a_cluster_equal_the_local_ones(tmp_path, monkeypatch):
     """Chunks sampled as tasks on a LocalCluster of processes, written here: same rows as threads."""
+    import privcube.synth.records as records
+
+    monkeypatch.setattr(records, "LOCAL_ROWS", 0)  # small outputs are sampled locally: force the tasks
     local, _ = _job(tmp_path, synthesize={"rows": 1500, "chunk_size": 400})
     a = _records(api.run(local, tmp_path / "a", seed=3, quiet=True).out_dir)[1]
     dist, _ = _job(tmp_path, synthesize={"rows": 1500, "chunk_size": 400},

@@ -30,15 +30,16 @@ def postprocess(cfg: Any, mech: Any, result: Any, context: Any = None) -> dict[s
     return publish(result.answers, cfg.domain, cfg.postprocess, map=mapper)
 
 
-def write_records(cfg: Any, result: Any, rundir: Any, noise: Any, client: Any,
+def write_records(cfg: Any, result: Any, rundir: Any, noise: Any, context: Any,
                   keep_existing: bool = False) -> dict[str, Any]:
     """``synthesize``: fit the estimator to the run's noisy marginal answers and write the sampled records
     to ``synthetic/records/`` (Parquet, one file per chunk, codes plus schema labels), chunks sampled in
-    parallel (on the cluster when there is one). Post-processing only: nothing is charged. Written into a
+    through the run context's ``map`` (on the cluster when there is one). Post-processing only: nothing is charged. Written into a
     hidden folder and renamed into place (``RunDirectory.write_folder``), so a folder that exists is
     complete (kept on resume)."""
-    from privcube.graphs.synth_sampling import stream_records_parquet
+    from privcube.mechanisms.base import local_map
     from privcube.synth.estimator import get_estimator
+    from privcube.synth.records import write_records as write_record_chunks
     from privcube.synth.sampler import marginals_from_answers, measured_marginals
 
     spec = cfg.synthesize or {}
@@ -61,9 +62,9 @@ def write_records(cfg: Any, result: Any, rundir: Any, noise: Any, client: Any,
     info.update({"model": getattr(estimator, "info", {}), "budget_spent": 0.0})
 
     def sample(staging: Path) -> int:
-        return stream_records_parquet(model, cfg.domain, rows, staging, noise=noise, schema=cfg.schema,
-                                      key=("synthesize", "records"), chunk_size=spec["chunk_size"],
-                                      client=client)
+        return write_record_chunks(model, cfg.domain, rows, staging, noise=noise, schema=cfg.schema,
+                                   key=("synthesize", "records"), chunk_size=spec["chunk_size"],
+                                   map=context.map if context is not None else local_map)
 
     info["files"] = rundir.write_folder(name, sample)
     return info

@@ -210,7 +210,7 @@ class SingleTableJob:
         if cfg.synthesize:  # post-processing of the answers, while the cluster is up (chunks run there)
             t1 = time.perf_counter()
             with rundir.writing("synthetic records"):
-                self.derived["synthetic_records"] = write_records(cfg, result, rundir, env.noise, env.client,
+                self.derived["synthetic_records"] = write_records(cfg, result, rundir, env.noise, env.context,
                                                                   keep_existing=env.resume)
             env.timings["synthesize_s"] = time.perf_counter() - t1
 

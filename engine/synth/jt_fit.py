@@ -14,7 +14,8 @@ import numpy as np
 from privcube.domain import Domain
 from privcube.errors import ConfigError, DataError
 from privcube.synth.consistency import make_consistent, project
-from privcube.synth.jt_model import JunctionTreeModel, project_idx, usable_subsets
+from privcube.synth.factor_ops import project_idx
+from privcube.synth.jt_model import JunctionTreeModel, usable_subsets
 from privcube.synth.junction_tree import select_junction_tree
 from privcube.synth.tree_model import mutual_information
 

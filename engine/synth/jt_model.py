@@ -17,21 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from privcube.domain import Domain
+from privcube.synth.factor_ops import expand_idx, project_idx, scale_idx
 from privcube.synth.junction_tree import JunctionTree
 
 Idx = tuple[int, ...]
-
-
-def project_idx(arr: np.ndarray, attrs: Idx, sub: Idx) -> np.ndarray:
-    """Sum a table over ``attrs`` (ascending indices) down to ``sub`` (ascending, a subset)."""
-    axes = tuple(k for k, a in enumerate(attrs) if a not in sub)
-    return arr.sum(axis=axes) if axes else arr
-
-
-def expand_idx(arr: np.ndarray, sub: Idx, attrs: Idx) -> np.ndarray:
-    """Reshape a ``sub`` table so it broadcasts against an ``attrs`` table (both ascending)."""
-    shape = [arr.shape[sub.index(a)] if a in sub else 1 for a in attrs]
-    return arr.reshape(shape)
 
 
 def _ratio(target: np.ndarray, current: np.ndarray) -> np.ndarray:
@@ -63,6 +52,7 @@ class JunctionTreeModel:
     roots: list[int] = field(default_factory=list)
     plan: list[_Conditional] = field(default_factory=list)
     root_cdf: dict[int, np.ndarray] = field(default_factory=dict)
+    gather: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)  # cell indices, during fit only
 
     # ---- fitting -------------------------------------------------------------------------------------
     @classmethod
@@ -90,6 +80,7 @@ class JunctionTreeModel:
             if worst <= tol or since >= 10:  # converged, or stalled (targets that no model can match exactly)
                 break
         model._calibrate()
+        model.gather.clear()  # not shipped with the model to the workers that sample
         model._prepare_sampling()
         return model
 
@@ -120,7 +111,7 @@ class JunctionTreeModel:
             return
         want = project_idx(self.beliefs[frm], a, sep)
         have = project_idx(self.beliefs[to], b, sep)
-        self.beliefs[to] = self.beliefs[to] * expand_idx(_ratio(want, have), sep, b)
+        self.beliefs[to] = scale_idx(self.beliefs[to], _ratio(want, have), sep, b, self.gather)
 
     def _sweep(self, walk: list[tuple[int, int | None]], targets: Mapping[Idx, np.ndarray],
                assigned: Mapping[int, list[Idx]]) -> float:
@@ -136,7 +127,7 @@ class JunctionTreeModel:
             for t in assigned[u]:
                 cur = project_idx(self.beliefs[u], c, t)
                 worst = max(worst, float(np.abs(cur - targets[t]).sum()))
-                self.beliefs[u] = self.beliefs[u] * expand_idx(_ratio(targets[t], cur), t, c)
+                self.beliefs[u] = scale_idx(self.beliefs[u], _ratio(targets[t], cur), t, c, self.gather)
         return worst
 
     def _calibrate(self) -> None:
@@ -282,4 +273,4 @@ def usable_subsets(clique: Idx, cliques: list[tuple[int, ...]]) -> list[Idx]:
     return out
 
 
-__all__ = ["JunctionTreeModel", "project_idx", "expand_idx", "usable_subsets", "stratified_uniforms"]
+__all__ = ["JunctionTreeModel", "project_idx", "scale_idx", "expand_idx", "usable_subsets", "stratified_uniforms"]

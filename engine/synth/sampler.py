@@ -1,7 +1,8 @@
 """Chunked record sampling and the ``synthesize`` entry point (post-processing only; spends no budget).
 
 Chunk c of a run draws from ``noise.generator(*key, "chunk", c)``, so the output is a pure function of
-(noise seed, key, n_records, chunk_size): the same on one process or on many Dask workers.
+(noise seed, key, n_records, chunk_size): the same on one process or on many Dask workers. Chunks run
+through a run context's ``map`` (privcube.synth.records); this module imports nothing of privcube.graphs.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from privcube.errors import ConfigError, DataError
 from privcube.privacy.noise import NoiseSource
 from privcube.synth.consistency import project
 from privcube.synth.estimator import MarginalEstimator, SamplingModel, get_estimator
+from privcube.synth.records import Map, add_labels, chunk_bounds, client_map, sample_chunk, sample_codes
 
 Clique = tuple[str, ...]
 
@@ -28,23 +30,16 @@ def _check_int(value: Any, name: str, minimum: int) -> int:
     return int(value)
 
 
-def chunk_bounds(n_records: int, chunk_size: int) -> list[tuple[int, int]]:
-    """[start, stop) of each chunk."""
-    return [(s, min(s + chunk_size, n_records)) for s in range(0, n_records, chunk_size)]
-
-
-def sample_chunk(model: SamplingModel, n: int, noise: NoiseSource, key: tuple, chunk: int) -> np.ndarray:
-    """One chunk of ``n`` records from the stream (*key, 'chunk', chunk)."""
-    return np.asarray(model.sample(n, noise.generator(*key, "chunk", chunk)), dtype=np.int64)
-
-
 def sample_records(model: SamplingModel, domain: Domain, n_records: int, *, noise: NoiseSource,
-                   key: tuple = ("synth",), chunk_size: int = DEFAULT_CHUNK) -> pd.DataFrame:
-    """``n_records`` rows of codes (columns = domain attributes), drawn chunk by chunk in this process."""
+                   key: tuple = ("synth",), chunk_size: int = DEFAULT_CHUNK, map: Map | None = None,  # noqa: A002
+                   local_rows: int | None = None) -> pd.DataFrame:
+    """``n_records`` rows of codes (columns = domain attributes), drawn chunk by chunk: in this process, or
+    through ``map`` (a run context's, e.g. tasks on the cluster) for more than ``local_rows`` records
+    (default ``records.LOCAL_ROWS``: below it the tasks cost more than they save)."""
     n_records = _check_int(n_records, "n_records", 0)
     chunk_size = _check_int(chunk_size, "chunk_size", 1)
-    parts = [sample_chunk(model, b - a, noise, key, c) for c, (a, b) in enumerate(chunk_bounds(n_records, chunk_size))]
-    arr = np.vstack(parts) if parts else np.zeros((0, len(domain)), dtype=np.int64)
+    arr = sample_codes(model, domain, n_records, noise=noise, key=key, chunk_size=chunk_size, map=map,
+                       local_rows=local_rows)
     return pd.DataFrame(arr, columns=list(domain.attributes))
 
 
@@ -52,25 +47,23 @@ def synthesize(marginal_estimates: Mapping[Clique, np.ndarray], domain: Domain, 
                seed: int | None = None, noise: NoiseSource | None = None, key: tuple = ("synth",),
                chunk_size: int = DEFAULT_CHUNK, estimator: MarginalEstimator | str | None = None,
                variances: Mapping[Clique, float] | None = None, total: float | None = None,
-               client: Any = None) -> pd.DataFrame:
+               client: Any = None, map: Map | None = None) -> pd.DataFrame:  # noqa: A002
     """Synthetic records (DataFrame of codes) whose low-order marginals follow the given estimates.
 
-    ``marginal_estimates`` maps cliques to (noisy) counts; ``estimator`` defaults to the consistency +
-    Chow–Liu tree model. Randomness comes from ``noise`` (or a NoiseSource built from ``seed``). With a
-    dask ``client`` the chunks are generated as parallel tasks on the cluster (same rows as serially).
+    ``marginal_estimates`` maps cliques to (noisy) counts; ``estimator`` defaults to the junction-tree
+    model. Randomness comes from ``noise`` (or a NoiseSource built from ``seed``). Chunks run through
+    ``map`` (a run context's: tasks on the cluster) or, given only a dask ``client``, its own map/gather;
+    the rows are the same either way.
     """
     if noise is None:
         noise = NoiseSource(seed)
     est = get_estimator(estimator)
     model = est.fit(marginal_estimates, domain, total=total, variances=variances)
-    if client is not None:
-        from privcube.graphs.synth_sampling import sample_records_parallel
-
-        n_records = _check_int(n_records, "n_records", 0)
-        chunk_size = _check_int(chunk_size, "chunk_size", 1)
-        return sample_records_parallel(model, domain, n_records, noise=noise, key=key, chunk_size=chunk_size,
-                                       client=client)
-    return sample_records(model, domain, n_records, noise=noise, key=key, chunk_size=chunk_size)
+    local_rows = None
+    if map is None and client is not None:  # a client handed over directly: every chunk a task on it
+        map, local_rows = client_map(client), 0  # noqa: A001
+    return sample_records(model, domain, n_records, noise=noise, key=key, chunk_size=chunk_size, map=map,
+                          local_rows=local_rows)
 
 
 def marginals_from_answers(answers: Sequence[Any], domain: Domain) -> tuple[dict[Clique, np.ndarray], dict[Clique, float]]:
@@ -112,7 +105,8 @@ def measured_marginals(answers: Sequence[Any], domain: Domain, cliques: Sequence
     wanted = {domain.canonical(tuple(c)) for c in cliques if c} | {(a,) for c in est for a in c}
     out: dict[Clique, np.ndarray] = {}
     out_var: dict[Clique, float] = {}
-    for w in sorted(wanted, key=len, reverse=True):
+    pos = {a: i for i, a in enumerate(domain.attributes)}  # a fixed order (not the set's, which varies by process)
+    for w in sorted(wanted, key=lambda w: (-len(w), [pos[x] for x in w])):
         if any(set(w) < set(o) for o in out):
             continue
         holder = next((c for c in sorted(est, key=len) if set(w) <= set(c)), None)
@@ -129,29 +123,12 @@ def measured_marginals(answers: Sequence[Any], domain: Domain, cliques: Sequence
 def synthesize_from_answers(answers: Sequence[Any], domain: Domain, n_records: int, *, noise: NoiseSource | None = None,
                             seed: int | None = None, key: tuple = ("synth",), chunk_size: int = DEFAULT_CHUNK,
                             estimator: MarginalEstimator | str | None = None, total: float | None = None,
-                            client: Any = None) -> pd.DataFrame:
+                            client: Any = None, map: Map | None = None) -> pd.DataFrame:  # noqa: A002
     """Synthetic records from the answers of a finished run (e.g. ``MechanismResult.answers`` of
     ``residual-planner`` or ``aim-grem``): marginal groups → estimator → chunked sampling. Spends no budget."""
     est, var = marginals_from_answers(answers, domain)
     return synthesize(est, domain, n_records, noise=noise, seed=seed, key=key, chunk_size=chunk_size,
-                      estimator=estimator, variances=var or None, total=total, client=client)
-
-
-def add_labels(frame: pd.DataFrame, schema: Any) -> pd.DataFrame:
-    """``frame`` plus a decoded ``<attr>_label`` column per schema attribute that has labels (categories, bin
-    ranges, dates, named integer codes; plain integer codes get none)."""
-    if schema is None:
-        return frame
-    out = frame.copy()
-    for a in schema:
-        if a.name not in out.columns or (a.kind == "integer" and a.labels_ is None):
-            continue
-        labels = np.asarray(a.labels(), dtype=object)
-        codes = out[a.name].to_numpy()
-        if codes.size and (codes.min() < 0 or codes.max() >= labels.size):
-            raise DataError(f"column {a.name!r}: code outside [0, {labels.size}) cannot be decoded")
-        out[f"{a.name}_label"] = labels[codes]
-    return out
+                      estimator=estimator, variances=var or None, total=total, client=client, map=map)
 
 
 __all__ = ["synthesize", "synthesize_from_answers", "marginals_from_answers", "measured_marginals", "add_labels", "sample_records",

@@ -3,8 +3,10 @@
 Privacy: initialisation measures every 1-way marginal in W↓ (as its residual and the total) with
 σ0² = K/(0.9ρ) (K = |W↓ \\ {∅}|); each round charges ε_t²/8 for the selection and 1/(2σ_t²) for the
 measurement (CRP never spends more than that; dropped residuals are not reallocated). When fewer than
-two rounds of budget remain, the next round spends exactly what is left (10% selection) and the loop
-ends. Annealing compares the selected clique's estimate before and after the update, never the true
+two rounds of budget remain (of ρ less the ``final_share`` reserve), the next round spends exactly what is
+left and the loop ends: with ``final_round: select`` (the paper) 10% selection and the rest on one marginal,
+with ``spread`` (default, :mod:`.final_round`) no selection and the workload-optimal allocation over the
+residuals of the cliques already selected. Annealing compares the selected clique's estimate before and after the update, never the true
 marginal. Every noise draw is keyed by ("aim-grem", round, ...) so a seed reproduces the run bit for
 bit and a resumed run continues identically. True marginals of all of W↓ are read once, in batches.
 With a dask client and a large problem they never reach the driver: the data pass leaves them on the

@@ -240,7 +240,8 @@ np.savez(spec["estimates"], **arrays)
 rep = report or {}
 json.dump({"time_s": secs, "rho_budget": ledger["budget"]["rho"], "rho_spent": ledger["spent"]["rho"],
            "mode": spec["mode"], "rounds": rep.get("rounds"), "strategy": rep.get("strategy"),
-           "completion": rep.get("completion"), "has_published": "p0" in arrays},
+           "completion": rep.get("completion"), "has_published": "p0" in arrays,
+           "final_share": (rep.get("init") or {}).get("final_share")},
           open(spec["result"], "w"))
 '''
 

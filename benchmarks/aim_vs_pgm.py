@@ -240,7 +240,8 @@ np.savez(spec["estimates"], **arrays)
 rep = report or {}
 json.dump({"time_s": secs, "rho_budget": ledger["budget"]["rho"], "rho_spent": ledger["spent"]["rho"],
            "mode": spec["mode"], "rounds": rep.get("rounds"), "strategy": rep.get("strategy"),
-           "completion": rep.get("completion"), "has_published": "p0" in arrays},
+           "completion": rep.get("completion"), "has_published": "p0" in arrays,
+           "final_share": (rep.get("init") or {}).get("final_share")},
           open(spec["result"], "w"))
 '''
 
@@ -365,6 +366,7 @@ def run_side(side: str, name: str, epsilon: float, seed: int, cliques: list[tupl
                 "mechanism": {"ours": "aim-grem", "rp": "residual-planner"}.get(side),
                 "params": json.loads(args.ours_params) if side == "ours" else {}}
         (tmp / "spec.json").write_text(json.dumps(spec))
+        load_before = os.getloadavg()[0]  # the machine is shared: every figure is stated with its load
         worker = tmp / "worker.py"
         worker.write_text(PGM_WORKER if side == "pgm" else OURS_WORKER)
         py = str(pgm_python) if side == "pgm" else sys.executable
@@ -373,7 +375,8 @@ def run_side(side: str, name: str, epsilon: float, seed: int, cliques: list[tupl
                            args.threads)
         rec: dict[str, Any] = {"dataset": name, "epsilon": epsilon, "delta": DELTA, "rho": rho, "seed": seed,
                                "side": side, "wall_s": proc["wall_s"], "peak_rss_mb": proc["peak_rss_mb"],
-                               "log": str(log), "finished_at": _now()}
+                               "log": str(log), "finished_at": _now(),
+                               "load_1m": [load_before, os.getloadavg()[0]]}
         if proc["killed"]:
             rec.update(status="dnf", reason=args._dnf_reason(timeout))
             return rec
@@ -537,9 +540,19 @@ def format_table(results: Mapping[str, Any]) -> str:
         f"threads: every pool capped at {meta.get('threads', '?')} and pinned to that many CPUs, both sides; "
         f"PGM max_size = {meta.get('pgm_max_size', '?')} MB; PGM versions {meta.get('pgm_versions', {})}.",
         "DNF = killed at the per-run wall-clock limit (or at the deadline), time ratio then an upper bound.",
+        _load_note(results),
         NONPRIVATE_NOTE,
     ]
     return "\n".join(lines + notes)
+
+
+def _load_note(results: Mapping[str, Any]) -> str:
+    """The 1-minute load average seen before and after the runs (the machine is shared)."""
+    loads = [x for r in results.get("runs", []) for x in (r.get("load_1m") or [])]
+    if not loads:
+        return "machine load: not recorded in these results"
+    return f"machine load (1-min loadavg before/after each run): {min(loads):.1f}-{max(loads):.1f}, median " \
+           f"{float(np.median(loads)):.1f} (2 cores, shared)"
 
 
 def _spread(row: Mapping[str, Any], side: str, key: str) -> str:

@@ -74,9 +74,10 @@ def test_ledger_never_over_budget_and_last_round_spends_rest(sizes, k, log_rho, 
     assert ledger.spent_rho <= rho * (1 + 1e-12)
     assert ledger.spent_rho == pytest.approx(rho, rel=1e-12)
     charges = ledger.charges
-    assert charges[-1]["label"].endswith("measure") and res.report["trace"][-1]["final"]
+    assert charges[-1]["label"].endswith("final") and res.report["trace"][-1]["final"]  # final_round: spread
+    assert res.report["trace"][-1]["final_round"] == "spread" and res.report["trace"][-1]["rho_select"] == 0.0
     for c in charges:
-        if c["label"].endswith("measure"):
+        if c["label"].endswith(("measure", "final")):
             assert c["realized_rho"] <= c["rho"] * (1 + 1e-12)
     # init: d·ρ_init with ρ_init = 0.9ρ/(2K)
     kk = len(downward_closure(Workload.kway(dom, k).cliques(), dom.attributes)) - 1
@@ -194,8 +195,9 @@ def test_mechanism_passes_estimates_to_annealing(monkeypatch):
     monkeypatch.setattr(annealing, "should_anneal", spy)
     o = _oracle()
     res, _ = _run(oracle=o)
-    assert len(calls) == res.report["rounds"]
-    for (before, after), r in zip(calls, res.report["trace"]):
+    selecting = [r for r in res.report["trace"] if r.get("final_round") != "spread"]  # the spread round anneals nothing
+    assert len(calls) == len(selecting) == res.report["rounds"] - 1
+    for (before, after), r in zip(calls, selecting):
         true = o.marginals([tuple(r["clique"])])[tuple(r["clique"])]
         assert before.shape == true.shape
         assert not np.array_equal(after, true.astype(float))  # noisy estimate, not the data

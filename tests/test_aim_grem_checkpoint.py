@@ -175,8 +175,9 @@ def test_a_round_appends_one_record_and_a_constant_size_manifest(tmp_path):
     for r in (1, rounds):
         rec = decode_record((_ckdir(tmp_path) / f"log-{r}.rec").read_bytes(), "test")
         assert [t["round"] for t in rec["meta"]["trace"]] == [r]
-        assert [c["label"] for c in rec["meta"]["charges"]] == [f"aim-grem round {r} select",
-                                                                 f"aim-grem round {r} measure"]
+        want = [f"aim-grem round {r} final"] if r == rounds else [f"aim-grem round {r} select",
+                                                                   f"aim-grem round {r} measure"]
+        assert [c["label"] for c in rec["meta"]["charges"]] == want  # the last round: spread, no selection
         measured = rec["meta"]["measurements"]
         assert len(rec["arrays"]) == len(measured) >= 1
         assert {tuple(t) for t, _ in measured} == {tuple(t) for t in rec["meta"]["trace"][0]["measured"]}

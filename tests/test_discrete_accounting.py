@@ -104,7 +104,8 @@ def test_aim_grem_discrete_measures_whole_marginals_and_refuses_explicit_crp() -
     ledger = PrivacyLedger(budget)
     res = AIMGReM().run(oracle, wl, budget, ledger, DiscreteNoiseSource(seed=3))
     trace = res.report["trace"]
-    assert res.report["measure"] == "iid" and trace and all(r["method"] == "iid" for r in trace)
+    assert res.report["measure"] == "iid" and trace and all(r["method"] == "iid" for r in trace[:-1])
+    assert trace[-1]["method"] == "final-spread"  # whole τ-marginals, accounted 1/(2σ²) each
     assert ledger.spent_rho <= 0.2 * (1 + 1e-12) and ledger.spent_rho == pytest.approx(0.2, rel=1e-9)
     cont = AIMGReM().run(oracle, wl, budget, PrivacyLedger(budget), NoiseSource(seed=3))
     assert cont.report["measure"] == "crp"

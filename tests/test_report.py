@@ -168,7 +168,8 @@ def test_aim_grem_selection_trace(aim_run):
     assert len(re.findall(r'id="trace-measure-bar-\d+"', svg)) == len(trace)
     texts = _svg_texts(svg)
     for row in trace:  # each round is labelled with the marginal it selected
-        assert f"{row['round']}: {','.join(row['clique'])}" in texts
+        label = "(final: spread)" if row.get("final_round") == "spread" else ",".join(row["clique"])
+        assert f"{row['round']}: {label}" in texts
     section = html[html.index('<section id="trace">'):]
     assert section.count("<tr><td>") >= len(trace)
     if any(r["annealed"] for r in trace):

@@ -9,6 +9,8 @@ MAX_ROUNDS = 200
 
 
 def _clique(row: dict) -> str:
+    if row.get("final_round") == "spread":  # aim-grem's last round: no selection, the selected cliques' residuals
+        return "(final: spread)"
     return ",".join(row.get("clique") or []) or "(total)"
 
 

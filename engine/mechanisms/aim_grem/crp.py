@@ -94,10 +94,10 @@ def waterfill(v: np.ndarray, p: np.ndarray, a: np.ndarray) -> np.ndarray:
     b_next = np.append(b[order][1:], np.inf)
     k = int(np.argmax(s_k <= b_next))  # first segment whose line reaches 1 inside it
     x = np.maximum(0.0, s_k[k] * r - a)
-    return _fit_budget(x, p)
+    return fit_budget(x, p)
 
 
-def _fit_budget(x: np.ndarray, p: np.ndarray) -> np.ndarray:
+def fit_budget(x: np.ndarray, p: np.ndarray) -> np.ndarray:
     """Clip to x ≥ 0 and scale down so that Σ p x ≤ 1 holds exactly in floating point."""
     x = np.maximum(np.asarray(x, dtype=float), 0.0)
     tot = float(np.sum(p * x))
@@ -122,7 +122,7 @@ def solve_cvxpy(v: np.ndarray, p: np.ndarray, a: np.ndarray, warm_start: np.ndar
                tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
     if x.value is None:
         raise ConfigError(f"crp: the cvxpy solver failed with status {prob.status!r}")
-    return _fit_budget(x.value, p)
+    return fit_budget(x.value, p)
 
 
 def solve(v: np.ndarray, p: np.ndarray, a: np.ndarray, solver: str = "exact") -> tuple[np.ndarray, str]:
@@ -131,7 +131,7 @@ def solve(v: np.ndarray, p: np.ndarray, a: np.ndarray, solver: str = "exact") ->
         raise ConfigError(f"crp_solver must be one of {SOLVERS}, got {solver!r}")
     x0 = relaxed_solution(v, p, a)
     if np.all(x0 >= 0):
-        return _fit_budget(x0, np.asarray(p, dtype=float)), "relaxed"
+        return fit_budget(x0, np.asarray(p, dtype=float)), "relaxed"
     if solver == "cvxpy":
         return solve_cvxpy(v, p, a, warm_start=x0), "cvxpy"
     return waterfill(v, p, a), "waterfill"
@@ -175,5 +175,5 @@ def plan_iid(gamma: Sequence[str], sizes: Sizes, sigma2: float) -> CRPPlan:
     return CRPPlan(g, tuple(taus), x, sig, (), "iid", p)
 
 
-__all__ = ["CRPPlan", "ETA", "coefficients", "measurable_subsets", "objective", "plan_crp", "plan_iid",
+__all__ = ["CRPPlan", "ETA", "coefficients", "fit_budget", "measurable_subsets", "objective", "plan_crp", "plan_iid",
            "relaxed_solution", "solve", "solve_cvxpy", "waterfill"]

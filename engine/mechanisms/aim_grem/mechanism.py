@@ -3,8 +3,10 @@
 Privacy: initialisation measures every 1-way marginal in W↓ (as its residual and the total) with
 σ0² = K/(0.9ρ) (K = |W↓ \\ {∅}|); each round charges ε_t²/8 for the selection and 1/(2σ_t²) for the
 measurement (CRP never spends more than that; dropped residuals are not reallocated). When fewer than
-two rounds of budget remain, the next round spends exactly what is left (10% selection) and the loop
-ends. Annealing compares the selected clique's estimate before and after the update, never the true
+two rounds of budget remain (of ρ less the ``final_share`` reserve), the next round spends exactly what is
+left and the loop ends: with ``final_round: select`` (the paper) 10% selection and the rest on one marginal,
+with ``spread`` (default, :mod:`.final_round`) no selection and the workload-optimal allocation over the
+residuals of the cliques already selected. Annealing compares the selected clique's estimate before and after the update, never the true
 marginal. Every noise draw is keyed by ("aim-grem", round, ...) so a seed reproduces the run bit for
 bit and a resumed run continues identically. True marginals of all of W↓ are read once, in batches.
 With a dask client and a large problem they never reach the driver: the data pass leaves them on the
@@ -32,7 +34,7 @@ import numpy as np
 
 from privcube.domain import Domain
 from privcube.errors import BudgetError, CheckpointError, ConfigError, MemoryLimitError, WorkloadError
-from privcube.mechanisms.aim_grem import annealing, crp, selection, strategy
+from privcube.mechanisms.aim_grem import annealing, crp, final_round, selection, strategy
 from privcube.mechanisms.aim_grem.completion import LocalCompletion, global_values
 from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals, MarginalTable, measurable, reconstruct
 from privcube.mechanisms.aim_grem.state import AIMState, normalise
@@ -104,6 +106,10 @@ class AIMGReM(Mechanism):
         "anneal_on": "measured",     # measured: GReM-MLE of measured residuals | completed: the completed estimate
         "strategy": "adaptive",      # adaptive | measure-all (ResidualPlanner on the workload) | auto-suggest
         "measure_all_threshold": strategy.THRESHOLD,  # suggest measure-all below this expected error / total
+        "final_round": "spread",     # spread: the last round measures the selected cliques' residuals, workload-
+                                     # optimal given the precisions (no selection) | select: the paper's last round
+        "final_share": "auto",       # share of rho reserved for the spread final round, in [0, 1); auto: SHARE when
+                                     # the public measure-all test is <= selection_threshold, else 0
     }
 
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:
@@ -136,6 +142,11 @@ class AIMGReM(Mechanism):
         thr = p["measure_all_threshold"]
         if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not thr > 0:
             raise ConfigError(f"aim-grem: measure_all_threshold must be a positive number, got {thr!r}")
+        if p["final_round"] not in final_round.MODES:
+            raise ConfigError(f"aim-grem: final_round must be one of {list(final_round.MODES)}, got {p['final_round']!r}")
+        fs = p["final_share"]
+        if fs != "auto" and (isinstance(fs, bool) or not isinstance(fs, (int, float)) or not 0 <= fs < 1):
+            raise ConfigError(f"aim-grem: final_share must be 'auto' or lie in [0, 1), got {fs!r}")
         cmc = p["completion_max_cells"]
         if isinstance(cmc, bool) or not isinstance(cmc, int) or cmc < 0:
             raise ConfigError(f"aim-grem: completion_max_cells must be a non-negative integer, got {cmc!r}")
@@ -222,6 +233,7 @@ class AIMGReM(Mechanism):
             "noise": noise.to_dict() if hasattr(noise, "to_dict") else None,
             "completion": self.params["completion"], "anneal_on": self.params["anneal_on"],
             "selection_on": self.params["selection_on"], "selection_threshold": self.params["selection_threshold"],
+            "final_round": self.params["final_round"], "final_share": self.params["final_share"],
         })
 
     # ------------------------------------------------------------------------------ data access
@@ -332,6 +344,10 @@ class AIMGReM(Mechanism):
                     grem.journal = []
                 st = self._initialise(prob, grem, ledger, noise, rho_total)
                 st.init["selection_on"] = self._choose_selection(workload, rho_total, grem)
+                st.init["final_share"] = self._choose_final_share(workload, rho_total, grem)
+                st.budget = annealing.final_check(annealing.initial_budget(rho_total, len(prob.candidates)),
+                                                  self._loop_budget(st) - st.rho_used) \
+                    if prob.candidates else st.budget
                 self._start_completion(prob, grem, st.init["selection_on"], snapshot=False)
                 self._save(ctx, st, grem, ledger, identity, first=True)
             if ctx.checkpoint is not None:
@@ -358,6 +374,21 @@ class AIMGReM(Mechanism):
         grem.flush()
         e_rp = self._test(workload, rho, float(grem.z[()]))["measure_all_expected_error"]
         return "measured" if e_rp <= self.params["selection_threshold"] else "completed"
+
+    def _choose_final_share(self, workload: Workload, rho: float, grem: GReMState) -> float:
+        """The share of ρ reserved for the spread final round. ``auto`` decides after the initial measurements
+        from public quantities and the released total only (the measure-all test, as ``selection_on: auto``):
+        where measuring everything is cheap (expected error ≤ ``selection_threshold``), AIM ends up selecting
+        nearly every workload marginal and the reserve buys them a workload-optimal allocation
+        (:data:`final_round.SHARE`); elsewhere the rounds keep the budget for selecting (0)."""
+        share = self.params["final_share"]
+        if self.params["final_round"] != "spread":
+            return 0.0
+        if share != "auto":
+            return float(share)
+        grem.flush()
+        e_rp = self._test(workload, rho, float(grem.z[()]))["measure_all_expected_error"]
+        return final_round.SHARE if e_rp <= self.params["selection_threshold"] else 0.0
 
     def _start_completion(self, prob: Problem, grem: GReMState, mode: str | None, snapshot: bool) -> None:
         """``selection_on: auto`` chose completed scores after the initial measurements: complete now
@@ -489,7 +520,7 @@ class AIMGReM(Mechanism):
                 grem.combine(c, decomp(y, c, c), sigma0_2)
             grem.combine((), np.asarray(y.sum()), prob.domain[a] * sigma0_2)
         grem.flush()
-        first = annealing.final_check(annealing.initial_budget(rho, k), rho - used)
+        first = annealing.final_check(annealing.initial_budget(rho, k), rho - used)  # reset once the share is chosen
         return AIMState(0, first, rho_used=used, rho_total=rho,
                         init={"sigma0": math.sqrt(sigma0_2), "rho_init": rho_init, "attributes": len(ones), "k": k})
 
@@ -502,10 +533,17 @@ class AIMGReM(Mechanism):
             if max_rounds is not None and rounds_here >= max_rounds:
                 break
             b = st.budget
+            t = st.round + 1
+            if b.final and self.params["final_round"] == "spread":
+                self._final_spread(prob, grem, st, ledger, noise, t)
+                rounds_here += 1
+                self._save(ctx, st, grem, ledger, identity)
+                if ctx.progress is not None:
+                    ctx.progress(TAG, min(1.0, st.rho_used / st.rho_total))
+                break
             if b.rho_select <= 0 or b.rho_measure <= 0:
                 st.done = True
                 break
-            t = st.round + 1
             # ---- select
             ledger.charge(f"{TAG} round {t} select", rho=b.rho_select, round=t, em_epsilon=b.epsilon)
             st.rho_used += b.rho_select
@@ -543,11 +581,47 @@ class AIMGReM(Mechanism):
             if b.final:
                 st.done = True
             else:
-                remaining = min(st.rho_total - st.rho_used, ledger.remaining_rho)
+                remaining = min(self._loop_budget(st) - st.rho_used, ledger.remaining_rho)
                 st.budget = annealing.next_budget(b, annealed, remaining)
             self._save(ctx, st, grem, ledger, identity)
             if ctx.progress is not None:
                 ctx.progress(TAG, min(1.0, st.rho_used / st.rho_total))
+
+    def _loop_budget(self, st: AIMState) -> float:
+        """What the select-measure rounds may spend: ρ less the share reserved for a spread final round."""
+        if self.params["final_round"] != "spread":
+            return st.rho_total
+        return st.rho_total * (1.0 - float(st.init.get("final_share", 0.0)))
+
+    def _final_spread(self, prob: Problem, grem: GReMState, st: AIMState, ledger: Any, noise: Any, t: int) -> None:
+        """The last round (``final_round: spread``, see :mod:`.final_round`): no selection; everything left
+        measures the residuals of the cliques selected so far (and of the initial 1-way marginals), each
+        μ_τ + N(0, σ_τ²) decomposed to τ (Alg. 5), with the workload-optimal σ_τ² given the precisions."""
+        rest = min(st.rho_total - st.rho_used, _rest(ledger.budget.rho, ledger))
+        whole = self.measure_mode == "iid"  # discrete noise: each residual is accounted as its whole marginal
+        selected = [tuple(r["clique"]) for r in st.trace if r.get("clique")] + [c for c in prob.closure if len(c) <= 1]
+        taus = final_round.eligible(grem.residuals, selected)
+        plan = final_round.plan_final(taus, prob.domain, prob.cliques, prob.weights, grem.lam, rest, whole) \
+            if rest > 0 else {}
+        realized = final_round.cost(plan, prob.domain, whole)
+        if rest > 0:
+            ledger.charge(f"{TAG} round {t} final", rho=rest, round=t, residuals=len(plan), realized_rho=realized,
+                          final_round="spread")
+            st.rho_used += rest
+        before = dict(grem.lam)
+        reqs = [(tau, (TAG, t, "final", list(tau)), math.sqrt(s2)) for tau, s2 in plan.items()]
+        for (tau, _, sd), y in zip(reqs, grem.table.noisy(reqs, noise) if reqs else []):
+            grem.combine(tau, decomp(y, tau, tau), sd * sd)
+        grem.flush()
+        st.trace.append({
+            "round": t, "clique": [], "final_round": "spread", "rho_select": 0.0, "rho_measure": rest,
+            "epsilon": 0.0, "sigma": math.sqrt(1.0 / (2.0 * rest)) if rest > 0 else None,
+            "measured": [list(x) for x in plan], "dropped": len(taus) - len(plan), "method": "final-spread",
+            "annealed": False, "final": True, "selected_cliques": len(set(selected)),
+            "new_residuals": sum(1 for x in plan if before.get(x, 0.0) <= 0),
+        })
+        st.round = t
+        st.done = True
 
     def _anneal_estimate(self, grem: GReMState, gamma: Clique) -> np.ndarray:
         """The estimate the annealing test compares before and after a round: by default GReM-MLE from the

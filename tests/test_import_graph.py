@@ -1,0 +1,170 @@
+"""The layers point one way (issue 16), read from the source's import statements with ``ast``.
+
+- No engine module (``engine/`` = ``privcube``) imports ``privcube.graphs`` or ``distributed`` at
+  module level: a data-free ``plan`` or a config check never loads the cluster machinery.
+- No mechanism, synthesis or post-processing module imports ``privcube.graphs`` at all, not even inside
+  a function: they receive their execution (the run context, the oracle) from the driver.
+- ``storage/`` does not import ``privcube.graphs``.
+- No import cycle between modules, counting imports inside functions too (``TYPE_CHECKING`` blocks
+  excluded; a package's ``__init__`` re-exports are not edges).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"engine": "privcube", "graphs": "privcube.graphs", "storage": "privcube.storage"}
+EXECUTION_FREE = ("privcube.mechanisms", "privcube.synth", "privcube.postprocess")
+
+
+def _modules() -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for folder, pkg in PACKAGES.items():
+        for p in sorted((ROOT / folder).rglob("*.py")):
+            parts = list(p.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            mods[".".join([pkg, *parts])] = p
+    return mods
+
+
+MODULES = _modules()
+
+
+def _target(module: str, node: ast.AST, is_package: bool) -> list[str]:
+    """The privcube modules (or ``distributed``) an import statement names, resolved to files we have."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        assert isinstance(node, ast.ImportFrom)
+        if node.level:
+            base = module.split(".") if is_package else module.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            stem = ".".join(base + ([node.module] if node.module else []))
+        else:
+            stem = node.module or ""
+        names = [f"{stem}.{a.name}" if f"{stem}.{a.name}" in MODULES else stem for a in node.names]
+    out = []
+    for name in names:
+        if name == "distributed" or name.startswith("distributed."):
+            out.append("distributed")
+            continue
+        while name not in MODULES and "." in name and name.startswith("privcube"):
+            name = name.rsplit(".", 1)[0]
+        if name in MODULES and name != module:
+            out.append(name)
+    return out
+
+
+def _imports() -> dict[str, list[tuple[str, bool]]]:
+    """``{module: [(imported module, at module level?)]}``."""
+    edges: dict[str, list[tuple[str, bool]]] = {}
+    for module, path in MODULES.items():
+        found: list[tuple[str, bool]] = []
+
+        def walk(node: ast.AST, top: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    walk(child, False)
+                elif isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                    continue
+                elif isinstance(child, (ast.Import, ast.ImportFrom)):
+                    found.extend((t, top) for t in _target(module, child, path.name == "__init__.py"))
+                else:
+                    walk(child, top)
+
+        walk(ast.parse(path.read_text(), str(path)), True)
+        edges[module] = found
+    return edges
+
+
+EDGES = _imports()
+
+
+def _layer(module: str) -> str:
+    for prefix in ("privcube.graphs", "privcube.storage"):
+        if module.startswith(prefix):
+            return prefix
+    return "privcube"
+
+
+def test_the_scan_sees_the_package() -> None:
+    assert {"privcube.api", "privcube.graphs.marginals", "privcube.storage.outputs",
+            "privcube.mechanisms.aim_grem.mechanism"} <= set(MODULES)
+    assert any(t == "privcube.errors" for t, _ in EDGES["privcube.graphs.marginals"])
+
+
+def test_engine_imports_neither_graphs_nor_distributed_at_module_level() -> None:
+    bad = sorted(f"{m} -> {t}" for m, ts in EDGES.items() if _layer(m) == "privcube"
+                 for t, top in ts if top and (t == "distributed" or _layer(t) == "privcube.graphs"))
+    assert bad == []
+
+
+def test_mechanisms_synthesis_and_postprocess_never_import_graphs() -> None:
+    bad = sorted(f"{m} -> {t}" for m, ts in EDGES.items() if m.startswith(EXECUTION_FREE)
+                 for t, _ in ts if t == "distributed" or _layer(t) == "privcube.graphs")
+    assert bad == []
+
+
+def test_storage_does_not_import_graphs() -> None:
+    bad = sorted(f"{m} -> {t}" for m, ts in EDGES.items() if _layer(m) == "privcube.storage"
+                 for t, _ in ts if _layer(t) == "privcube.graphs")
+    assert bad == []
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        found.append(sorted(comp))
+    return found
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles() -> None:
+    packages = {m for m, p in MODULES.items() if p.name == "__init__.py"}
+    graph = {m: {t for t, _ in ts if t in MODULES and t not in packages}
+             for m, ts in EDGES.items() if m not in packages}
+    assert _cycles(graph) == []

@@ -48,7 +48,7 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig, *, links: int | Non
     """Data-independent plan of a batch mechanism: expected error and measurements; reads no data. A
     relational job's plan previews each table's measurements and each link's schedule (``links``: the
     public number of links, which sizes the links stage under ``max_noise``)."""
-    if not isinstance(config, JobConfig):
+    if isinstance(config, (str, os.PathLike, Mapping)):  # anything else: load_config's one-line refusal
         from privcube.config import read_config_file
         from privcube.jobs import mechanism_name
 

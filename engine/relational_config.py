@@ -42,7 +42,7 @@ from privcube.config import parse_cluster, parse_noise_sampler, resolve_path
 from privcube.domain import Domain
 from privcube.errors import BudgetError, ConfigError, PrivcubeError
 from privcube.privacy.budget import PrivacyBudget
-from privcube.relational_spec import FK_KEYS, LinkSpec, TableSpec, parse_budget, parse_ref
+from privcube.relational_spec import FK_KEYS, LinkSpec, TableSpec, parse_budget, parse_ref, table_budgets
 
 TOP_KEYS = {"data", "mechanism", "privacy", "cluster", "output", "noise_sampler"}
 DATA_KEYS = {"tables", "links"}
@@ -277,17 +277,7 @@ def _params(mech: Any, tables: Mapping[str, TableSpec]) -> dict[str, Any]:
 
 def _parts(privacy: Any, tables: Mapping[str, TableSpec]) -> dict[str, PrivacyBudget]:
     """``privacy``: a budget per table and one for the links (name -> budget, links under "links")."""
-    if not isinstance(privacy, Mapping):
-        raise ConfigError("privacy is missing: give {tables: {name: {epsilon, delta}}, links: {epsilon, delta}}")
-    bad = set(privacy) - {"tables", "links"}
-    if bad:
-        raise ConfigError(f"privacy: unknown key(s) {sorted(bad)}; a relational job takes 'tables' and 'links'")
-    ptab = privacy.get("tables")
-    if not isinstance(ptab, Mapping):
-        raise BudgetError("privacy.tables is missing: give a budget {epsilon, delta} for each table")
-    extra = set(ptab) - set(tables)
-    if extra:
-        raise ConfigError(f"privacy.tables: unknown table(s) {sorted(map(str, extra))}; tables are {sorted(tables)}")
+    ptab = table_budgets(privacy, tables, "{epsilon, delta}")
     if "links" not in privacy:
         raise BudgetError("privacy.links is missing: give the links budget {epsilon, delta}")
     parts: dict[str, PrivacyBudget] = {}

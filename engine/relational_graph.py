@@ -12,7 +12,7 @@ from typing import Any
 
 from privcube.errors import BudgetError, ConfigError
 from privcube.privacy.budget import PrivacyBudget
-from privcube.relational_spec import FK_KEYS, LinkSpec, TableSpec, parse_budget, parse_ref
+from privcube.relational_spec import FK_KEYS, LinkSpec, TableSpec, parse_budget, parse_ref, table_budgets
 
 PUBLIC = "public"
 
@@ -113,18 +113,7 @@ def check_graph(tables: Mapping[str, TableSpec], fks: list[LinkSpec]) -> dict[st
 def graph_parts(privacy: Any, tables: Mapping[str, TableSpec],
                 fks: list[LinkSpec]) -> tuple[dict[str, PrivacyBudget], list[str]]:
     """``privacy``: a budget (or ``public``) per table, a budget per link's ``from``; returns (parts, public)."""
-    if not isinstance(privacy, Mapping):
-        raise ConfigError("privacy is missing: give {tables: {name: {epsilon, delta}}, "
-                          "links: {child.fk: {epsilon, delta}}}")
-    bad = set(privacy) - {"tables", "links"}
-    if bad:
-        raise ConfigError(f"privacy: unknown key(s) {sorted(bad)}; a relational job takes 'tables' and 'links'")
-    ptab = privacy.get("tables")
-    if not isinstance(ptab, Mapping):
-        raise BudgetError("privacy.tables is missing: give a budget {epsilon, delta} (or public) for each table")
-    extra = set(ptab) - set(tables)
-    if extra:
-        raise ConfigError(f"privacy.tables: unknown table(s) {sorted(map(str, extra))}; tables are {sorted(tables)}")
+    ptab = table_budgets(privacy, tables, "{child.fk: {epsilon, delta}}")
     parts: dict[str, PrivacyBudget] = {}
     public: list[str] = []
     for name in tables:

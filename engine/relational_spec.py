@@ -66,4 +66,21 @@ def parse_budget(b: Any, what: str) -> PrivacyBudget:
     return out
 
 
-__all__ = ["FK_KEYS", "LinkSpec", "TableSpec", "parse_budget", "parse_ref"]
+def table_budgets(privacy: Any, tables: Mapping[str, Any], links_form: str) -> Mapping[str, Any]:
+    """The ``privacy.tables`` mapping after the checks both config forms share (``privacy`` a mapping
+    of ``tables`` and ``links`` only, no unknown table); ``links_form`` shows the expected links budget."""
+    if not isinstance(privacy, Mapping):
+        raise ConfigError(f"privacy is missing: give {{tables: {{name: {{epsilon, delta}}}}, links: {links_form}}}")
+    bad = set(privacy) - {"tables", "links"}
+    if bad:
+        raise ConfigError(f"privacy: unknown key(s) {sorted(bad)}; a relational job takes 'tables' and 'links'")
+    ptab = privacy.get("tables")
+    if not isinstance(ptab, Mapping):
+        raise BudgetError("privacy.tables is missing: give a budget {epsilon, delta} for each table")
+    extra = set(ptab) - set(tables)
+    if extra:
+        raise ConfigError(f"privacy.tables: unknown table(s) {sorted(map(str, extra))}; tables are {sorted(tables)}")
+    return ptab
+
+
+__all__ = ["FK_KEYS", "LinkSpec", "TableSpec", "parse_budget", "parse_ref", "table_budgets"]

@@ -229,18 +229,23 @@ class PrivacyLedger:
             raise BudgetError(f"ledger: malformed record, missing or bad key {exc}") from exc
         budget = PrivacyBudget(rho, eps, delta, pure=(delta == 0.0))
         ledger = cls(budget, noise=data.get("noise"))
+        ledger.replay(charges)
+        return ledger
+
+    def replay(self, charges: Any) -> None:
+        """Charge again, in order, the charges a saved ledger records (``to_dict()["charges"]``): each in the
+        unit it was made in ((ε, δ), pure ε, or ρ), so the replayed ledger reads exactly as the saved one."""
         for c in charges:
             c = dict(c)
             label = c.pop("label")
             r, e = c.pop("rho"), c.pop("epsilon", None)
             d = c.pop("delta", 0.0) or 0.0
             if d:
-                ledger.charge(label, epsilon=e, delta=d, **c)
+                self.charge(label, epsilon=e, delta=d, **c)
             elif e is not None:
-                ledger.charge(label, epsilon=e, **c)
+                self.charge(label, epsilon=e, **c)
             else:
-                ledger.charge(label, rho=r, **c)
-        return ledger
+                self.charge(label, rho=r, **c)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ledger.json atomically: a temp file in the same directory, then os.replace."""

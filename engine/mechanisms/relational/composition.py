@@ -111,15 +111,7 @@ def restore_ledger(ledger: Any, saved: Mapping[str, Any] | None) -> None:
         raise CheckpointError("relational checkpoint has no ledger record")
     if ledger.charges:
         raise CheckpointError("resume: the ledger already holds charges; it must start empty")
-    for c in saved.get("charges", []):
-        c = dict(c)
-        label, r, e, d = c.pop("label"), c.pop("rho"), c.pop("epsilon", None), c.pop("delta", 0.0) or 0.0
-        if d:
-            ledger.charge(label, epsilon=e, delta=d, **c)
-        elif e is not None:
-            ledger.charge(label, epsilon=e, **c)
-        else:
-            ledger.charge(label, rho=r, **c)
+    ledger.replay(saved.get("charges", []))
 
 
 __all__ = ["as_budget", "compose_budgets", "PrefixLedger", "PrefixNoise", "restore_ledger"]

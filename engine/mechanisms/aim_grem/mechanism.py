@@ -83,6 +83,11 @@ def _snapshot_cost(grem: GReMState) -> int:
     return 8 * (grem.table_cells + sum(z.size for z in grem.z.values())) + SNAPSHOT_ARRAY_COST * arrays
 
 
+def _is_real(v: Any) -> bool:
+    """An int or float parameter value (a bool is not a number here)."""
+    return not isinstance(v, bool) and isinstance(v, (int, float))
+
+
 class AIMGReM(Mechanism):
     """AIM with residual measurements (CRP or IID), GReM-MLE reconstruction and lazy/full updates."""
 
@@ -116,45 +121,33 @@ class AIMGReM(Mechanism):
         """Validate parameters (ConfigError naming the key)."""
         super().__init__(params)
         p = self.params
-        if p["measure"] not in ("crp", "iid"):
-            raise ConfigError(f"aim-grem: measure must be 'crp' or 'iid', got {p['measure']!r}")
-        if p["update"] not in ("lazy", "full"):
-            raise ConfigError(f"aim-grem: update must be 'lazy' or 'full', got {p['update']!r}")
-        if p["crp_solver"] not in crp.SOLVERS:
-            raise ConfigError(f"aim-grem: crp_solver must be one of {crp.SOLVERS}, got {p['crp_solver']!r}")
+        for key, allowed, said in (
+                ("measure", ("crp", "iid"), "'crp' or 'iid'"),
+                ("update", ("lazy", "full"), "'lazy' or 'full'"),
+                ("crp_solver", crp.SOLVERS, f"one of {crp.SOLVERS}"),
+                ("completion", ("maxent", "zero"), "'maxent' or 'zero'"),
+                ("selection_on", ("auto", "measured", "completed"), "'auto', 'measured' or 'completed'"),
+                ("anneal_on", ("measured", "completed"), "'measured' or 'completed'"),
+                ("strategy", strategy.STRATEGIES, f"one of {list(strategy.STRATEGIES)}"),
+                ("final_round", final_round.MODES, f"one of {list(final_round.MODES)}")):
+            if p[key] not in allowed:
+                raise ConfigError(f"aim-grem: {key} must be {said}, got {p[key]!r}")
         mr = p["max_rounds"]
         if mr is not None and (isinstance(mr, bool) or not isinstance(mr, int) or mr < 0):
             raise ConfigError(f"aim-grem: max_rounds must be None or a non-negative integer, got {mr!r}")
         eta = p["eta"]
-        if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 <= eta < 1:
+        if not _is_real(eta) or not 0 <= eta < 1:
             raise ConfigError(f"aim-grem: eta must lie in [0, 1), got {eta!r}")
-        if p["completion"] not in ("maxent", "zero"):
-            raise ConfigError(f"aim-grem: completion must be 'maxent' or 'zero', got {p['completion']!r}")
-        if p["selection_on"] not in ("auto", "measured", "completed"):
-            raise ConfigError(f"aim-grem: selection_on must be 'auto', 'measured' or 'completed', got {p['selection_on']!r}")
-        st_ = p["selection_threshold"]
-        if isinstance(st_, bool) or not isinstance(st_, (int, float)) or not st_ > 0:
-            raise ConfigError(f"aim-grem: selection_threshold must be a positive number, got {st_!r}")
-        if p["anneal_on"] not in ("measured", "completed"):
-            raise ConfigError(f"aim-grem: anneal_on must be 'measured' or 'completed', got {p['anneal_on']!r}")
-        if p["strategy"] not in strategy.STRATEGIES:
-            raise ConfigError(f"aim-grem: strategy must be one of {list(strategy.STRATEGIES)}, got {p['strategy']!r}")
-        thr = p["measure_all_threshold"]
-        if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not thr > 0:
-            raise ConfigError(f"aim-grem: measure_all_threshold must be a positive number, got {thr!r}")
-        if p["final_round"] not in final_round.MODES:
-            raise ConfigError(f"aim-grem: final_round must be one of {list(final_round.MODES)}, got {p['final_round']!r}")
         fs = p["final_share"]
-        if fs != "auto" and (isinstance(fs, bool) or not isinstance(fs, (int, float)) or not 0 <= fs < 1):
+        if fs != "auto" and (not _is_real(fs) or not 0 <= fs < 1):
             raise ConfigError(f"aim-grem: final_share must be 'auto' or lie in [0, 1), got {fs!r}")
         cmc = p["completion_max_cells"]
         if isinstance(cmc, bool) or not isinstance(cmc, int) or cmc < 0:
             raise ConfigError(f"aim-grem: completion_max_cells must be a non-negative integer, got {cmc!r}")
-        for key in ("memory_limit_bytes", "oracle_batch_cells", "distribute_min_cells"):
+        for key in ("selection_threshold", "measure_all_threshold", "memory_limit_bytes", "oracle_batch_cells",
+                    "distribute_min_cells"):
             v = p[key]
-            if key == "memory_limit_bytes" and v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            if not (key == "memory_limit_bytes" and v is None) and (not _is_real(v) or not v > 0):
                 raise ConfigError(f"aim-grem: {key} must be a positive number, got {v!r}")
 
     # ----------------------------------------------------------------------------- validation

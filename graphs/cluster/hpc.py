@@ -156,14 +156,20 @@ def validate_hpc_spec(spec: Mapping[str, Any] | None) -> tuple[str, dict[str, An
         if spec.get(key) is not None:
             kw[key] = _seconds(kind, key, spec[key])
     if spec.get("scheduler_options") is not None:
-        so = spec["scheduler_options"]
-        if not isinstance(so, Mapping):
-            raise _fail(kind, "scheduler_options", "expected a mapping such as {interface: ib0}")
-        bad = sorted(set(so) - SCHEDULER_OPTION_KEYS)
-        if bad:
-            raise _fail(kind, f"scheduler_options.{bad[0]}", f"unknown key; allowed: {sorted(SCHEDULER_OPTION_KEYS)}")
+        so = _section(kind, "scheduler_options", spec["scheduler_options"], SCHEDULER_OPTION_KEYS,
+                      "expected a mapping such as {interface: ib0}")
         kw["scheduler_options"] = dict(so)
     return kind, kw, _scaling(kind, spec)
+
+
+def _section(kind: str, key: str, value: Any, allowed: frozenset[str], expected: str) -> Mapping[str, Any]:
+    """A nested mapping of an HPC section whose keys all belong to ``allowed`` (else one error naming the key)."""
+    if not isinstance(value, Mapping):
+        raise _fail(kind, key, expected)
+    bad = sorted(set(value) - allowed)
+    if bad:
+        raise _fail(kind, f"{key}.{bad[0]}", f"unknown key; allowed: {sorted(allowed)}")
+    return value
 
 
 def _scaling(kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,12 +180,7 @@ def _scaling(kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
     if "jobs" in spec:
         scaling = {"jobs": _pos_int(kind, "jobs", spec["jobs"], 0)}
     elif "adapt" in spec:
-        ad = spec["adapt"]
-        if not isinstance(ad, Mapping):
-            raise _fail(kind, "adapt", "expected {minimum_jobs, maximum_jobs}")
-        bad = sorted(set(ad) - ADAPT_KEYS)
-        if bad:
-            raise _fail(kind, f"adapt.{bad[0]}", f"unknown key; allowed: {sorted(ADAPT_KEYS)}")
+        ad = _section(kind, "adapt", spec["adapt"], ADAPT_KEYS, "expected {minimum_jobs, maximum_jobs}")
         lo = _pos_int(kind, "adapt.minimum_jobs", ad.get("minimum_jobs", 0), 0)
         if "maximum_jobs" not in ad:
             raise _fail(kind, "adapt.maximum_jobs", "missing")

@@ -52,6 +52,19 @@ def kill_after(k: int) -> Callable[[int], None]:
     return stop
 
 
+class Crash(BaseException):
+    """Raised by ``crash_after``: an interruption no ``except Exception`` in the run can swallow."""
+
+
+def crash_after(k: int) -> Callable[[int], None]:
+    """A commit callback that raises ``Crash`` right after round ``k`` (an in-process stand-in for a kill)."""
+    def crash(round: int) -> None:
+        if round == k:
+            raise Crash()
+
+    return crash
+
+
 def privcube(args: Sequence[str], *, stop_after: int | None = None, env: Mapping[str, str] | None = None,
              **kwargs: Any) -> subprocess.CompletedProcess:
     """``python -m privcube ARGS`` in a subprocess; with ``stop_after=k`` SIGKILLed after checkpoint round k."""

@@ -188,26 +188,16 @@ def test_missing_fk_column_names_it(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
-class _Crash(BaseException):
-    """Stands in for a kill right after a checkpoint commit."""
-
-
 @pytest.mark.parametrize("crash_after", [1, 3])  # 1: two tables done; 3: three tables and the first link done
 def test_killed_graph_run_resumes_to_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      crash_after: int) -> None:
-    from privcube.mechanisms.relational.checkpoint import RelationalCheckpoint
+    from checkpoint_kill import Crash, after_commit
+    from checkpoint_kill import crash_after as crash_after_round
 
     cfg = _files(tmp_path)
     ref = _run(cfg, tmp_path, "ref")
-    orig = RelationalCheckpoint.save
-
-    def save(self: RelationalCheckpoint, round: int, state: dict) -> None:
-        orig(self, round, state)
-        if round == crash_after:
-            raise _Crash()
-
-    monkeypatch.setattr(RelationalCheckpoint, "save", save)
-    with pytest.raises(_Crash):
+    after_commit(monkeypatch, crash_after_round(crash_after))
+    with pytest.raises(Crash):
         _run(cfg, tmp_path, "got")
     monkeypatch.undo()
     assert (tmp_path / "got" / "checkpoint").exists() and not (tmp_path / "got" / "ledger.json").exists()

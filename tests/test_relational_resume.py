@@ -17,6 +17,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from checkpoint_kill import Crash, after_commit
+from checkpoint_kill import crash_after as crash_after_round
 from privcube.errors import CheckpointError, RunDirectoryError
 from privcube.mechanisms.relational.checkpoint import RelationalCheckpoint
 
@@ -60,25 +62,14 @@ def _round(out: Path) -> int | None:
     return int(cur.read_text().strip()[len("manifest-"):-len(".json")]) if cur.exists() else None
 
 
-class _Crash(BaseException):
-    """Stands in for a kill in-process (the subprocess test uses a real SIGKILL)."""
-
-
 def _run(cfg: Path, out: Path, *, resume: bool = False, seed: int | None = 5, crash_after: int | None = None,
          monkeypatch: pytest.MonkeyPatch | None = None) -> object:
     from privcube.relational_job import run_relational_job
 
     if crash_after is not None:
         assert monkeypatch is not None
-        orig = RelationalCheckpoint.save
-
-        def save(self: RelationalCheckpoint, round: int, state: dict) -> None:
-            orig(self, round, state)
-            if round == crash_after:
-                raise _Crash()
-
-        monkeypatch.setattr(RelationalCheckpoint, "save", save)
-        with pytest.raises(_Crash):
+        after_commit(monkeypatch, crash_after_round(crash_after))
+        with pytest.raises(Crash):
             run_relational_job(yaml.safe_load(cfg.read_text()), cfg.parent, out, seed=seed, quiet=True)
         monkeypatch.undo()
         return None

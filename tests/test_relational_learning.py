@@ -21,23 +21,9 @@ from privcube.mechanisms.relational.parameters import check_params
 from privcube.mechanisms.relational.projection import project_box_sum, project_rows_box_sum
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
-from privcube.storage.relational_data import movielens_like, parent_child_like
+from test_relational import _identity, ml, pc  # noqa: F401 (the same data sets and fixtures)
 
 FAST = {"iterations": 3, "pgd_iters": 30, "d_max": 10}
-
-
-@pytest.fixture(scope="module")
-def ml() -> dict:
-    return movielens_like(n_users=120, n_movies=80, n_genres=4, d_max=10, seed=2)
-
-
-@pytest.fixture(scope="module")
-def pc() -> dict:
-    return parent_child_like(n_parents=60, n_children=240, d_max=10, seed=2)
-
-
-def _identity(ds: dict) -> dict:
-    return {n: v[0] for n, v in ds["tables"].items()}
 
 
 def _links_charges(ledger: PrivacyLedger) -> dict[str, float]:

@@ -68,7 +68,7 @@ def real_links_floor(ds: dict, res, d_max: int, rng: np.random.Generator) -> flo
     """
     from privcube.mechanisms.relational.degree import enforce_degree
     from privcube.mechanisms.relational.mechanism import parse_links, table_codes
-    from privcube.mechanisms.relational.workloads import CrossTables, average_error, cross_workloads
+    from privcube.mechanisms.relational.workloads import CrossTables, LinkedCodes, average_error, cross_workloads
 
     tables = ds["tables"]
     lk = parse_links(ds["links"], tables)
@@ -99,7 +99,7 @@ def real_links_floor(ds: dict, res, d_max: int, rng: np.random.Generator) -> flo
         sj[c] = par[rng.integers(len(par))] if par else int(rng.integers(len(sp)))
     real = CrossTables(rc, cdom, rp, pdom)
     syn = CrossTables(sc, cdom, sp, pdom)
-    return average_error(real, np.arange(len(rc)), rj, syn, np.arange(len(sc)), sj, cross_workloads(cdom, pdom, 3))
+    return average_error(LinkedCodes(real, np.arange(len(rc)), rj), syn, np.arange(len(sc)), sj, cross_workloads(cdom, pdom, 3))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,7 +39,7 @@ def _twin(real_codes: np.ndarray, syn_codes: np.ndarray, dom, rng: np.random.Gen
 def transplant_floor(ds: dict, res, rng: np.random.Generator) -> float:
     """NON-private error floor: the real links mapped onto the synthetic tables (same-code twins)."""
     from privcube.mechanisms.relational.mechanism import parse_links, table_codes
-    from privcube.mechanisms.relational.workloads import CrossTables, average_error, cross_workloads
+    from privcube.mechanisms.relational.workloads import CrossTables, LinkedCodes, average_error, cross_workloads
 
     tables = ds["tables"]
     lk = parse_links(ds["links"], tables)
@@ -48,7 +48,7 @@ def transplant_floor(ds: dict, res, rng: np.random.Generator) -> float:
     s1 = res.tables[lk.left][list(d1.attributes)].to_numpy()
     s2 = res.tables[lk.right][list(d2.attributes)].to_numpy()
     si, sj = _twin(r1, s1, d1, rng)[lk.i], _twin(r2, s2, d2, rng)[lk.j]
-    return average_error(CrossTables(r1, d1, r2, d2), lk.i, lk.j, CrossTables(s1, d1, s2, d2), si, sj,
+    return average_error(LinkedCodes(CrossTables(r1, d1, r2, d2), lk.i, lk.j), CrossTables(s1, d1, s2, d2), si, sj,
                          cross_workloads(d1, d2, 3))
 
 

@@ -27,7 +27,7 @@ from privcube.mechanisms.relational.slicing import (
     slice_shape,
     sparse_block,
 )
-from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload
+from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, RealCross
 from privcube.privacy.noise import NoiseSource
 
 
@@ -274,9 +274,7 @@ class LinkRun:
 
     p: Mapping[str, Any]
     kind: str
-    real: CrossTables
-    ri: np.ndarray
-    rj: np.ndarray
+    real: RealCross
     syn: CrossTables
     m: int
     m_syn: int
@@ -302,7 +300,7 @@ def learn_links(run: LinkRun, ls: LinkState) -> LinkState:
         if kt > 0:
             remaining = [w for w in run.candidates if w not in chosen]
             picked, releases, sigmas, ls.rho_spent = select_and_measure(
-                t, kt, sched, p, remaining, run.real, run.ri, run.rj, syn, ls.si, ls.sj, run.m, run.ledger, run.noise,
+                t, kt, sched, p, remaining, run.real, syn, ls.si, ls.sj, run.m, run.ledger, run.noise,
                 ls.rho_spent)
             ls.selected.extend(picked)
             ls.released.extend(releases)

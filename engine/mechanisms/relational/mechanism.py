@@ -100,7 +100,13 @@ from privcube.mechanisms.relational.selection import (  # noqa: F401 (selection_
     selection_count,
 )
 from privcube.mechanisms.relational.tables import restore_tables, synthesize_tables
-from privcube.mechanisms.relational.workloads import CrossTables, average_error, cross_workloads
+from privcube.mechanisms.relational.workloads import (
+    CrossTables,
+    LinkedCodes,
+    RealCross,
+    average_error,
+    cross_workloads,
+)
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
 
@@ -242,7 +248,7 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
             noise: NoiseSource, context: RunContext | None, save: Callable[..., None], progress: Any) -> RelationalResult:
     """Learn the links on the synthetic tables, then assemble the outputs and the report."""
     p, doms = pr.p, pr.doms
-    real = CrossTables(pr.codes[0], doms[0], pr.codes[1], doms[1])
+    real = LinkedCodes(CrossTables(pr.codes[0], doms[0], pr.codes[1], doms[1]), pr.ri, pr.rj)
     syn = CrossTables(syn_codes[0], doms[0], syn_codes[1], doms[1])
     all_w = cross_workloads(doms[0], doms[1], int(p["k"]))
     n1s, n2s = pr.n_syn_pair
@@ -251,7 +257,7 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     report = _base_report(pr, len(all_w))
     evaluate = _evaluating(p)
     if evaluate:
-        ls.init_err = average_error(real, pr.ri, pr.rj, syn, si, sj, all_w)
+        ls.init_err = average_error(real, syn, si, sj, all_w)
 
     cand_w, sched, rho_deg = links_schedule(p, pr.kind, pr.self_ref, doms[0], doms[1], pr.b_links.rho, pr.m)
     report["privacy"] = sched.report(len(cand_w), {n: pr.tbud[n].rho for n in pr.need})
@@ -273,7 +279,7 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
             report["warnings"] = [msg + "; one measurement with the whole links budget is made anyway (set "
                                   "mechanism parameter 'uninformative: random' to release random links and spend "
                                   "nothing on them)"]
-    run = LinkRun(p, pr.kind, real, pr.ri, pr.rj, syn, pr.m, pr.m_syn, pr.no_diag, sched, cand_w, ledger, noise,
+    run = LinkRun(p, pr.kind, real, syn, pr.m, pr.m_syn, pr.no_diag, sched, cand_w, ledger, noise,
                   context.map if context is not None else None, save, len(pr.need), progress)
     ls = learn_links(run, ls)
     si, sj = _degree_repair(pr, syn_codes[1], ls, noise)
@@ -291,7 +297,7 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     return RelationalResult(out_tables, links_df, report)
 
 
-def _nonprivate_evaluation(pr: Problem, real: CrossTables, syn: CrossTables, ls: LinkState, si: np.ndarray,
+def _nonprivate_evaluation(pr: Problem, real: RealCross, syn: CrossTables, ls: LinkState, si: np.ndarray,
                            sj: np.ndarray, all_w: list) -> dict[str, Any]:
     """Errors and degree figures against the real data (NOT differentially private; opt-in only)."""
     n2s = pr.n_syn_pair[1]
@@ -299,8 +305,8 @@ def _nonprivate_evaluation(pr: Problem, real: CrossTables, syn: CrossTables, ls:
     deg_syn = np.bincount(sj, minlength=n2s)
     return {
         "note": "computed from the real data; NOT differentially private",
-        "average_cross_error_pct": average_error(real, pr.ri, pr.rj, syn, si, sj, all_w),
-        "before_degree_repair_pct": average_error(real, pr.ri, pr.rj, syn, ls.si, ls.sj, all_w),
+        "average_cross_error_pct": average_error(real, syn, si, sj, all_w),
+        "before_degree_repair_pct": average_error(real, syn, ls.si, ls.sj, all_w),
         "initial_random_links_error_pct": ls.init_err,
         "right_records_with_links": {"real": int(np.count_nonzero(deg_real)), "synthetic": int(np.count_nonzero(deg_syn))},
         "right_max_degree": {"real": int(deg_real.max(initial=0)), "synthetic": int(deg_syn.max(initial=0))},

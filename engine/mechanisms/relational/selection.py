@@ -16,7 +16,7 @@ import numpy as np
 
 from privcube.domain import Domain
 from privcube.errors import ConfigError, WorkloadError
-from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, cross_workloads
+from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, RealCross, cross_workloads
 from privcube.privacy.primitives import exponential_mechanism, exponential_rho, gaussian_sigma
 
 
@@ -154,7 +154,7 @@ def one_measurement(sched: Schedule, shrinkage: Any) -> Schedule:
 
 
 def select_and_measure(t: int, kt: int, sched: Schedule, p: Mapping[str, Any], remaining: list[CrossWorkload],
-                       real: CrossTables, ri: np.ndarray, rj: np.ndarray, syn: CrossTables, si: np.ndarray,
+                       real: RealCross, syn: CrossTables, si: np.ndarray,
                        sj: np.ndarray, m: int, ledger: Any, noise: Any,
                        spent: float) -> tuple[list[CrossWorkload], list[np.ndarray], list[float], float]:
     """Iteration t: up to ``kt`` draws from a random pool of ``remaining`` (EM), each then released (Gaussian).
@@ -182,7 +182,7 @@ def select_and_measure(t: int, kt: int, sched: Schedule, p: Mapping[str, Any], r
         ledger.charge("links:select", rho=sched.rho_select, iteration=t, draws=1)
         spent += sched.rho_select
         if scores is None:  # the private scores, read once per iteration after the first charge
-            scores = _scores(pool, sched, p, real, ri, rj, syn, si, sj, cost)
+            scores = _scores(pool, sched, p, real, syn, si, sj, cost)
         draw = np.where(ok, scores, -np.inf)
         # Gumbel-max draws from the noise source (keyed; CSPRNG when unseeded), like every release
         q = exponential_mechanism(draw, sched.eps_em, sched.sens_tv,
@@ -197,18 +197,18 @@ def select_and_measure(t: int, kt: int, sched: Schedule, p: Mapping[str, Any], r
         spent += rho_m
         # the release is of the integer count table (L2 sensitivity √2·d_sens, noise σ·m), read as a
         # distribution after the noise: P_w + N(0, σ²) exactly, and a discrete sampler gets integers
-        releases.append(noise.add_gaussian(("relational", "measure", t, w.label()), real.counts(w, ri, rj), sigma * m) / m)
+        releases.append(noise.add_gaussian(("relational", "measure", t, w.label()), real.counts(w), sigma * m) / m)
         picked.append(w)
         sigmas.append(sigma)
         scores[q] = -np.inf
     return picked, releases, sigmas, spent
 
 
-def _scores(pool: list[CrossWorkload], sched: Schedule, p: Mapping[str, Any], real: CrossTables, ri: np.ndarray,
-            rj: np.ndarray, syn: CrossTables, si: np.ndarray, sj: np.ndarray, cost: np.ndarray) -> np.ndarray:
+def _scores(pool: list[CrossWorkload], sched: Schedule, p: Mapping[str, Any], real: RealCross, syn: CrossTables,
+            si: np.ndarray, sj: np.ndarray, cost: np.ndarray) -> np.ndarray:
     """EM scores: TV error of the current links on each pool member (sensitivity d_max/m), minus (AIM's
     penalty, data-independent) the expected TV noise of measuring it, ½·√(2/π)·σ_w·|cells|."""
-    scores = np.array([0.5 * np.abs(real.marginal(w, ri, rj) - syn.marginal(w, si, sj)).sum() for w in pool])
+    scores = np.array([0.5 * np.abs(real.marginal(w) - syn.marginal(w, si, sj)).sum() for w in pool])
     if p["noise_penalty"]:
         scores = scores - np.array([0.5 * math.sqrt(2 / math.pi) * sched.sigma_of(float(c)) *
                                     np.prod(w.sizes(syn.dom1, syn.dom2)) for w, c in zip(pool, cost)])

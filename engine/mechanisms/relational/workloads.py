@@ -10,6 +10,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -103,14 +104,45 @@ class CrossTables:
         return c / max(len(i), 1)
 
 
-def average_error(real: CrossTables, ri: np.ndarray, rj: np.ndarray, syn: CrossTables, si: np.ndarray,
-                  sj: np.ndarray, workloads: Sequence[CrossWorkload]) -> float:
+@runtime_checkable
+class RealCross(Protocol):
+    """The real side of stage 2, as selection, measurement and evaluation read it: count tables of cross
+    workloads over the real links. Implementations may hold the codes in memory (``LinkedCodes``) or count
+    where the data lives; callers only ever see per-workload count tables."""
+
+    def counts(self, w: CrossWorkload) -> np.ndarray:
+        """Count table of ``w`` over the real links (flattened, C order, left cells major)."""
+        ...
+
+    def marginal(self, w: CrossWorkload) -> np.ndarray:
+        """``counts(w)`` divided by the number of real links."""
+        ...
+
+
+class LinkedCodes:
+    """``RealCross`` over codes and links held in this process: two tables' codes and links (i, j)."""
+
+    def __init__(self, tables: CrossTables, i: np.ndarray, j: np.ndarray) -> None:
+        """Hold the encoded tables and the (already checked) link indices."""
+        self.tables, self.i, self.j = tables, np.asarray(i), np.asarray(j)
+
+    def counts(self, w: CrossWorkload) -> np.ndarray:
+        """Count table of ``w`` over the links."""
+        return self.tables.counts(w, self.i, self.j)
+
+    def marginal(self, w: CrossWorkload) -> np.ndarray:
+        """Count table over the number of links."""
+        return self.tables.marginal(w, self.i, self.j)
+
+
+def average_error(real: RealCross, syn: CrossTables, si: np.ndarray, sj: np.ndarray,
+                  workloads: Sequence[CrossWorkload]) -> float:
     """The paper's metric: 100 · mean over workloads of ‖P_w(real) − P_w(syn)‖₁ (range [0, 200])."""
     if not workloads:
         return math.nan
     tot = 0.0
     for w in workloads:
-        tot += float(np.abs(real.marginal(w, ri, rj) - syn.marginal(w, si, sj)).sum())
+        tot += float(np.abs(real.marginal(w) - syn.marginal(w, si, sj)).sum())
     return 100.0 * tot / len(workloads)
 
 
@@ -126,4 +158,5 @@ def _check_codes(codes: np.ndarray, dom: Domain, what: str) -> np.ndarray:
     return codes.astype(np.int64, copy=False)
 
 
-__all__ = ["CrossWorkload", "cross_workloads", "cell_index", "cross_counts", "CrossTables", "average_error"]
+__all__ = ["CrossWorkload", "cross_workloads", "cell_index", "cross_counts", "CrossTables", "RealCross", "LinkedCodes",
+           "average_error"]

@@ -197,6 +197,11 @@ def _measure(job: JobKind, source: Any, env: JobEnv) -> Any:
                 measured = job.measure(source, env)
                 break
             except Exception as e:  # noqa: BLE001 - only lost-worker failures are retried
+                from privcube.storage.ingest import unreadable_input
+
+                damaged = unreadable_input(e)
+                if damaged is not None:
+                    raise DataError(damaged) from None
                 if env.client is None or attempt == WORKER_LOSS_RETRIES or not _is_worker_loss(e):
                     raise
                 # Data held on a lost worker cannot always be recomputed (scattered state). Continue

@@ -6,6 +6,8 @@ Bad data raises ``DataError`` naming the column and one offending value.
 """
 from __future__ import annotations
 
+import os
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -426,6 +428,23 @@ def _one_line(e: BaseException) -> str:
     return text[:300]
 
 
+def unreadable_input(e: BaseException) -> str | None:
+    """One line for an error raised while a Parquet/CSV reader decoded a file's pages (a damaged or truncated
+    file whose footer still parses), else None. Read off the traceback (local or a worker's), so it serves
+    every job kind; the reader's text names no data value."""
+    import traceback
+
+    if isinstance(e, OSError) and e.errno is not None:  # disk full, permission: not the data's fault
+        return None
+    if not isinstance(e, (OSError, ValueError, EOFError)):
+        return None
+    frames = traceback.extract_tb(e.__traceback__)
+    if not any(f"pyarrow{os.sep}parquet" in fr.filename or fr.filename.endswith(("_parquet.pyx", "_csv.pyx"))
+               or f"pandas{os.sep}io{os.sep}parsers" in fr.filename for fr in frames):
+        return None
+    return f"input data: a file could not be read ({_one_line(e)}); it is damaged or truncated: rewrite or replace it"
+
+
 def _parquet_files(target: Any, storage_options: Mapping[str, Any] | None) -> tuple[Any, list[str]]:
     """The filesystem and every file a Parquet input reads (folders walked for ``.parquet``/``.pq``/``.parq``
     files, as Dask does; other files there, e.g. a README, are not data)."""
@@ -587,4 +606,4 @@ def validate(table: EncodedTable, client: Any = None) -> int:
 
 
 __all__ = ["EncodedTable", "encode_column", "encode_frame", "empty_codes", "input_columns", "open_table", "read_csv",
-           "validate"]
+           "unreadable_input", "validate"]

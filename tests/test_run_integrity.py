@@ -600,3 +600,22 @@ def test_relational_saved_config_yaml_runs_again_as_it_is(tmp_path, pc):
         {"name": "hour", "type": "numeric", "bins": [0, 6, 12, 18, 24], "missing": "code"}]}))
     msg = one_line_error(pc("run", str(saved), "--out", str(tmp_path / "third"), "--quiet"))
     assert "resolved.schemas" in msg
+
+
+def test_damaged_parquet_data_page_is_one_line_and_no_folder(job, pc):
+    """A file whose footer parses but whose data pages are damaged fails while partitions are read: one
+    line (exit 2), nothing written, no data value in the message."""
+    d = job["dir"]
+    victim = d / "parts" / "p1.parquet"
+    rng = np.random.default_rng(0)
+    big = pd.DataFrame({"a": rng.integers(0, 3, 100_000), "b": rng.integers(0, 4, 100_000),
+                        "c": rng.integers(0, 2, 100_000)})
+    big.to_parquet(victim, index=False, row_group_size=20_000)
+    raw = bytearray(victim.read_bytes())
+    for k in range(len(raw) // 3, len(raw) // 3 + 200):  # inside the column chunks; the footer stays intact
+        raw[k] ^= 0x5A
+    victim.write_bytes(bytes(raw))
+    r = pc("run", str(job["config"]()), "--out", str(d / "out"), "--quiet")
+    line = one_line_error(r)
+    assert "could not be read" in line and "damaged or truncated" in line, line
+    assert not (d / "out").exists()

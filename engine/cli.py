@@ -207,6 +207,8 @@ def _dispatch(args: argparse.Namespace) -> int:
                       scheduler_address=args.scheduler_address, scheduler_file=args.scheduler_file,
                       workers=args.workers, quiet=args.quiet, overwrite=args.overwrite)
         spent = res.ledger["spent"]
+        for warning in (res.report or {}).get("warnings") or []:  # e.g. a schema inferred from the data
+            _say(f"privcube: warning: {warning}")
         print(f"outputs: {res.out_dir}")
         print(f"privacy spent: rho={spent['rho']:.6g} epsilon={spent['epsilon']:.6g} delta={spent['delta']:.3g}")
         if not args.no_report:
@@ -274,13 +276,14 @@ def _schema(args: argparse.Namespace) -> int:
         return 0
     from privcube.storage.infer import infer_schema
 
-    schema, warning = infer_schema(args.data)
+    schema, warning = infer_schema(args.data)  # the schema carries inferred_from_data: true
     print(warning, file=sys.stderr)
     import yaml
 
-    text = yaml.safe_dump(schema.to_dict(), sort_keys=False)
+    text = yaml.safe_dump(schema.to_dict(), sort_keys=False)  # inferred_from_data: true is its first key
     if args.out:
-        Path(args.out).write_text(f"# {warning}\n" + text)
+        Path(args.out).write_text(f"# {warning}\n# runs with this schema warn until it is replaced by a public "
+                                  "one (remove inferred_from_data only then)\n" + text)
         print(f"proposed schema written to {args.out}")
     else:
         print(text)

@@ -14,8 +14,10 @@ sizes before its first charge; the run directory appears with the first checkpoi
     synthetic/links.parquet     the links as (<left>.<key>, <right>.<key>) pairs: many-to-many, and one-to-many
                                 as (<child>.<key>, <parent>.<key>), the same links as the child's FK column;
                                 self-referential links: (source, target) under the link file's two column names
-    synthetic/links/<child>.<fk>.parquet
-                                schema graphs: one such file per foreign key, (<child>.<key>, <parent>.<key>)
+    synthetic/links/<name>.parquet
+                                schema graphs: one file per link, named as under ``privacy.links``: per foreign
+                                key ``<child>.<fk>`` (<child>.<key>, <parent>.<key>) pairs; per link table
+                                ``<left>.<key>-<right>.<key>`` (<left>.<key>, <right>.<key>) pairs
     ledger.json                 budget/spent/charges of the composed run (convention in ``composition``)
     config.yaml, report.json    resolved config; report (``jobs.relational_report``): ``warnings``,
                                 ``dp_error_measured_workloads`` (DP), ``nonprivate_evaluation`` (NON-PRIVATE,
@@ -31,9 +33,10 @@ reads each part's spent ρ at its own δ and adds, so a full run shows ε1+ε2+�
 tighter zCDP reading (cdp_epsilon(Σρ, Σδ)) is recorded under ``composition.zcdp``. A self-referential
 job has one table part: it shows ε_table + ε_rel (the table is synthesized once).
 
-Schema graphs (``data.links`` a list of foreign keys; ``privcube.jobs.relational_multi``): every table is
-synthesized once, then each link on the synthetic tables with its own budget (``privacy.links[<from>]``,
-ledger labels ``link:<from>:…``, part ``<from>`` of the composition); ``report.json`` lists the links.
+Schema graphs (``data.links`` a list of foreign keys and link tables; ``privcube.jobs.relational_multi``):
+every table is synthesized once, then each link on the synthetic tables with its own budget
+(``privacy.links[<name>]``, ledger labels ``link:<name>:…``, part ``<name>`` of the composition; a foreign
+key's name is its ``from``, a link table's ``<left>-<right>``); ``report.json`` lists the links.
 
 Resume: ``--resume`` continues from ``checkpoint/`` (same config and seed, checked before any data is
 read): finished tables are reused, the ledger is replayed from the checkpoint (no budget spent twice),
@@ -227,7 +230,7 @@ class RelationalJobKind:
         labels = bool(job.output.get("labels", True))
         synthetic = {name: labelled(frame, job.tables[name], labels) for name, frame in res.tables.items()}
         if job.multi:  # one (child key, parent key) file per foreign key, agreeing with the FK columns
-            synthetic.update(graph_link_frames(job, res.tables))
+            synthetic.update(graph_link_frames(job, res))
         else:  # the pairs, for one-to-many too (the child's FK column holds the same links)
             synthetic["links"] = res.links
         ledger_dict = composed_ledger(ledger, job, env.noise)

@@ -17,6 +17,7 @@ from typing import Any
 from privcube.errors import ConfigError
 from privcube.mechanisms.base import PlanSummary
 from privcube.relational_config import COMPOSITION_NOTE, RelationalJob
+from privcube.relational_graph import link_name
 from privcube.relational_spec import LinkSpec
 
 
@@ -40,7 +41,8 @@ def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, 
     m = int(links) if links else 1
     dom1, dom2 = job.tables[link.left].domain, job.tables[link.right].domain
     cand, sched, rho_deg = links_schedule(p, link.kind, self_ref, dom1, dom2, budget.rho, m)
-    out = {"link": f"{link.left}.{link.left_col} -> {link.right}.{link.right_col}", "kind": link.kind,
+    arrow = "<->" if link.kind == "many_to_many" else "->"
+    out = {"link": f"{link.left}.{link.left_col} {arrow} {link.right}.{link.right_col}", "kind": link.kind,
            "rho": budget.rho, "rho_degrees": rho_deg, "candidates": len(cand), "alpha": sched.alpha,
            "em_epsilon": sched.eps_em, "d_max": int(p["d_max"]), "sensitivity_pairs": d_sens}
     if links or p["max_noise"] is None:
@@ -71,8 +73,8 @@ def plan_relational(job: RelationalJob, links: int | None = None) -> PlanSummary
     groups = [{**g, "table": n} for n, pl in plans.items() for g in pl.groups]
     measurements = [{**m, "table": n} for n, pl in plans.items() for m in pl.measurements]
     fks = job.fks if job.multi else [job.links]
-    link_budgets: Mapping[str, Any] = {f"{f.left}.{f.left_col}": job.parts[f"{f.left}.{f.left_col}"]
-                                       for f in fks} if job.multi else {"links": job.parts["links"]}
+    link_budgets: Mapping[str, Any] = {link_name(f): job.parts[link_name(f)] for f in fks} if job.multi \
+        else {"links": job.parts["links"]}
     link_plans = [_link_plan(f, b, job, p, links) for f, b in zip(fks, link_budgets.values())]
     squares = sum(g["rmse"] ** 2 * g["cells"] for g in groups)
     cells = sum(g["cells"] for g in groups)

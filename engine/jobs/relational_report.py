@@ -6,7 +6,8 @@
 ``warnings`` collects what the user must know before releasing (a schema inferred from the data, an
 uninformative links budget). The link files hold (child key, parent key) pairs, the same links as the
 children's foreign-key columns: ``synthetic/links.parquet`` for the two-table forms and
-``synthetic/links/<child>.<fk>.parquet`` per foreign key of a schema graph. Nothing here reads private data.
+``synthetic/links/<name>.parquet`` per link of a schema graph (``<child>.<fk>`` for a foreign key,
+``<left>.<key>-<right>.<key>`` for a link table). Nothing here reads private data.
 """
 from __future__ import annotations
 
@@ -28,21 +29,31 @@ NONPRIVATE_LABEL = ("NON-PRIVATE: computed from the real data because evaluate_n
 LINKS_FOLDER = "links"
 
 
-def link_file_name(child: str, fk: str) -> str:
-    """The synthetic output name of a schema graph's link ``child.fk`` (``synthetic/links/<child>.<fk>.parquet``)."""
-    return f"{LINKS_FOLDER}/{child}.{fk}"
+def link_file_name(name: str) -> str:
+    """The synthetic output name of a schema graph's link ``name`` (its ``privacy.links`` key):
+    ``synthetic/links/<child>.<fk>.parquet`` for a foreign key, ``links/<left>.<key>-<right>.<key>`` for a
+    link table."""
+    return f"{LINKS_FOLDER}/{name}"
 
 
-def graph_link_frames(job: RelationalJob, tables: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """Per foreign key of a schema graph, the (``<child>.<key>``, ``<parent>.<key>``) pairs read off the
-    synthetic child's key and FK columns (so they agree with them by construction), sorted by child key."""
+def graph_link_frames(job: RelationalJob, res: Any) -> dict[str, pd.DataFrame]:
+    """Per link of a schema graph, its pairs: a foreign key's (``<child>.<key>``, ``<parent>.<key>``) read off
+    the synthetic child's key and FK columns (so they agree with them by construction); a link table's
+    (``<left>.<key>``, ``<right>.<key>``) synthetic pairs. Sorted by the first column, then the second."""
+    from privcube.relational_graph import link_name
+
     out = {}
     for f in job.fks:
-        child = tables[f.left]
-        ck, pk = job.keys[f.left], job.keys[f.right]
-        pairs = pd.DataFrame({f"{f.left}.{ck}": child[ck].to_numpy(np.int64),
-                              f"{f.right}.{pk}": child[f.left_col].to_numpy(np.int64)})
-        out[link_file_name(f.left, f.left_col)] = pairs.sort_values(list(pairs.columns), ignore_index=True)
+        name = link_name(f)
+        lcol, rcol = f"{f.left}.{job.keys[f.left]}", f"{f.right}.{job.keys[f.right]}"
+        if f.kind == "one_to_many":
+            child = res.tables[f.left]
+            pairs = pd.DataFrame({lcol: child[job.keys[f.left]].to_numpy(np.int64),
+                                  rcol: child[f.left_col].to_numpy(np.int64)})
+        else:
+            ids = np.asarray(res.pairs[name], dtype=np.int64).reshape(-1, 2)
+            pairs = pd.DataFrame({lcol: ids[:, 0], rcol: ids[:, 1]})
+        out[link_file_name(name)] = pairs.sort_values([lcol, rcol], ignore_index=True)
     return out
 
 
@@ -93,9 +104,9 @@ def graph_report(job: RelationalJob, res: Any, ledger_dict: Mapping[str, Any], n
         if isinstance(ev, Mapping):
             evaluation[lk["from"]] = dict(ev)
         warnings += [f"link {lk['from']}: {w}" for w in rep.get("warnings") or []]
-        child, fk = lk["from"].split(".")
-        links.append({"from": lk["from"], "to": lk["to"], "budget": lk["budget"], "spent": parts[lk["from"]]["spent"],
-                      "file": f"synthetic/{link_file_name(child, fk)}.parquet",
+        ends = {k: lk[k] for k in ("from", "to", "left", "right") if k in lk}
+        links.append({**ends, "kind": lk.get("kind", "one_to_many"), "budget": lk["budget"],
+                      "spent": parts[lk["from"]]["spent"], "file": f"synthetic/{link_file_name(lk['from'])}.parquet",
                       "dp_error_measured_workloads": dp_error(lk.get("dp_cross_error")), "mechanism_report": rep})
     report: dict[str, Any] = {
         "mechanism": "relational",

@@ -98,6 +98,18 @@ def test_fk_and_link_table_end_to_end(tmp_path: Path, monkeypatch: pytest.Monkey
     assert m2m["file"] == f"synthetic/links/{M2M}.parquet" and m2m["spent"]["rho"] > 0
     assert math.isclose(m2m["budget"]["epsilon"], BUD[M2M][0], rel_tol=1e-12)
     assert set(rep["dp_error_measured_workloads"]) == {"sessions.user_id", M2M}
+    assert rep["sizes"]["links_synthetic"] == {"sessions.user_id": 120, M2M: 120}
+    # the report page shows every part and each link's DP error and iterations
+    from privcube.report import render_report
+
+    html = render_report(out)
+    split = html[html.index('<section id="privacy-split">'):]
+    split = split[:split.index("</section>")]
+    assert all(f"<td>{p}</td>" in split for p in ("users", "sessions", "movies", "sessions.user_id", M2M))
+    for anchor in ("dp-error", "iterations"):
+        sec = html[html.index(f'<section id="{anchor}">'):]
+        sec = sec[:sec.index("</section>")]
+        assert "<h3>sessions.user_id</h3>" in sec and f"<h3>{M2M}</h3>" in sec
     conf = yaml.safe_load((out / "config.yaml").read_text())
     assert conf["resolved"]["links"][1]["kind"] == "many_to_many" and Path(conf["data"]["links"][1]["path"]).is_absolute()
 
@@ -136,3 +148,24 @@ def test_bad_link_table_items_are_refused_before_data(tmp_path: Path, edit, exc,
     with pytest.raises(exc, match=match):
         privcube.run(tmp_path / "cfg.yaml", tmp_path / "out", seed=1, quiet=True)
     assert not (tmp_path / "out").exists()
+
+
+def test_killed_run_resumes_after_the_link_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed after the link table's commit (tables 0-2, link table 3): the resumed run keeps its pairs (restored
+    from the checkpoint) and equals the uninterrupted run; nothing is charged twice."""
+    from checkpoint_kill import Crash, after_commit, crash_after
+
+    cfg = _files(tmp_path)
+    cfg["data"]["links"].reverse()  # the link table first, so the crash falls between the two links
+    ref = _run(cfg, tmp_path, "ref")
+    after_commit(monkeypatch, crash_after(3))
+    with pytest.raises(Crash):
+        _run(cfg, tmp_path, "got")
+    monkeypatch.undo()
+    privcube.run(tmp_path / "cfg.yaml", tmp_path / "got", seed=5, resume=True, quiet=True)
+    got = tmp_path / "got"
+    for name in ("users", "movies", "sessions", f"links/{M2M}", "links/sessions.user_id"):
+        pd.testing.assert_frame_equal(pd.read_parquet(ref / f"synthetic/{name}.parquet"),
+                                      pd.read_parquet(got / f"synthetic/{name}.parquet"))
+    a, b = json.loads((ref / "ledger.json").read_text()), json.loads((got / "ledger.json").read_text())
+    assert a["charges"] == b["charges"] and a["spent"] == b["spent"]

@@ -119,6 +119,8 @@ def graph_report(job: RelationalJob, res: Any, ledger_dict: Mapping[str, Any], n
                           {"budget": job.parts[n].to_dict(), "spent": parts[n]["spent"]})}
                    for n, f in res.tables.items()},
         "links": links,
+        "sizes": {"rows_synthetic": {n: int(len(f)) for n, f in res.tables.items()},
+                  "links_synthetic": {lk["from"]: _link_count(lk, res) for lk in links}},
         "dp_error_measured_workloads": {lk["from"]: lk["dp_error_measured_workloads"] for lk in links},
         "public_tables": list(res.public),
         "noise": noise.to_dict(),
@@ -126,6 +128,13 @@ def graph_report(job: RelationalJob, res: Any, ledger_dict: Mapping[str, Any], n
     if evaluation:
         report["nonprivate_evaluation"] = {"label": NONPRIVATE_LABEL, **evaluation}
     return report
+
+
+def _link_count(lk: Mapping[str, Any], res: Any) -> int:
+    """Synthetic links of one link of a graph: a link table's pairs, else one per child row."""
+    if lk["from"] in getattr(res, "pairs", {}):
+        return int(len(res.pairs[lk["from"]]))
+    return int(len(res.tables[lk["from"].split(".")[0]]))
 
 
 __all__ = ["DP_LABEL", "LINKS_FOLDER", "NONPRIVATE_LABEL", "PRIVACY_NOTE", "dp_error", "graph_link_frames",

@@ -270,6 +270,9 @@ def _schema(args: argparse.Namespace) -> int:
 
     if args.schema_command == "show":
         schema = load_schema(args.schema)
+        if schema.inferred_from_data:
+            _say("privcube: warning: this schema carries inferred_from_data: true (proposed by `privcube schema "
+                 "infer` from the data, NON-PRIVATE); runs using it warn that the DP guarantee does not cover it")
         for a in schema.attributes:
             print(f"{a.name}\t{a.kind}\t{a.size}")
         print(f"cells: {schema.domain.size():.6g}")

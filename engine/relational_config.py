@@ -44,12 +44,20 @@ from privcube.config import parse_cluster, parse_noise_sampler, resolve_path
 from privcube.domain import Domain
 from privcube.errors import BudgetError, ConfigError, PrivcubeError
 from privcube.privacy.budget import PrivacyBudget
-from privcube.relational_spec import FK_KEYS, LinkSpec, TableSpec, parse_budget, parse_ref, table_budgets
+from privcube.relational_spec import (
+    FK_KEYS,
+    LINK_TABLE_KEYS,
+    LinkSpec,
+    TableSpec,
+    link_table_spec,
+    parse_budget,
+    parse_ref,
+    table_budgets,
+)
 
 TOP_KEYS = {"data", "mechanism", "privacy", "cluster", "output", "noise_sampler"}
 DATA_KEYS = {"tables", "links"}
 TABLE_KEYS = {"path", "schema", "domain", "key"}
-LINK_TABLE_KEYS = {"path", "left", "right", "columns"}
 OUTPUT_KEYS = {"labels"}
 
 
@@ -332,27 +340,6 @@ def _links(spec: Any, tables: Mapping[str, TableSpec], base: Path) -> LinkSpec:
             raise ConfigError(f"data.links: unknown key(s) {sorted(bad)} for a link table; known: {sorted(LINK_TABLE_KEYS)}")
         return link_table_spec(spec, tables, base, "data.links")
     raise ConfigError("data.links: give {from: child.fk, to: parent.key} or {path, left: t.key, right: t.key}")
-
-
-def link_table_spec(spec: Mapping[str, Any], tables: Mapping[str, TableSpec], base: Path, what: str) -> LinkSpec:
-    """A many-to-many link table ``{path, left: T.key, right: U.key[, columns: [l, r]]}`` (keys already
-    checked); errors name ``what`` (``data.links`` or ``data.links[i]``)."""
-    lt, lk = parse_ref(spec.get("left"), f"{what}.left")
-    rt, rk = parse_ref(spec.get("right"), f"{what}.right")
-    for t, side in ((lt, "left"), (rt, "right")):
-        if t not in tables:
-            raise ConfigError(f"{what}.{side}: unknown table {t!r}; tables are {sorted(tables)}")
-    for t, k, side in ((lt, lk, "left"), (rt, rk, "right")):
-        if tables[t].key is not None and tables[t].key != k:
-            raise ConfigError(f"{what}.{side} names {t}.{k} but data.tables.{t}.key is {tables[t].key!r}")
-    cols = spec.get("columns")
-    if cols is not None:
-        if (isinstance(cols, (str, bytes)) or not isinstance(cols, (list, tuple)) or len(cols) != 2
-                or not all(isinstance(c, str) and c for c in cols) or cols[0] == cols[1]):
-            raise ConfigError(f"{what}.columns: expected two distinct column names [left, right], got {cols!r}")
-        cols = (cols[0], cols[1])
-    path = _resolve_path(spec.get("path"), base, f"{what}.path")
-    return LinkSpec("many_to_many", lt, lk, rt, rk, path, cols)
 
 
 __all__ = ["COMPOSITION_NOTE", "LinkSpec", "RelationalJob", "TableSpec", "load_relational_config"]

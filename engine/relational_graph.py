@@ -16,7 +16,16 @@ from typing import Any
 
 from privcube.errors import BudgetError, ConfigError
 from privcube.privacy.budget import PrivacyBudget
-from privcube.relational_spec import FK_KEYS, LinkSpec, TableSpec, parse_budget, parse_ref, table_budgets
+from privcube.relational_spec import (
+    FK_KEYS,
+    LINK_TABLE_KEYS,
+    LinkSpec,
+    TableSpec,
+    link_table_spec,
+    parse_budget,
+    parse_ref,
+    table_budgets,
+)
 
 PUBLIC = "public"
 
@@ -32,8 +41,6 @@ def link_name(f: LinkSpec) -> str:
 def parse_link_table(item: Mapping[str, Any], tables: Mapping[str, TableSpec], base: Any, what: str) -> LinkSpec:
     """One many-to-many item ``{path, left: T.key, right: U.key[, columns: [l, r]]}`` of the list form (the
     keys of the two-table form; a self-referential link table is taken only in the two-table form)."""
-    from privcube.relational_config import LINK_TABLE_KEYS, link_table_spec
-
     bad = set(item) - LINK_TABLE_KEYS
     if bad:
         raise ConfigError(f"{what}: unknown key(s) {sorted(map(str, bad))} for a link table; known: "

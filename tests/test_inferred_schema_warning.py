@@ -42,6 +42,8 @@ def test_infer_marks_the_schema_file(tmp_path: Path) -> None:
     with pytest.raises(DomainError, match="inferred_from_data must be true or false"):
         load_schema({"inferred_from_data": "yes", "attributes": [{"name": "a", "type": "integer", "size": 2}]})
     assert Schema(schema.attributes) == schema  # the mark does not change the encoding
+    shown = _cli("schema", "show", str(tmp_path / "s.yaml"))
+    assert shown.returncode == 0 and "inferred_from_data: true" in shown.stderr and "region" in shown.stdout
 
 
 def test_single_table_run_with_inferred_schema_warns(tmp_path: Path) -> None:

@@ -70,7 +70,11 @@ def test_fk_and_link_table_end_to_end(tmp_path: Path, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(test_relational_multi, "BUD", {k: v for k, v in BUD.items() if "." not in k})
     monkeypatch.setattr(test_relational_multi, "LINK_BUD", {k: v for k, v in BUD.items() if "." in k})
-    out = _run(_files(tmp_path), tmp_path)
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(_files(tmp_path)))
+    res = privcube.run(tmp_path / "cfg.yaml", tmp_path / "run", seed=5, quiet=True)
+    out = tmp_path / "run"
+    # the Python result reads the link files too
+    pd.testing.assert_frame_equal(res.synthetic(f"links/{M2M}"), pd.read_parquet(out / f"synthetic/links/{M2M}.parquet"))
     names = sorted(p.relative_to(out).as_posix() for p in (out / "synthetic").rglob("*.parquet"))
     assert names == ["synthetic/links/sessions.user_id.parquet", f"synthetic/links/{M2M}.parquet",
                      "synthetic/movies.parquet", "synthetic/sessions.parquet", "synthetic/users.parquet"]
@@ -126,6 +130,13 @@ def test_plan_previews_the_link_table(tmp_path: Path) -> None:
     assert fk["kind"] == "one_to_many" and m2m["kind"] == "many_to_many"
     assert m2m["link"] == "users.id <-> movies.mid" and m2m["rho"] == plan.privacy["parts"][M2M]["rho"]
     assert m2m["measurements"] >= 1 and m2m["count_noise_std"] > 0 and m2m["links"] == 100
+    for lp in (fk, m2m):  # never more ρ per measurement than the link's budget; an uninformative link says so
+        assert 0 < lp["rho_per_measurement"] <= lp["rho"]
+        assert lp["informative"] or ("max_noise" in lp["warning"] and lp["measurements"] == 1)
+    cfg["mechanism"]["uninformative"] = "random"
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    for lp in api.plan(tmp_path / "cfg.yaml", links=100).details["links"]:
+        assert lp["informative"] or (lp["measurements"] == 0 and "random links" in lp["warning"])
 
 
 @pytest.mark.parametrize("edit, exc, match", [

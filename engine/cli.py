@@ -207,6 +207,8 @@ def _dispatch(args: argparse.Namespace) -> int:
                       scheduler_address=args.scheduler_address, scheduler_file=args.scheduler_file,
                       workers=args.workers, quiet=args.quiet, overwrite=args.overwrite)
         spent = res.ledger["spent"]
+        for warning in (res.report or {}).get("warnings") or []:  # e.g. a schema inferred from the data
+            _say(f"privcube: warning: {warning}")
         print(f"outputs: {res.out_dir}")
         print(f"privacy spent: rho={spent['rho']:.6g} epsilon={spent['epsilon']:.6g} delta={spent['delta']:.3g}")
         if not args.no_report:
@@ -268,19 +270,23 @@ def _schema(args: argparse.Namespace) -> int:
 
     if args.schema_command == "show":
         schema = load_schema(args.schema)
+        if schema.inferred_from_data:
+            _say("privcube: warning: this schema carries inferred_from_data: true (proposed by `privcube schema "
+                 "infer` from the data, NON-PRIVATE); runs using it warn that the DP guarantee does not cover it")
         for a in schema.attributes:
             print(f"{a.name}\t{a.kind}\t{a.size}")
         print(f"cells: {schema.domain.size():.6g}")
         return 0
     from privcube.storage.infer import infer_schema
 
-    schema, warning = infer_schema(args.data)
+    schema, warning = infer_schema(args.data)  # the schema carries inferred_from_data: true
     print(warning, file=sys.stderr)
     import yaml
 
-    text = yaml.safe_dump(schema.to_dict(), sort_keys=False)
+    text = yaml.safe_dump(schema.to_dict(), sort_keys=False)  # inferred_from_data: true is its first key
     if args.out:
-        Path(args.out).write_text(f"# {warning}\n" + text)
+        Path(args.out).write_text(f"# {warning}\n# runs with this schema warn until it is replaced by a public "
+                                  "one (remove inferred_from_data only then)\n" + text)
         print(f"proposed schema written to {args.out}")
     else:
         print(text)
@@ -344,6 +350,8 @@ def _print_relational_plan(summary) -> None:  # noqa: ANN001
               f"{lp['measurements']}; per measurement rho {'>= ' if bound else ''}{rho:.6g}, count noise std "
               f"{'<= ' if bound else ''}{noise} (d_max {lp['d_max']}), selection epsilon {lp['em_epsilon']:.6g}"
               + (f", degrees rho {lp['rho_degrees']:.6g}" if lp["rho_degrees"] else ""))
+        if lp.get("warning"):
+            print(f"  warning: {lp['warning']}")
 
 
 if __name__ == "__main__":

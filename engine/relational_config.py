@@ -7,15 +7,17 @@ data:
     users:    {path: users.parquet, schema: users.schema.yaml, key: id}   # or domain: {col: size} / path
     sessions: {path: sessions.parquet, schema: sessions.schema.yaml}      # key optional for a child
   links: {from: sessions.user_id, to: users.id}                           # one-to-many through a FK
-  # several foreign keys (a schema graph without cycles; privacy.links then maps each `from` to its budget):
-  #   links: [{from: sessions.user_id, to: users.id}, {from: bookings.user_id, to: users.id}]
+  # several links (a schema graph, no cycle of foreign keys; privacy.links then maps each link's name to its
+  # budget: a foreign key's `from`, a link table's `LEFT.key-RIGHT.key`):
+  #   links: [{from: sessions.user_id, to: users.id}, {from: bookings.user_id, to: users.id},
+  #           {path: ratings.parquet, left: users.id, right: movies.id[, columns: [user_id, movie_id]]}]
   # many-to-many: links: {path: ratings.parquet, left: users.id, right: movies.id[, columns: [user_id, movie_id]]}
   # self-referential (ONE table under data.tables, one table budget):
   #   links: {path: friends.parquet, left: users.id, right: users.id[, columns: [user_id, friend_id]]}
 mechanism: {name: relational, d_max: 50, iterations: 10, ..., evaluate_nonprivate: false}
 privacy:
   tables: {users: {epsilon: 1, delta: 1e-6}, sessions: {epsilon: 1, delta: 1e-6}}
-  links: {epsilon: 1, delta: 1e-6}       # list form: {sessions.user_id: {epsilon: 1, delta: 1e-6}, ...}
+  links: {epsilon: 1, delta: 1e-6}       # list form: {sessions.user_id: {...}, users.id-movies.id: {...}, ...}
   # list form only: a table may be `public` (released as it is, no budget): tables: {users: public, ...}
 cluster: {type: local, n_workers: 2}      # optional
 noise_sampler: continuous                 # optional
@@ -42,12 +44,20 @@ from privcube.config import parse_cluster, parse_noise_sampler, resolve_path
 from privcube.domain import Domain
 from privcube.errors import BudgetError, ConfigError, PrivcubeError
 from privcube.privacy.budget import PrivacyBudget
-from privcube.relational_spec import FK_KEYS, LinkSpec, TableSpec, parse_budget, parse_ref, table_budgets
+from privcube.relational_spec import (
+    FK_KEYS,
+    LINK_TABLE_KEYS,
+    LinkSpec,
+    TableSpec,
+    link_table_spec,
+    parse_budget,
+    parse_ref,
+    table_budgets,
+)
 
 TOP_KEYS = {"data", "mechanism", "privacy", "cluster", "output", "noise_sampler"}
 DATA_KEYS = {"tables", "links"}
 TABLE_KEYS = {"path", "schema", "domain", "key"}
-LINK_TABLE_KEYS = {"path", "left", "right", "columns"}
 OUTPUT_KEYS = {"labels"}
 
 
@@ -85,7 +95,7 @@ class RelationalJob:
             for key in ("schema", "domain"):  # paths absolute: the file can be passed back as it is
                 if isinstance(spec.get(key), str):
                     spec[key] = _resolve_path(spec[key], self.base_dir, f"data.tables.{name}.{key}")
-        if self.links.path is not None:
+        if self.links.path is not None and not self.multi:
             data["links"]["path"] = self.links.path
         out["mechanism"] = {"name": "relational", **self.params}
         links: Any = {"kind": self.links.kind, "left": f"{self.links.left}.{self.links.left_col}",
@@ -93,7 +103,12 @@ class RelationalJob:
                       **({"columns": list(self.links.columns)} if self.links.columns else {})}
         if self.multi:
             links = [{"kind": f.kind, "from": f"{f.left}.{f.left_col}", "to": f"{f.right}.{f.right_col}"}
-                     for f in self.fks]
+                     if f.kind == "one_to_many" else
+                     {"kind": f.kind, "left": f"{f.left}.{f.left_col}", "right": f"{f.right}.{f.right_col}",
+                      "path": f.path, **({"columns": list(f.columns)} if f.columns else {})} for f in self.fks]
+            for item, f in zip(data.get("links") or [], self.fks):
+                if isinstance(item, dict) and f.path is not None:
+                    item["path"] = f.path
         out["resolved"] = {
             "schemas": {n: t.schema.to_dict() for n, t in self.tables.items()},
             "links": links,
@@ -174,9 +189,9 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
     public: list[str] = []
     keys: dict[str, str] = {}
     if multi:
-        from privcube.relational_graph import check_graph, graph_parts, parse_fk_list
+        from privcube.relational_graph import check_graph, graph_parts, link_name, parse_fk_list
 
-        fks = parse_fk_list(data["links"], tables)
+        fks = parse_fk_list(data["links"], tables, base)
         keys = check_graph(tables, fks)
         links = fks[0]
         params = _params(raw.get("mechanism"), tables)
@@ -198,7 +213,7 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
     total = PrivacyBudget(rho, eps, delta, False)
     if multi:
         budgets = {"tables": {n: parts[n] for n in tables if n not in public},
-                   "links": {f"{f.left}.{f.left_col}": parts[f"{f.left}.{f.left_col}"] for f in fks}}
+                   "links": {link_name(f): parts[link_name(f)] for f in fks}}
     else:
         budgets = {"tables": {n: parts[n] for n in tables}, "links": parts["links"]}
     cluster = parse_cluster(raw, base)
@@ -323,21 +338,7 @@ def _links(spec: Any, tables: Mapping[str, TableSpec], base: Path) -> LinkSpec:
         bad = set(spec) - LINK_TABLE_KEYS
         if bad:
             raise ConfigError(f"data.links: unknown key(s) {sorted(bad)} for a link table; known: {sorted(LINK_TABLE_KEYS)}")
-        lt, lk = parse_ref(spec.get("left"), "data.links.left")
-        rt, rk = parse_ref(spec.get("right"), "data.links.right")
-        known(lt, "data.links.left")
-        known(rt, "data.links.right")
-        for t, k, side in ((lt, lk, "left"), (rt, rk, "right")):
-            if tables[t].key is not None and tables[t].key != k:
-                raise ConfigError(f"data.links.{side} names {t}.{k} but data.tables.{t}.key is {tables[t].key!r}")
-        cols = spec.get("columns")
-        if cols is not None:
-            if (isinstance(cols, (str, bytes)) or not isinstance(cols, (list, tuple)) or len(cols) != 2
-                    or not all(isinstance(c, str) and c for c in cols) or cols[0] == cols[1]):
-                raise ConfigError(f"data.links.columns: expected two distinct column names [left, right], got {cols!r}")
-            cols = (cols[0], cols[1])
-        path = _resolve_path(spec["path"], base, "data.links.path")
-        return LinkSpec("many_to_many", lt, lk, rt, rk, path, cols)
+        return link_table_spec(spec, tables, base, "data.links")
     raise ConfigError("data.links: give {from: child.fk, to: parent.key} or {path, left: t.key, right: t.key}")
 
 

@@ -1,9 +1,13 @@
-"""The schema graph of a relational job whose ``data.links`` is a list of foreign keys (several tables).
+"""The schema graph of a relational job whose ``data.links`` is a list (several tables, several links).
 
-Each item ``{from: CHILD.fk, to: PARENT.key}`` is one one-to-many link; ``privacy.links`` then maps each
-link's ``from`` to its own budget and ``privacy.tables`` gives each table a budget or ``public`` (released
-as it is, no budget). Checked here, before any data is read: known tables, one link per FK column, one
-key per parent, no cycle. Errors name the config key at fault; nothing here reads private data.
+Each item is a foreign key ``{from: CHILD.fk, to: PARENT.key}`` (one-to-many) or a many-to-many link table
+with the keys of the two-table form, ``{path: ratings.parquet, left: users.id, right: movies.id[, columns:
+[user_id, movie_id]]}``. ``privacy.links`` then maps each link's name to its own budget: a foreign key is
+named by its ``from`` (``sessions.user_id``), a link table by ``LEFT.key-RIGHT.key`` (``users.id-movies.id``,
+its ``left`` and ``right`` joined by ``-``); ``privacy.tables`` gives each table a budget or ``public``
+(released as it is, no budget). Checked here, before any data is read: known tables, one link per FK
+column and per pair of tables, one key per table, no cycle among the foreign keys. Errors name the config
+key at fault; nothing here reads private data.
 """
 from __future__ import annotations
 
@@ -12,28 +16,67 @@ from typing import Any
 
 from privcube.errors import BudgetError, ConfigError
 from privcube.privacy.budget import PrivacyBudget
-from privcube.relational_spec import FK_KEYS, LinkSpec, TableSpec, parse_budget, parse_ref, table_budgets
+from privcube.relational_spec import (
+    FK_KEYS,
+    LINK_TABLE_KEYS,
+    LinkSpec,
+    TableSpec,
+    link_table_spec,
+    parse_budget,
+    parse_ref,
+    table_budgets,
+)
 
 PUBLIC = "public"
 
 
 def link_name(f: LinkSpec) -> str:
-    """The link's ``from`` (``CHILD.fk``): its key under ``privacy.links`` and in the ledger."""
+    """The link's name, its key under ``privacy.links`` and in the ledger: a foreign key's ``from``
+    (``CHILD.fk``), a link table's ``LEFT.key-RIGHT.key``."""
+    if f.kind == "many_to_many":
+        return f"{f.left}.{f.left_col}-{f.right}.{f.right_col}"
     return f"{f.left}.{f.left_col}"
 
 
-def parse_fk_list(items: list[Any], tables: Mapping[str, TableSpec]) -> list[LinkSpec]:
-    """``data.links`` as a list of ``{from: CHILD.fk, to: PARENT.key}`` (one-to-many links)."""
+def parse_link_table(item: Mapping[str, Any], tables: Mapping[str, TableSpec], base: Any, what: str) -> LinkSpec:
+    """One many-to-many item ``{path, left: T.key, right: U.key[, columns: [l, r]]}`` of the list form (the
+    keys of the two-table form; a self-referential link table is taken only in the two-table form)."""
+    bad = set(item) - LINK_TABLE_KEYS
+    if bad:
+        raise ConfigError(f"{what}: unknown key(s) {sorted(map(str, bad))} for a link table; known: "
+                          f"{sorted(LINK_TABLE_KEYS)}")
+    spec = link_table_spec(item, tables, base, what)
+    if spec.left == spec.right:
+        raise ConfigError(f"{what}: a self-referential link table ({spec.left}.{spec.left_col} to itself) is "
+                          "supported only as the single data.links of a one-table job, not in a list of links")
+    return spec
+
+
+def parse_fk_list(items: list[Any], tables: Mapping[str, TableSpec], base: Any = ".") -> list[LinkSpec]:
+    """``data.links`` as a list of foreign keys ``{from: CHILD.fk, to: PARENT.key}`` (one-to-many) and link
+    tables ``{path, left: T.key, right: U.key[, columns]}`` (many-to-many); ``base`` resolves their paths."""
     if not items:
-        raise ConfigError("data.links: the list of foreign keys is empty; give [{from: child.fk, to: parent.key}, ...]")
+        raise ConfigError("data.links: the list of links is empty; give [{from: child.fk, to: parent.key}, ...] "
+                          "and/or link tables {path, left: t.key, right: u.key}")
     fks: list[LinkSpec] = []
     seen: dict[str, int] = {}
     for n, item in enumerate(items):
         what = f"data.links[{n}]"
+        if isinstance(item, Mapping) and "path" in item:
+            spec = parse_link_table(item, tables, base, what)
+            name = link_name(spec)
+            pair = {spec.left, spec.right}
+            for m, other in enumerate(fks):
+                if other.kind == "many_to_many" and {other.left, other.right} == pair:
+                    raise ConfigError(f"{what}: tables {sorted(pair)} already have a link table in data.links[{m}]; "
+                                      "one link table per pair of tables")
+            seen[name] = n
+            fks.append(spec)
+            continue
         if not isinstance(item, Mapping) or set(item) != FK_KEYS:
             got = sorted(map(str, item)) if isinstance(item, Mapping) else item
-            raise ConfigError(f"{what}: expected {{from: child.fk, to: parent.key}} (a list item takes exactly "
-                              f"'from' and 'to'), got {got!r}")
+            raise ConfigError(f"{what}: expected {{from: child.fk, to: parent.key}} (a foreign key takes exactly "
+                              f"'from' and 'to') or a link table {{path, left: t.key, right: u.key}}, got {got!r}")
         child, fk = parse_ref(item["from"], f"{what}.from")
         parent, key = parse_ref(item["to"], f"{what}.to")
         for t, side in ((child, "from"), (parent, "to")):
@@ -61,7 +104,8 @@ def _check_acyclic(fks: list[LinkSpec]) -> None:
     """No cycle among child -> parent edges (ConfigError naming the tables on the cycle)."""
     edges: dict[str, list[str]] = {}
     for f in fks:
-        edges.setdefault(f.left, []).append(f.right)
+        if f.kind == "one_to_many":  # a link table is no child -> parent edge
+            edges.setdefault(f.left, []).append(f.right)
     state: dict[str, int] = {}  # 1 = on the path, 2 = done
 
     def visit(t: str, path: list[str]) -> None:
@@ -89,15 +133,19 @@ def check_graph(tables: Mapping[str, TableSpec], fks: list[LinkSpec]) -> dict[st
         raise ConfigError(f"data.links: table(s) {sorted(set(tables) - linked)} are in no link")
     keys: dict[str, str] = {n: t.key for n, t in tables.items() if t.key is not None}
     for n, f in enumerate(fks):
-        if keys.setdefault(f.right, f.right_col) != f.right_col:
-            raise ConfigError(f"data.links[{n}].to names {f.right}.{f.right_col}, but another link points at "
-                              f"{f.right}.{keys[f.right]}; a table has one key")
+        ends = ((f.left, f.left_col, "left"), (f.right, f.right_col, "right")) if f.kind == "many_to_many" else \
+            ((f.right, f.right_col, "to"),)
+        for t, col, side in ends:
+            if keys.setdefault(t, col) != col:
+                raise ConfigError(f"data.links[{n}].{side} names {t}.{col}, but another link points at "
+                                  f"{t}.{keys[t]}; a table has one key")
     for n, f in enumerate(fks):
-        for t, col, side in ((f.left, f.left_col, "from"), (f.right, f.right_col, "to")):
+        sides = ("left", "right") if f.kind == "many_to_many" else ("from", "to")
+        for t, col, side in ((f.left, f.left_col, sides[0]), (f.right, f.right_col, sides[1])):
             if col in tables[t].schema:
                 raise ConfigError(f"data.links[{n}].{side}: column {col!r} of table {t!r} is an identifier; it cannot "
                                   "also be a schema attribute")
-        if keys.get(f.left) == f.left_col:
+        if f.kind == "one_to_many" and keys.get(f.left) == f.left_col:
             raise ConfigError(f"data.links[{n}].from: {f.left}.{f.left_col} is the key of table {f.left!r}, "
                               "not a foreign key")
     for t in tables.values():
@@ -105,7 +153,7 @@ def check_graph(tables: Mapping[str, TableSpec], fks: list[LinkSpec]) -> dict[st
             raise ConfigError(f"data.tables.{t.name}.key: column {t.key!r} cannot also be a schema attribute")
     for name, t in tables.items():
         if name not in keys:
-            taken = set(t.schema.names) | {f.left_col for f in fks if f.left == name}
+            taken = set(t.schema.names) | {f.left_col for f in fks if f.left == name and f.kind == "one_to_many"}
             keys[name] = next(k for k in ("id", "row_id", "_id", "record_id") if k not in taken)
     return keys
 
@@ -113,7 +161,7 @@ def check_graph(tables: Mapping[str, TableSpec], fks: list[LinkSpec]) -> dict[st
 def graph_parts(privacy: Any, tables: Mapping[str, TableSpec],
                 fks: list[LinkSpec]) -> tuple[dict[str, PrivacyBudget], list[str]]:
     """``privacy``: a budget (or ``public``) per table, a budget per link's ``from``; returns (parts, public)."""
-    ptab = table_budgets(privacy, tables, "{child.fk: {epsilon, delta}}")
+    ptab = table_budgets(privacy, tables, "{child.fk: {epsilon, delta}, left.key-right.key: {epsilon, delta}}")
     parts: dict[str, PrivacyBudget] = {}
     public: list[str] = []
     for name in tables:
@@ -130,7 +178,8 @@ def graph_parts(privacy: Any, tables: Mapping[str, TableSpec],
                           f"{{{names[0]}: {{epsilon, delta}}, ...}} for {names}")
     extra = set(plinks) - set(names)
     if extra:
-        raise ConfigError(f"privacy.links: unknown link(s) {sorted(map(str, extra))}; links (their 'from') are {names}")
+        raise ConfigError(f"privacy.links: unknown link(s) {sorted(map(str, extra))}; links (a foreign key's 'from', a link table's "
+                          f"'left-right') are {names}")
     for name in names:
         if name not in plinks:
             raise BudgetError(f"privacy.links: no budget for link {name!r}")
@@ -138,4 +187,4 @@ def graph_parts(privacy: Any, tables: Mapping[str, TableSpec],
     return parts, public
 
 
-__all__ = ["PUBLIC", "check_graph", "graph_parts", "link_name", "parse_fk_list"]
+__all__ = ["PUBLIC", "check_graph", "graph_parts", "link_name", "parse_fk_list", "parse_link_table"]

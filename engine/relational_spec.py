@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from privcube.config import resolve_path
 from privcube.domain import Domain
 from privcube.errors import BudgetError, ConfigError
 from privcube.privacy.budget import PrivacyBudget
 
 FK_KEYS = {"from", "to"}
+LINK_TABLE_KEYS = {"path", "left", "right", "columns"}
 
 
 @dataclass
@@ -83,4 +86,29 @@ def table_budgets(privacy: Any, tables: Mapping[str, Any], links_form: str) -> M
     return ptab
 
 
-__all__ = ["FK_KEYS", "LinkSpec", "TableSpec", "parse_budget", "parse_ref", "table_budgets"]
+def link_table_spec(spec: Mapping[str, Any], tables: Mapping[str, TableSpec], base: Any, what: str) -> LinkSpec:
+    """A many-to-many link table ``{path, left: T.key, right: U.key[, columns: [l, r]]}`` (keys already
+    checked); errors name ``what`` (``data.links`` or ``data.links[i]``)."""
+    lt, lk = parse_ref(spec.get("left"), f"{what}.left")
+    rt, rk = parse_ref(spec.get("right"), f"{what}.right")
+    for t, side in ((lt, "left"), (rt, "right")):
+        if t not in tables:
+            raise ConfigError(f"{what}.{side}: unknown table {t!r}; tables are {sorted(tables)}")
+    for t, k, side in ((lt, lk, "left"), (rt, rk, "right")):
+        if tables[t].key is not None and tables[t].key != k:
+            raise ConfigError(f"{what}.{side} names {t}.{k} but data.tables.{t}.key is {tables[t].key!r}")
+    cols = spec.get("columns")
+    if cols is not None:
+        if (isinstance(cols, (str, bytes)) or not isinstance(cols, (list, tuple)) or len(cols) != 2
+                or not all(isinstance(c, str) and c for c in cols) or cols[0] == cols[1]):
+            raise ConfigError(f"{what}.columns: expected two distinct column names [left, right], got {cols!r}")
+        cols = (cols[0], cols[1])
+    path = spec.get("path")
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{what}.path: expected a path string, got {path!r}")
+    path = resolve_path(path, Path(base))
+    return LinkSpec("many_to_many", lt, lk, rt, rk, path, cols)
+
+
+__all__ = ["FK_KEYS", "LINK_TABLE_KEYS", "LinkSpec", "TableSpec", "link_table_spec", "parse_budget", "parse_ref",
+           "table_budgets"]

@@ -83,6 +83,7 @@ class Result(RunSummary):
         if table is None and records.is_dir():
             return pd.read_parquet(records)
         files = {p.stem: p for p in root.glob("*.parquet")} if root.is_dir() else {}
+        files.update({f"links/{p.stem}": p for p in (root / "links").glob("*.parquet")})  # a schema graph's links
         if table is not None and table in files:
             return pd.read_parquet(files[table])
         if table is None and len(files) == 1:

@@ -2,7 +2,9 @@
 
 Categories are the observed values and bins are data quantiles, so the proposed schema reveals
 facts about individual records. It is a convenience for getting started on public or test data;
-``infer_schema`` always returns a warning string that callers must show to the user.
+``infer_schema`` always returns a warning string that callers must show to the user, and the schema it
+returns carries ``inferred_from_data: true`` (``Schema.inferred_from_data``; kept in its YAML/JSON), so any
+run that uses it warns in its outputs that the domain came from the data.
 """
 from __future__ import annotations
 
@@ -171,7 +173,7 @@ def infer_schema(
     if not attrs:
         raise DataError(f"no column could be described; skipped {skipped}")
     warning = WARNING + (f" Skipped columns: {', '.join(skipped)}." if skipped else "")
-    return Schema(tuple(attrs)), warning
+    return Schema(tuple(attrs), inferred_from_data=True), warning
 
 
 __all__ = ["WARNING", "infer_schema"]

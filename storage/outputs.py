@@ -222,10 +222,13 @@ class RunDirectory:
         return folder
 
     def write_synthetic(self, tables: Mapping[str, pd.DataFrame]) -> Path:
+        """Each frame to ``synthetic/<name>.parquet`` atomically (a name ``a/b`` goes to a subfolder ``a``)."""
         folder = self.path / "synthetic"
         folder.mkdir(exist_ok=True, mode=0o700)
         for name, frame in tables.items():
-            atomic_write_parquet(folder / f"{safe_name(name)}.parquet", frame)
+            target = self.path / synthetic_file(name)
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            atomic_write_parquet(target, frame)
         return folder
 
 
@@ -536,6 +539,13 @@ def write_error(path: Path, e: OSError, what: str) -> str:
     msg = (f"cannot write the {what} of run directory {str(path)!r}: {reason}{where}; the run is not marked "
            "complete and its last checkpoint is kept (fix the cause, then rerun with --resume)")
     return " ".join(msg.split())
+
+
+def synthetic_file(name: str) -> str:
+    """The run-folder path of synthetic output ``name``: ``synthetic/<name>.parquet``, each ``/``-separated
+    part made a safe file name (``links/sessions.user_id`` -> ``synthetic/links/sessions.user_id.parquet``)."""
+    parts = [safe_name(p) for p in name.split("/")]
+    return "synthetic/" + "/".join(p if p.strip(".") else "_" for p in parts) + ".parquet"
 
 
 def safe_name(s: str) -> str:

@@ -2,7 +2,10 @@
 
 Two formats are accepted: the common ``{column: size}`` domain JSON (integer-coded data) and a rich
 YAML/JSON schema ``{attributes: [{name, type, ...}, ...]}``. The schema is public input; it is never
-derived from private data here (see ``privcube.storage.infer`` for the non-private helper).
+derived from private data here (see ``privcube.storage.infer`` for the non-private helper). A rich schema
+may carry the top-level key ``inferred_from_data: true``: ``privcube schema infer`` writes it, and every run
+whose schema carries it warns (``report.json`` ``warnings``, the report page, one stderr line) that the
+domain came from the private data and is not covered by the DP guarantee (:func:`inferred_warning`).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from privcube.domain import Domain
 from privcube.errors import DomainError
 
 KINDS = ("integer", "categorical", "numeric", "date")
+INFERRED_KEY = "inferred_from_data"
 MISSING_POLICIES = ("error", "code")
 MISSING_LABEL = "missing"
 
@@ -288,8 +292,12 @@ class Schema:
     """Ordered attributes; the public description of one table's encoding."""
 
     attributes: tuple[Attribute, ...]
+    #: proposed by ``privcube schema infer`` from the data itself (NON-PRIVATE); runs with it warn
+    inferred_from_data: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.inferred_from_data, bool):
+            raise DomainError(f"schema: {INFERRED_KEY} must be true or false, got {self.inferred_from_data!r}")
         attrs = tuple(self.attributes)
         if not attrs:
             raise DomainError("a schema needs at least one attribute")
@@ -314,13 +322,18 @@ class Schema:
         if not isinstance(spec, Mapping) or not spec:
             raise DomainError("a schema must be a non-empty mapping")
         if "attributes" in spec and not isinstance(spec["attributes"], (int, float)):
-            unknown = sorted(set(spec) - {"attributes"})
+            unknown = sorted(set(spec) - {"attributes", INFERRED_KEY})
             if unknown:
-                raise DomainError(f"schema: unknown top-level key {unknown[0]!r} (allowed: ['attributes'])")
+                raise DomainError(f"schema: unknown top-level key {unknown[0]!r} "
+                                  f"(allowed: ['attributes', '{INFERRED_KEY}'])")
             entries = spec["attributes"]
             if isinstance(entries, (str, bytes, Mapping)) or not isinstance(entries, Sequence) or not entries:
                 raise DomainError("schema: key 'attributes' must be a non-empty list")
-            return cls(tuple(Attribute.from_dict(e, f"schema attribute #{i}") for i, e in enumerate(entries)))
+            inferred = spec.get(INFERRED_KEY, False)
+            if not isinstance(inferred, bool):
+                raise DomainError(f"schema: {INFERRED_KEY} must be true or false, got {inferred!r}")
+            return cls(tuple(Attribute.from_dict(e, f"schema attribute #{i}") for i, e in enumerate(entries)),
+                       inferred_from_data=inferred)
         bad = [(k, v) for k, v in spec.items() if isinstance(v, bool) or not isinstance(v, int)]
         if bad:
             k, v = bad[0]
@@ -368,11 +381,12 @@ class Schema:
             names = [names]
         if len(set(names)) != len(names):
             raise DomainError(f"projection {names} repeats an attribute")
-        return Schema(tuple(self.attribute(n) for n in names))
+        return Schema(tuple(self.attribute(n) for n in names), inferred_from_data=self.inferred_from_data)
 
     def to_dict(self) -> dict[str, Any]:
-        """Rich-schema mapping (``load_schema(s.to_dict()) == s``)."""
-        return {"attributes": [a.to_dict() for a in self.attributes]}
+        """Rich-schema mapping (``load_schema(s.to_dict()) == s``); ``inferred_from_data: true`` first when set."""
+        marker = {INFERRED_KEY: True} if self.inferred_from_data else {}
+        return {**marker, "attributes": [a.to_dict() for a in self.attributes]}
 
     def save(self, path: str | Path) -> Path:
         """Write the rich schema as YAML (``.yaml``/``.yml``) or JSON (anything else)."""
@@ -384,6 +398,21 @@ class Schema:
         else:
             p.write_text(json.dumps(self.to_dict(), indent=1))
         return p
+
+
+def inferred_warning(where: str) -> str:
+    """The warning a run gives when the schema of ``where`` (e.g. "table 'users'") carries
+    ``inferred_from_data: true``: its domain is not public input, so DP does not cover what it reveals."""
+    return (f"the schema of {where} was inferred from the private data ({INFERRED_KEY}: true, written by "
+            "`privcube schema infer`): its domain (categories, bin edges, sizes) is not public input, so the "
+            "differential-privacy guarantee does not cover what the schema reveals; replace it with a schema "
+            "built from public knowledge before releasing these outputs")
+
+
+def inferred_warnings(schemas: Mapping[str, Any], where: str = "table {name!r} (data.tables.{name})") -> list[str]:
+    """One :func:`inferred_warning` per schema in ``schemas`` (name -> Schema) that carries the mark."""
+    return [inferred_warning(where.format(name=n)) for n, s in schemas.items()
+            if getattr(s, "inferred_from_data", False)]
 
 
 _DATA_SUFFIXES = (".parquet", ".pq", ".parq", ".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst", ".tsv")

@@ -101,9 +101,15 @@ def test_cli_one_to_many_output_contract_and_ledger(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert names == [".complete", "config.yaml", "ledger.json", "report.html", "report.json", "synthetic/children.parquet",
-                     "synthetic/parents.parquet"]
+                     "synthetic/links.parquet", "synthetic/parents.parquet"]
     par = pd.read_parquet(out / "synthetic/parents.parquet")
     ch = pd.read_parquet(out / "synthetic/children.parquet")
+    # the links as their own file: (child key, parent key) pairs, one per child, the same as the FK column
+    links = pd.read_parquet(out / "synthetic/links.parquet")
+    assert list(links.columns) == ["children.session", "parents.id"] and len(links) == len(ch)
+    assert links["children.session"].is_unique and set(links["children.session"]) == set(ch["session"])
+    fk = dict(zip(ch["session"], ch["parent_id"]))
+    assert all(fk[c] == p for c, p in zip(links["children.session"], links["parents.id"]))
     # shapes: same row counts as the input (n1, n2 public), key columns unique
     assert len(par) == 40 and len(ch) == 160
     assert par["id"].is_unique and ch["session"].is_unique
@@ -138,7 +144,10 @@ def test_cli_one_to_many_output_contract_and_ledger(tmp_path: Path) -> None:
     assert rep["mechanism_report"]["degree"] == {"d_max": 10, "truncated": False, "links_kept": 160}
     # tiny data: the max_noise cap τ²m²(1−α)ρ/(d_max²·cells_min) = 0.0625·160²·0.8·0.02436/(100·9) ≈ 0.035
     # allows a single measurement (at least one is always made), instead of T·K = 6
-    assert rep["cross_table_error"]["workloads"] == 1 and rep["cross_table_error"]["average_l1_vs_noisy_pct"] >= 0
+    dp = rep["dp_error_measured_workloads"]
+    assert dp["label"].startswith("DIFFERENTIALLY PRIVATE")
+    assert not any("inferred from the private data" in w for w in rep.get("warnings", []))  # hand-written schemas
+    assert dp["workloads"] == 1 and dp["average_l1_vs_noisy_pct"] >= 0
     assert rep["mechanism_report"]["privacy"]["shrinkage"] is True  # 'auto' shrinks when one measurement is noise
     conf = yaml.safe_load((out / "config.yaml").read_text())
     assert conf["mechanism"]["name"] == "relational" and conf["resolved"]["links"]["kind"] == "one_to_many"
@@ -168,7 +177,8 @@ def test_cli_many_to_many_links_file(tmp_path: Path) -> None:
     assert math.isclose(led["spent"]["delta"], 3e-6, rel_tol=1e-12)
     assert math.isclose(led["composition"]["parts"]["links"]["spent"]["rho"], 0.05, rel_tol=1e-9)
     rep = json.loads((out / "report.json").read_text())
-    ev = rep["mechanism_report"]["nonprivate_evaluation"]  # asked for explicitly, and labelled
+    ev = rep["nonprivate_evaluation"]  # asked for explicitly, and labelled
+    assert ev["label"].startswith("NON-PRIVATE") and "nonprivate_evaluation" not in rep["mechanism_report"]
     assert "NOT differentially private" in ev["note"] and ev["average_cross_error_pct"] >= 0
 
 

@@ -94,10 +94,18 @@ def test_three_tables_end_to_end(tmp_path: Path) -> None:
     cfg = _files(tmp_path)
     out = _run(cfg, tmp_path)
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and "synthetic" in p.parts)
-    assert names == ["synthetic/bookings.parquet", "synthetic/sessions.parquet", "synthetic/users.parquet"]
+    assert names == ["synthetic/bookings.parquet", "synthetic/links/bookings.user_id.parquet",
+                     "synthetic/links/sessions.user_id.parquet", "synthetic/sessions.parquet", "synthetic/users.parquet"]
     users = pd.read_parquet(out / "synthetic/users.parquet")
     sess = pd.read_parquet(out / "synthetic/sessions.parquet")
     book = pd.read_parquet(out / "synthetic/bookings.parquet")
+    # one link file per foreign key: (child key, parent key) pairs, the same links as the child's FK column
+    for child, frame, key, fname in ((sess, "sessions", "sid", "sessions.user_id"), (book, "bookings", "id",
+                                                                                     "bookings.user_id")):
+        pairs = pd.read_parquet(out / f"synthetic/links/{fname}.parquet")
+        assert list(pairs.columns) == [f"{frame}.{key}", "users.id"] and len(pairs) == len(child)
+        merged = child[[key, "user_id"]].merge(pairs, left_on=key, right_on=f"{frame}.{key}", validate="one_to_one")
+        assert len(merged) == len(child) and (merged["user_id"] == merged["users.id"]).all()
     assert (len(users), len(sess), len(book)) == (40, 120, 60)
     assert list(users.columns) == ["id", "age", "region"]
     assert list(sess.columns) == ["sid", "device", "hour", "user_id"]
@@ -116,7 +124,8 @@ def test_three_tables_end_to_end(tmp_path: Path) -> None:
     assert [lk["from"] for lk in rep["links"]] == ["sessions.user_id", "bookings.user_id"]
     for lk in rep["links"]:
         assert math.isclose(lk["budget"]["epsilon"], LINK_BUD[lk["from"]][0], rel_tol=1e-12)
-        assert lk["dp_cross_error"] is not None and lk["spent"]["rho"] > 0
+        assert lk["dp_error_measured_workloads"]["label"].startswith("DIFFERENTIALLY PRIVATE")
+        assert lk["file"] == f"synthetic/links/{lk['from']}.parquet" and lk["spent"]["rho"] > 0
     # seeded: the same run again gives the same tables
     again = _run(cfg, tmp_path, "again")
     pd.testing.assert_frame_equal(pd.read_parquet(again / "synthetic/bookings.parquet"), book)
@@ -212,7 +221,7 @@ def test_killed_graph_run_resumes_to_the_same_result(tmp_path: Path, monkeypatch
     _check_ledger(got, ["users", "sessions", "bookings", "sessions.user_id", "bookings.user_id"])
     ra, rb = json.loads((ref / "report.json").read_text()), json.loads((got / "report.json").read_text())
     assert [lk["from"] for lk in rb["links"]] == ["sessions.user_id", "bookings.user_id"]
-    assert ra["cross_table_error"] == rb["cross_table_error"]
+    assert ra["dp_error_measured_workloads"] == rb["dp_error_measured_workloads"]
 
 
 def test_public_only_with_list_form(tmp_path: Path) -> None:

@@ -241,12 +241,57 @@ def test_nonprivate_evaluation_is_labelled(tmp_path):
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(cfg))
     res = api.run(tmp_path / "job.yaml", tmp_path / "out", seed=1, quiet=True)
     html = render_report(res.out_dir)
-    ev = res.report["mechanism_report"]["nonprivate_evaluation"]
+    ev = res.report["nonprivate_evaluation"]
     section = html[html.index('<section id="nonprivate">'):]
     assert "NON-PRIVATE" in section[:400] and "do not publish" in section
     assert "average_cross_error_pct" in _svg_texts(_svg(html, "nonprivate"))
     assert f"{ev['average_cross_error_pct']:,.3f}".rstrip("0").rstrip(".") in section
     assert _svg(html, "budget")  # relational: ρ per ledger charge (tables, links)
+    _assert_self_contained(html)
+
+
+def _section(html: str, anchor: str) -> str:
+    start = html.index(f'<section id="{anchor}">')
+    return html[start:html.index("</section>", start)]
+
+
+def test_relational_report_sections(tmp_path):
+    """The relational page: privacy split per part, the DP error labelled DP, iterations with the relinked
+    share, degrees, warnings; NON-PRIVATE keys another part adds (floor, baselines, distributions) rendered
+    generically, each in its own table."""
+    from test_relational_job import _o2m_files
+
+    cfg = _o2m_files(tmp_path)
+    cfg["mechanism"]["evaluate_nonprivate"] = True
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(cfg))
+    out = api.run(tmp_path / "job.yaml", tmp_path / "out", seed=1, quiet=True).out_dir
+    rep = json.loads((out / "report.json").read_text())
+    led = json.loads((out / "ledger.json").read_text())
+    # keys the evaluation may carry (written here by hand: the renderer must show whatever is present)
+    rep["nonprivate_evaluation"].update({"floor_pct": 12.5, "random_links_pct": 61.25,
+                                         "per_workload": [{"workload": "a|b", "error_pct": 3.5}],
+                                         "degree_distribution": {"real": [5, 4, 1], "synthetic": [6, 3, 1]}})
+    rep["warnings"] = ["the schema of table 'x' was inferred from the private data"]
+    (out / "report.json").write_text(json.dumps(rep))
+    html = render_report(out)
+    split = _section(html, "privacy-split")
+    for part in ("parents", "children", "links"):
+        assert f"<td>{part}</td>" in split
+    assert len(re.findall(r'id="parts-bar-\d+"', split)) == 3
+    dp = _section(html, "dp-error")
+    assert "DIFFERENTIALLY PRIVATE" in dp and "average_l1_vs_noisy_pct" in dp
+    its = _section(html, "iterations")
+    n_its = len(rep["mechanism_report"]["iterations"])
+    assert n_its >= 1 and "relinked share" in its and len(re.findall(r'-bar-\d+"', its)) == n_its
+    assert "d_max_respected" in _section(html, "degrees") and "degree.d_max" in _section(html, "degrees")
+    assert "inferred from the private data" in _section(html, "warnings")
+    assert html.index('id="warnings"') < html.index('id="overview"')
+    npv = _section(html, "nonprivate")
+    assert "NON-PRIVATE" in npv[:600] and "<td>floor_pct</td>" in npv and "<td>random_links_pct</td>" in npv
+    assert "<h4>per_workload</h4>" in npv and "<th>error_pct</th>" in npv and "<td>a|b</td>" in npv
+    assert "<h4>degree_distribution.real</h4>" in npv and "<h4>degree_distribution.synthetic</h4>" in npv
+    assert "NON-PRIVATE" not in html[:html.index('<section id="nonprivate">')].split("</nav>")[1]  # only there
+    assert led["composition"]["parts"]["links"]["spent"]["rho"] > 0
     _assert_self_contained(html)
 
 

@@ -11,11 +11,21 @@ sizes before its first charge; the run directory appears with the first checkpoi
 
     synthetic/<table>.parquet   key column (synthetic ids 0..n-1), the FK column for one-to-many children,
                                 attribute codes, decoded ``<attr>_label`` columns where the schema has labels
-    synthetic/links.parquet     many-to-many only: (<left>.<key>, <right>.<key>) pairs; self-referential
-                                links: (source, target) under the link file's two column names
+    synthetic/links.parquet     the links as (<left>.<key>, <right>.<key>) pairs: many-to-many, and one-to-many
+                                as (<child>.<key>, <parent>.<key>), the same links as the child's FK column;
+                                self-referential links: (source, target) under the link file's two column names
+    synthetic/links/<name>.parquet
+                                schema graphs: one file per link, named as under ``privacy.links``: per foreign
+                                key ``<child>.<fk>`` (<child>.<key>, <parent>.<key>) pairs; per link table
+                                ``<left>.<key>-<right>.<key>`` (<left>.<key>, <right>.<key>) pairs
     ledger.json                 budget/spent/charges of the composed run (convention in ``composition``)
-    config.yaml, report.json    resolved config; DP report (non-private evaluation only on request)
+    config.yaml, report.json    resolved config; report (``jobs.relational_report``): ``warnings``,
+                                ``dp_error_measured_workloads`` (DP), ``nonprivate_evaluation`` (NON-PRIVATE,
+                                only with ``evaluate_nonprivate: true``)
     .complete                   last
+
+Each file is written atomically (a temporary name, then renamed) and the run counts only once
+``.complete`` exists: a failure leaves no partial file and no finished run.
 
 Composition convention: the ledger's budget is (Σε_i, Σδ_i) over the tables and the links (basic
 composition of (ε_i, δ_i)-DP parts; each part spends ρ_i = cdp_rho(ε_i, δ_i)), ρ = Σρ_i; ``spent``
@@ -23,9 +33,10 @@ reads each part's spent ρ at its own δ and adds, so a full run shows ε1+ε2+�
 tighter zCDP reading (cdp_epsilon(Σρ, Σδ)) is recorded under ``composition.zcdp``. A self-referential
 job has one table part: it shows ε_table + ε_rel (the table is synthesized once).
 
-Schema graphs (``data.links`` a list of foreign keys; ``privcube.jobs.relational_multi``): every table is
-synthesized once, then each link on the synthetic tables with its own budget (``privacy.links[<from>]``,
-ledger labels ``link:<from>:…``, part ``<from>`` of the composition); ``report.json`` lists the links.
+Schema graphs (``data.links`` a list of foreign keys and link tables; ``privcube.jobs.relational_multi``):
+every table is synthesized once, then each link on the synthetic tables with its own budget
+(``privacy.links[<name>]``, ledger labels ``link:<name>:…``, part ``<name>`` of the composition; a foreign
+key's name is its ``from``, a link table's ``<left>-<right>``); ``report.json`` lists the links.
 
 Resume: ``--resume`` continues from ``checkpoint/`` (same config and seed, checked before any data is
 read): finished tables are reused, the ledger is replayed from the checkpoint (no budget spent twice),
@@ -45,13 +56,11 @@ import pandas as pd
 
 from privcube.errors import ConfigError
 from privcube.jobs.kind import JobEnv
+from privcube.jobs.relational_report import PRIVACY_NOTE  # noqa: F401 - kept importable from here
 from privcube.relational_config import COMPOSITION_NOTE, RelationalJob, TableSpec, load_relational_config
 from privcube.result import RunSummary
 
 CHECKPOINT_DIR = "checkpoint"
-PRIVACY_NOTE = ("everything here is differentially private or public under the paper's bounded-DP model "
-                "(table sizes n1, n2 and the link count m); 'nonprivate_evaluation' appears only with "
-                "evaluate_nonprivate: true and is NOT private")
 
 
 class LazyCheckpoint:
@@ -211,15 +220,18 @@ class RelationalJobKind:
     def write(self, measured: Any, env: JobEnv) -> RunSummary:
         """The synthetic tables (and links), ledger, config and report; on resume, files a killed attempt
         already wrote are kept as they are."""
+        from privcube.jobs.relational_report import graph_link_frames
         from privcube.mechanisms.base import MechanismResult
-        from privcube.storage.outputs import safe_name
+        from privcube.storage.outputs import synthetic_file
 
         res, ledger = measured
         job, rundir = self.job, env.rundir
         t0 = time.perf_counter()
         labels = bool(job.output.get("labels", True))
         synthetic = {name: labelled(frame, job.tables[name], labels) for name, frame in res.tables.items()}
-        if job.links.kind == "many_to_many" and not job.multi:
+        if job.multi:  # one (child key, parent key) file per foreign key, agreeing with the FK columns
+            synthetic.update(graph_link_frames(job, res))
+        else:  # the pairs, for one-to-many too (the child's FK column holds the same links)
             synthetic["links"] = res.links
         ledger_dict = composed_ledger(ledger, job, env.noise)
         report = self._graph_report(res, ledger_dict, env) if job.multi else self._report(res, env)
@@ -229,7 +241,7 @@ class RelationalJobKind:
 
         rundir.create()
         with rundir.writing("outputs"):
-            todo = {n: f for n, f in synthetic.items() if absent(f"synthetic/{safe_name(n)}.parquet")}
+            todo = {n: f for n, f in synthetic.items() if absent(synthetic_file(n))}
             if todo:
                 rundir.write_synthetic(todo)
             if absent("ledger.json"):
@@ -246,41 +258,16 @@ class RelationalJobKind:
         return RunSummary(rundir.path, ledger_dict, report, MechanismResult([], report=report, synthetic=synthetic))
 
     def _report(self, res: Any, env: JobEnv) -> dict[str, Any]:
-        """``report.json`` without its timings: sizes, cross-table error, noise, the mechanism's report."""
-        mech_report = dict(res.report)
-        lk = self.job.links
-        report = {
-            "mechanism": "relational",
-            "kind": lk.kind,
-            "privacy_note": PRIVACY_NOTE,
-            "cross_table_error": mech_report.get("dp_cross_error"),
-            "sizes": {"rows_synthetic": {n: int(len(f)) for n, f in res.tables.items()},
-                      "links_synthetic": int(len(res.links))},
-            "noise": env.noise.to_dict(),
-            "mechanism_report": mech_report,
-        }
-        if lk.left == lk.right:
-            report["self_referential"] = mech_report.get("self_referential")
-        return report
+        """``report.json`` without its timings (see ``jobs.relational_report``)."""
+        from privcube.jobs.relational_report import two_table_report
+
+        return two_table_report(self.job, res, env.noise)
 
     def _graph_report(self, res: Any, ledger_dict: Mapping[str, Any], env: JobEnv) -> dict[str, Any]:
-        """``report.json`` of a schema graph: per table and per link (budget, ρ spent, DP fit report)."""
-        parts = ledger_dict["composition"]["parts"]
-        links = [{**lk, "spent": parts[lk["from"]]["spent"]} for lk in res.links]
-        return {
-            "mechanism": "relational",
-            "kind": "schema_graph",
-            "privacy_note": PRIVACY_NOTE,
-            "tables": {n: {"rows_synthetic": int(len(f)), "key": self.job.keys[n],
-                           **({"public": True, "note": "released as given (privacy.tables: public): real codes, "
-                               "keys renumbered 0..n-1; no budget spent"} if n in res.public else
-                              {"budget": self.job.parts[n].to_dict(), "spent": parts[n]["spent"]})}
-                       for n, f in res.tables.items()},
-            "links": links,
-            "cross_table_error": {lk["from"]: lk["dp_cross_error"] for lk in res.links},
-            "public_tables": list(res.public),
-            "noise": env.noise.to_dict(),
-        }
+        """``report.json`` of a schema graph: per table and per link (see ``jobs.relational_report``)."""
+        from privcube.jobs.relational_report import graph_report
+
+        return graph_report(self.job, res, ledger_dict, env.noise)
 
     def publish(self, env: JobEnv) -> None:
         """Nothing: a relational job publishes no copies."""

@@ -6,6 +6,7 @@ text are compared as numbers, text ids with numeric ids as text. Reads private d
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -134,6 +135,11 @@ def read_graph_inputs(job: RelationalJob) -> tuple[dict[str, tuple[pd.DataFrame,
         frames[name] = (_read_table(t, ids), t.domain)
     per_link: list[tuple[Any, dict]] = []
     for f in job.fks:
+        if f.kind == "many_to_many":  # a link table: read as the two-table many-to-many form reads it
+            sub = replace(job, tables={f.left: job.tables[f.left], f.right: job.tables[f.right]}, links=f, fks=[])
+            tables, links = read_inputs(sub)
+            per_link.append((f, {"tables": tables, "links": links}))
+            continue
         cframe = frames[f.left][0].copy()
         pframe = frames[f.right][0].copy()
         a, b = _harmonise(cframe[f.left_col], pframe[f.right_col])

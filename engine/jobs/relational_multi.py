@@ -4,7 +4,9 @@ Stage 1: each table is synthesized once on its own budget (ledger label ``table:
 ``privacy.tables`` marks it ``public``, its real codes are released as they are (no charge). Stage 2:
 each link ``CHILD.fk -> PARENT.key`` runs ``run_relational`` on the already synthetic tables (given as
 ``synthetic_tables=``, so nothing is charged twice) with its own budget ``privacy.links[CHILD.fk]``; its
-charges go to the run's ledger as ``link:CHILD.fk:…`` and its noise comes from a stream of its own.
+charges go to the run's ledger as ``link:CHILD.fk:…`` and its noise comes from a stream of its own. A
+many-to-many link table ``LEFT.key-RIGHT.key`` runs the same way on its two synthetic tables (budget and
+ledger labels under that name) and yields (left id, right id) pairs instead of a column.
 The ledger's budget is the basic composition of the parts (Σε, Σδ; Σρ enforced). The run's
 checkpoint is committed after each table and each link (``--resume`` replays its charges; an unfinished
 link restarts). Synthetic ids are row positions 0..n-1 of each synthetic table, so every child's FK is a
@@ -12,7 +14,7 @@ key of the synthetic parent.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,6 +49,7 @@ class GraphResult:
     tables: dict[str, pd.DataFrame]
     links: list[dict[str, Any]]
     public: list[str]
+    pairs: dict[str, np.ndarray] = field(default_factory=dict)  # link tables: name -> (m, 2) synthetic id pairs
 
 
 class GraphCheckpoint:
@@ -130,8 +133,10 @@ def run_graph(job: RelationalJob, inputs: Any, ledger: Any, noise: Any, ctx: Any
                              context=ctx)
         rep = dict(res.report)
         rep.pop("ledger_rho_spent", None)  # the run's total; the link's own spend is in the ledger's parts
-        state.fks[name] = res.tables[f.left][f.left_col].to_numpy().astype(np.int64)
-        state.reports.append({"from": name, "to": f"{f.right}.{f.right_col}", "budget": job.parts[name].to_dict(),
+        state.fks[name] = link_state(f, res)
+        ends = {"from": name, "to": f"{f.right}.{f.right_col}"} if f.kind == "one_to_many" else \
+            {"from": name, "left": f"{f.left}.{f.left_col}", "right": f"{f.right}.{f.right_col}"}
+        state.reports.append({**ends, "name": name, "kind": f.kind, "budget": job.parts[name].to_dict(),
                               "dp_cross_error": rep.get("dp_cross_error"), "mechanism_report": rep})
         state.save()
     tables = {}
@@ -139,12 +144,21 @@ def run_graph(job: RelationalJob, inputs: Any, ledger: Any, noise: Any, ctx: Any
         t = pd.DataFrame(syn[name], columns=list(dom.attributes))
         t.insert(0, job.keys[name], np.arange(len(t), dtype=np.int64))
         for f in job.fks:
-            if f.left == name:
+            if f.left == name and f.kind == "one_to_many":
                 t[f.left_col] = state.fks[link_name(f)]
         tables[name] = t
     order = [link_name(f) for f in job.fks]
     reports = sorted(state.reports, key=lambda r: order.index(r["from"]))
-    return GraphResult(tables, reports, list(job.public))
+    pairs = {link_name(f): state.fks[link_name(f)] for f in job.fks if f.kind == "many_to_many"}
+    return GraphResult(tables, reports, list(job.public), pairs)
 
 
-__all__ = ["GraphCheckpoint", "GraphResult", "LinkLedger", "run_graph", "synthesize_graph_tables"]
+def link_state(f: Any, res: Any) -> np.ndarray:
+    """What a finished link keeps: a foreign key's column of synthetic parent ids (one per child), a link
+    table's (left id, right id) pairs as an (m, 2) array. Ids are row positions of the synthetic tables."""
+    if f.kind == "one_to_many":
+        return res.tables[f.left][f.left_col].to_numpy().astype(np.int64)
+    return res.links.iloc[:, :2].to_numpy().astype(np.int64).reshape(-1, 2)
+
+
+__all__ = ["GraphCheckpoint", "GraphResult", "LinkLedger", "link_state", "run_graph", "synthesize_graph_tables"]

@@ -17,6 +17,7 @@ from typing import Any
 from privcube.errors import ConfigError
 from privcube.mechanisms.base import PlanSummary
 from privcube.relational_config import COMPOSITION_NOTE, RelationalJob
+from privcube.relational_graph import link_name
 from privcube.relational_spec import LinkSpec
 
 
@@ -40,13 +41,19 @@ def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, 
     m = int(links) if links else 1
     dom1, dom2 = job.tables[link.left].domain, job.tables[link.right].domain
     cand, sched, rho_deg = links_schedule(p, link.kind, self_ref, dom1, dom2, budget.rho, m)
-    out = {"link": f"{link.left}.{link.left_col} -> {link.right}.{link.right_col}", "kind": link.kind,
+    arrow = "<->" if link.kind == "many_to_many" else "->"
+    out = {"link": f"{link.left}.{link.left_col} {arrow} {link.right}.{link.right_col}", "kind": link.kind,
            "rho": budget.rho, "rho_degrees": rho_deg, "candidates": len(cand), "alpha": sched.alpha,
            "em_epsilon": sched.eps_em, "d_max": int(p["d_max"]), "sensitivity_pairs": d_sens}
     if links or p["max_noise"] is None:
+        informative = sched.informative
+        if not informative:  # as the run does: one measurement with the whole links budget, or random links
+            sched, warning = _uninformative(sched, p)
+            out.update({"em_epsilon": sched.eps_em, "warning": warning})
         cells = sorted(int(math.prod(w.sizes(dom1, dom2))) for w in cand)
-        rho_each = sched.rho_measure(cells[len(cells) // 2]) if sched.n_sel else 0.0  # a median-sized workload
-        out.update({"measurements": sched.n_sel, "informative": sched.informative, "rho_per_measurement": rho_each,
+        rho_each = sched.rho_measure(cells[len(cells) // 2]) if sched.n_sel and sched.T else 0.0  # median-sized
+        out.update({"measurements": sched.n_sel if sched.T else 0, "informative": informative,
+                    "rho_per_measurement": rho_each,
                     "count_noise_std": d_sens / math.sqrt(rho_each) if rho_each > 0 else math.inf,
                     **({"links": int(links)} if links else {})})
     else:  # the count depends on m: bound it by the paper's equal split over the most measurements
@@ -57,6 +64,20 @@ def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, 
                     "rho_per_measurement_min": rho_min,
                     "count_noise_std_max": d_sens / math.sqrt(rho_min) if rho_min > 0 else math.inf})
     return out
+
+
+def _uninformative(sched: Any, p: Mapping[str, Any]) -> tuple[Any, str]:
+    """The schedule a run follows when even one measurement cannot meet ``max_noise`` (public sizes and budget
+    say so), and the warning it gives: one measurement with the whole links budget, or (``uninformative:
+    random``) the random links, nothing spent on them."""
+    from privcube.mechanisms.relational.selection import one_measurement
+
+    msg = ("links budget too small for these table sizes and d_max: even one measurement of the smallest cross "
+           "workload would be noisier than max_noise")
+    if p["uninformative"] == "random":
+        sched.T = 0
+        return sched, msg + "; the run releases the data-independent random links (no links budget spent)"
+    return one_measurement(sched, p["shrinkage"]), msg + "; the run makes one measurement with the whole links budget"
 
 
 def plan_relational(job: RelationalJob, links: int | None = None) -> PlanSummary:
@@ -71,8 +92,8 @@ def plan_relational(job: RelationalJob, links: int | None = None) -> PlanSummary
     groups = [{**g, "table": n} for n, pl in plans.items() for g in pl.groups]
     measurements = [{**m, "table": n} for n, pl in plans.items() for m in pl.measurements]
     fks = job.fks if job.multi else [job.links]
-    link_budgets: Mapping[str, Any] = {f"{f.left}.{f.left_col}": job.parts[f"{f.left}.{f.left_col}"]
-                                       for f in fks} if job.multi else {"links": job.parts["links"]}
+    link_budgets: Mapping[str, Any] = {link_name(f): job.parts[link_name(f)] for f in fks} if job.multi \
+        else {"links": job.parts["links"]}
     link_plans = [_link_plan(f, b, job, p, links) for f, b in zip(fks, link_budgets.values())]
     squares = sum(g["rmse"] ** 2 * g["cells"] for g in groups)
     cells = sum(g["cells"] for g in groups)

@@ -240,8 +240,12 @@ class SingleTableJob:
         return RunSummary(rundir.path, self.ledger, report, result)
 
     def _report(self, result: Any, env: JobEnv, expected: Any) -> dict[str, Any]:
-        """``report.json``: timings, sizes, the plan's expected error, noise, the mechanism's report."""
+        """``report.json``: timings, sizes, the plan's expected error, noise, the mechanism's report, and
+        ``warnings`` (e.g. a schema inferred from the data) when there are any."""
+        from privcube.storage.schema import inferred_warnings
+
         cfg = self.cfg
+        warns = inferred_warnings({"table": cfg.schema}, "the input table (data.schema)")
         return {
             "mechanism": cfg.mechanism,
             "timings": env.timings,
@@ -257,6 +261,7 @@ class SingleTableJob:
             **({"privacy_unit": cfg.privacy_unit.to_dict()} if cfg.privacy_unit is not None else {}),
             "mechanism_report": result.report,
             **self.derived,
+            **({"warnings": warns} if warns else {}),
         }
 
     def publish(self, env: JobEnv) -> None:

@@ -26,11 +26,16 @@ pre{white-space:pre-wrap;font-size:.8em}
 
 def _sections(run: RunData) -> list[tuple[str, str, str]]:
     """(anchor, nav title, html) for each section that has something to show."""
-    from privcube.report import marginals, sections, selection
+    from privcube.report import marginals, relational, sections, selection
 
-    parts = [("overview", "Overview", sections.overview(run)),
+    parts = [("warnings", "Warnings", sections.warnings(run)),
+             ("overview", "Overview", sections.overview(run)),
              ("expected-error", "Expected error", sections.expected_error(run)),
+             ("privacy-split", "Privacy split", relational.privacy_split(run)),
              ("budget", "Budget split", sections.budget_split(run)),
+             ("dp-error", "DP error", relational.dp_error(run)),
+             ("iterations", "Link iterations", relational.iterations(run)),
+             ("degrees", "Degrees", relational.degrees(run)),
              ("trace", "Selection trace", selection.selection_trace(run)),
              ("ledger", "Ledger", sections.ledger(run)),
              ("marginals", "Answers", marginals.published_marginals(run)),

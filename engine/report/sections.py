@@ -149,20 +149,53 @@ def ledger(run: RunData) -> str:
 
 
 def nonprivate(run: RunData) -> str:
-    """Realised errors against the real data: only when the run asked for them, labelled NON-PRIVATE."""
-    ev = run.mechanism_report.get("nonprivate_evaluation") or run.report.get("nonprivate_evaluation")
+    """Realised errors against the real data: only when the run asked for them, labelled NON-PRIVATE. Every
+    key present is shown: scalars in a table (and a bar plot), each nested mapping or list in a table of its own."""
+    ev = run.report.get("nonprivate_evaluation") or run.mechanism_report.get("nonprivate_evaluation")
     if not isinstance(ev, dict):
         return ""
-    vals = {k: float(v) for k, v in ev.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    rows = [[esc(k), compact(v)] for k, v in ev.items()]
-    body = ("<div class='nonprivate'><p class='banner'>NON-PRIVATE — computed from the real data "
-            "(evaluate_nonprivate: true). Not differentially private: do not publish this section.</p>")
+    shown = {k: v for k, v in ev.items() if k != "label"}
+    vals = {k: float(v) for k, v in shown.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    label = ev.get("label") or "NON-PRIVATE — computed from the real data (evaluate_nonprivate: true)."
+    body = (f"<div class='nonprivate'><p class='banner'>{esc(label)} Not differentially private: do not publish "
+            "this section.</p>")
     if vals:
         svg = figures.hbar("nonprivate", list(vals), list(vals.values()), title="NON-PRIVATE realised errors",
                            xlabel="value (units as named)", colors=[figures.PALETTE[3]] * len(vals))
         body += figure(svg, "NON-PRIVATE: realised errors measured against the real data.")
-    body += table(["quantity (NON-PRIVATE)", "value"], rows) + "</div>"
+    body += value_tables(shown, "NON-PRIVATE") + "</div>"
     return section("nonprivate", "NON-PRIVATE evaluation", body)
+
+
+def value_tables(d: dict[str, Any], what: str, path: str = "", depth: int = 0) -> str:
+    """``d`` as tables: its scalar keys in one (quantity, value), each nested mapping under a heading of its
+    path (recursively, 4 levels), a list of mappings as rows, a list of scalars as (index, value) rows."""
+    scalars = [[esc(k), compact(v)] for k, v in d.items() if not isinstance(v, (dict, list)) or depth >= 4]
+    out = table([f"quantity ({what})", "value"], scalars) if scalars else ""
+    for k, v in d.items():
+        name = f"{path}.{k}" if path else str(k)
+        if depth >= 4 or not isinstance(v, (dict, list)):
+            continue
+        out += f"<h4>{esc(name)}</h4>"
+        if isinstance(v, dict):
+            out += value_tables(v, what, name, depth + 1)
+        elif v and all(isinstance(r, dict) for r in v):
+            cols = list(dict.fromkeys(c for r in v for c in r))
+            out += table(cols, [[compact(r.get(c)) for c in cols] for r in v[:MAX_ROWS]])
+        else:
+            out += table(["#", "value"], [[num(i), compact(x)] for i, x in enumerate(v[:MAX_ROWS])])
+        if isinstance(v, list) and len(v) > MAX_ROWS:
+            out += f"<p class='note'>{len(v) - MAX_ROWS} more rows not listed.</p>"
+    return out
+
+
+def warnings(run: RunData) -> str:
+    """``report.json``'s ``warnings`` (e.g. a schema inferred from the data), first thing on the page."""
+    items = [w for w in run.report.get("warnings") or [] if w]
+    if not items:
+        return ""
+    body = "".join(f"<p class='warn'><b>Warning:</b> {esc(w)}</p>" for w in items)
+    return section("warnings", "Warnings", body)
 
 
 def overview(run: RunData) -> str:

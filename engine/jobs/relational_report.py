@@ -81,6 +81,7 @@ def two_table_report(job: RelationalJob, res: Any, noise: Any) -> dict[str, Any]
         "privacy_note": PRIVACY_NOTE,
         **({"warnings": warnings} if warnings else {}),
         "dp_error_measured_workloads": dp_error(mech_report.get("dp_cross_error")),
+        "cross_table_error": mech_report.get("dp_cross_error"),  # the earlier name, kept
         "sizes": {"rows_synthetic": {n: int(len(f)) for n, f in res.tables.items()},
                   "links_synthetic": int(len(res.links))},
         "outputs": {"links": "synthetic/links.parquet"},
@@ -122,6 +123,7 @@ def graph_report(job: RelationalJob, res: Any, ledger_dict: Mapping[str, Any], n
         "sizes": {"rows_synthetic": {n: int(len(f)) for n, f in res.tables.items()},
                   "links_synthetic": {lk["from"]: _link_count(lk, res) for lk in links}},
         "dp_error_measured_workloads": {lk["from"]: lk["dp_error_measured_workloads"] for lk in links},
+        "cross_table_error": {lk["from"]: lk.get("dp_cross_error") for lk in res.links},  # the earlier name, kept
         "public_tables": list(res.public),
         "noise": noise.to_dict(),
     }

@@ -62,7 +62,9 @@ def link_types(syn: CrossTables, workloads: Sequence[CrossWorkload]) -> tuple[Si
 
 def type_pair_counts(t1: SideTypes, t2: SideTypes, si: np.ndarray, sj: np.ndarray) -> np.ndarray:
     """L: the number of links between each left type and each right type (A × B)."""
-    flat = t1.of[si] * t2.size + t2.of[sj]
+    flat = t1.of[si]
+    flat *= t2.size
+    flat += t2.of[sj]
     return np.bincount(flat, minlength=t1.size * t2.size).reshape(t1.size, t2.size).astype(float)
 
 

@@ -59,12 +59,6 @@ def balanced_within_types(t: SideTypes, totals: np.ndarray, rng: np.random.Gener
     return totals[t.of] // t.count[t.of] + (rank < totals[t.of] % t.count[t.of])
 
 
-def _group_rank(keys: np.ndarray, order: np.ndarray, n_groups: int) -> np.ndarray:
-    """Rank of each sorted element inside its group (``keys[order]`` sorted)."""
-    starts = np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=n_groups))[:-1]])
-    return np.arange(order.size) - starts[keys[order]]
-
-
 def assign_links(t1: SideTypes, t2: SideTypes, Lint: np.ndarray, deg1: np.ndarray, rng: np.random.Generator,
                  *, no_diagonal: bool = False, cap: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Links (i, j) with left degrees ``deg1`` and type-pair counts ``Lint`` (row a sums to Σ_{i∈a} deg1_i)."""
@@ -72,20 +66,35 @@ def assign_links(t1: SideTypes, t2: SideTypes, Lint: np.ndarray, deg1: np.ndarra
     if not np.array_equal(np.bincount(t1.of, weights=deg1, minlength=A).astype(np.int64), Lint.sum(axis=1)):
         raise DataError("internal: left degrees do not match the type-pair counts")
     # left stubs, type-major (a record's stubs adjacent, records in random order inside a type)
-    key1 = rng.permutation(t1.of.size)
-    recs = np.repeat(np.arange(t1.of.size, dtype=np.int64), deg1)
-    recs = recs[np.lexsort((key1[recs], t1.of[recs]))]
-    labels = np.repeat(np.tile(np.arange(B, dtype=np.int64), A), Lint.ravel())
-    a_of = np.repeat(np.arange(A, dtype=np.int64), Lint.sum(axis=1))
-    labels = labels[np.lexsort((rng.random(labels.size), a_of))]  # random order inside each left type
-    # inside each right type: stubs grouped by record, dealt round-robin over the type's records
-    order = np.lexsort((key1[recs], labels))
-    q = _group_rank(labels, order, B)
-    rights = np.lexsort((rng.random(t2.of.size), t2.of))  # right records, type-major, random inside
-    rstart = np.concatenate([[0], np.cumsum(t2.count)[:-1]])
-    b = labels[order]
+    rec_order = np.lexsort((rng.random(t1.of.size), t1.of))
+    recs = np.repeat(rec_order, deg1[rec_order])
+    labels = np.empty(recs.size, dtype=np.int32)  # right type of each stub: row a of Lint in random order
+    pos = 0
+    for a in range(A):
+        lab = np.repeat(np.arange(B, dtype=np.int32), Lint[a])
+        rng.shuffle(lab)
+        labels[pos:pos + lab.size] = lab
+        pos += lab.size
+    # inside each right type: stubs in record order (a record's stubs adjacent), dealt round-robin over the
+    # type's records in random order
+    order = np.argsort(labels, kind="stable")
+    del labels
     si = recs[order]
-    sj = rights[rstart[b] + q % t2.count[b]].astype(np.int64)
+    del recs, order
+    per_b = np.bincount(t2.of, minlength=B)  # right records per type
+    got_b = Lint.sum(axis=0)  # stubs per right type
+    b_sorted = np.repeat(np.arange(B, dtype=np.int32), got_b)
+    q = np.arange(si.size, dtype=np.int64)
+    q -= np.repeat(np.concatenate([[0], np.cumsum(got_b)[:-1]]), got_b)
+    q %= np.maximum(per_b, 1)[b_sorted]
+    q += np.concatenate([[0], np.cumsum(per_b)[:-1]])[b_sorted]
+    del b_sorted
+    rights = np.lexsort((rng.random(t2.of.size), t2.of))  # right records, type-major, random inside
+    sj = rights[q].astype(np.int64)
+    del q
+    used = got_b > 0
+    if not no_diagonal and (not used.any() or int(deg1.max(initial=0)) <= int(per_b[used].min())):
+        return si, sj  # a record's ≤ deg_i stubs into a type with ≥ deg_i records meet distinct records
     return repair_pairs(si, sj, t2, rng, no_diagonal=no_diagonal, cap=cap)
 
 

@@ -82,11 +82,23 @@ def type_step(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray,
     ni, nj = assign_links(t1, t2, Lint, deg1, rng, no_diagonal=no_diagonal, cap=cap)
     if ni.size != m_syn:
         raise DataError(f"internal: link count changed from {m_syn} to {ni.size} in the type assignment")
-    n2 = max(int(sj.max(initial=0)), int(nj.max(initial=0))) + 1
-    kept = np.intersect1d(si * n2 + sj, ni * n2 + nj, assume_unique=True).size
+    kept = _kept_links(si, sj, ni, nj)
     info = {"optimiser": "types", "types": [t1.size, t2.size], "right_cap_in_problem": capped,
             "links_changed_share": 1.0 - kept / max(m_syn, 1)}
     return TypeStep(ni, nj, info)
+
+
+def _kept_links(si: np.ndarray, sj: np.ndarray, ni: np.ndarray, nj: np.ndarray, chunk: int = 1 << 20) -> int:
+    """How many of the old links (si, sj) are among the new ones (pairs are distinct; chunked lookups)."""
+    n2 = max(int(sj.max(initial=0)), int(nj.max(initial=0))) + 1
+    new = ni * n2 + nj
+    new.sort()
+    kept = 0
+    for s in range(0, si.size, chunk):
+        old = si[s:s + chunk] * n2 + sj[s:s + chunk]
+        pos = np.minimum(np.searchsorted(new, old), max(new.size - 1, 0))
+        kept += int(np.count_nonzero(new[pos] == old)) if new.size else 0
+    return kept
 
 
 __all__ = ["TypeStep", "type_pairs", "type_step"]

@@ -98,6 +98,48 @@ def assign_links(t1: SideTypes, t2: SideTypes, Lint: np.ndarray, deg1: np.ndarra
     return repair_pairs(si, sj, t2, rng, no_diagonal=no_diagonal, cap=cap)
 
 
+def assign_incremental(t1: SideTypes, t2: SideTypes, Lint: np.ndarray, si: np.ndarray, sj: np.ndarray,
+                       rng: np.random.Generator, *, no_diagonal: bool = False,
+                       cap: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Links with type-pair counts ``Lint`` that keep as many current links (si, sj) as possible: per type
+    pair min(current, new) random current links stay; the freed left stubs (row totals of ``Lint`` equal the
+    current ones) take the missing right types in random order and go to the least-linked records of that
+    type (round-robin). Left degrees are kept; a record's links stay distinct (``repair_pairs``)."""
+    A, B = Lint.shape
+    key = t1.of[si] * B + t2.of[sj]
+    if not np.array_equal(np.bincount(key, minlength=A * B).reshape(A, B).sum(axis=1), Lint.sum(axis=1)):
+        raise DataError("internal: the type rows changed their totals")
+    perm = np.lexsort((rng.random(key.size), key))
+    starts = np.concatenate([[0], np.cumsum(np.bincount(key, minlength=A * B))[:-1]])
+    rank = np.arange(key.size) - starts[key[perm]]
+    keep = np.empty(key.size, dtype=bool)
+    keep[perm] = rank < Lint.ravel()[key[perm]]
+    del perm, rank
+    cur = np.bincount(key[keep], minlength=A * B).reshape(A, B)
+    deficit = Lint - cur
+    free = np.flatnonzero(~keep)
+    free = free[np.lexsort((si[free], t1.of[si[free]]))]  # type-major, a record's stubs adjacent
+    labels = np.empty(free.size, dtype=np.int64)
+    pos = 0
+    for a in range(A):
+        lab = np.repeat(np.arange(B, dtype=np.int64), deficit[a])
+        rng.shuffle(lab)
+        labels[pos:pos + lab.size] = lab
+        pos += lab.size
+    order = np.argsort(labels, kind="stable")
+    new_i = si[free[order]]
+    b_sorted = labels[order]
+    got_b = np.bincount(b_sorted, minlength=B)
+    deg_keep = np.bincount(sj[keep], minlength=t2.of.size)
+    rights = np.lexsort((rng.random(t2.of.size), deg_keep, t2.of))  # type-major, least linked first
+    per_b = np.bincount(t2.of, minlength=B)
+    q = np.arange(new_i.size, dtype=np.int64) - np.repeat(np.concatenate([[0], np.cumsum(got_b)[:-1]]), got_b)
+    q = q % np.maximum(per_b, 1)[b_sorted] + np.concatenate([[0], np.cumsum(per_b)[:-1]])[b_sorted]
+    ni = np.concatenate([si[keep], new_i])
+    nj = np.concatenate([sj[keep], rights[q]]).astype(np.int64)
+    return repair_pairs(ni, nj, t2, rng, no_diagonal=no_diagonal, cap=cap)
+
+
 def repair_pairs(si: np.ndarray, sj: np.ndarray, t2: SideTypes, rng: np.random.Generator, *,
                  no_diagonal: bool = False, cap: int | None = None, tries: int = 30) -> tuple[np.ndarray, np.ndarray]:
     """Repeated pairs and (``no_diagonal``) self-loops: swap the right end with a link into the same right
@@ -148,4 +190,4 @@ def repair_pairs(si: np.ndarray, sj: np.ndarray, t2: SideTypes, rng: np.random.G
     return si, sj
 
 
-__all__ = ["round_type_counts", "balanced_within_types", "assign_links", "repair_pairs"]
+__all__ = ["round_type_counts", "balanced_within_types", "assign_links", "assign_incremental", "repair_pairs"]

@@ -16,7 +16,12 @@ import numpy as np
 
 from privcube.errors import DataError
 from privcube.mechanisms.relational.record_types import SideTypes, link_types, shared_records, type_pair_counts
-from privcube.mechanisms.relational.type_assignment import assign_links, balanced_within_types, round_type_counts
+from privcube.mechanisms.relational.type_assignment import (
+    assign_incremental,
+    assign_links,
+    balanced_within_types,
+    round_type_counts,
+)
 from privcube.mechanisms.relational.type_problem import TypeConstraints, solve_types, type_operator
 from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload
 
@@ -76,10 +81,12 @@ def type_step(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray,
             cons.caps, capped = caps, True  # the right cap binds: solve again with it (Dykstra projection)
             x = solve_types(op, targets, float(m_syn), cons, x, iters=iters, rng=rng)
     Lint = round_type_counts(cons.W * x, U, cons.rows, m_syn, rng)
-    if deg1 is None:  # degrees: free — each left type's links shared evenly by its records
-        deg1 = balanced_within_types(t1, Lint.sum(axis=1), rng)
     cap = d_max if p["degrees"] == "preserve" else None
-    ni, nj = assign_links(t1, t2, Lint, deg1, rng, no_diagonal=no_diagonal, cap=cap)
+    if deg1 is None:  # degrees: free — each left type's links shared evenly by its records, all dealt anew
+        ni, nj = assign_links(t1, t2, Lint, balanced_within_types(t1, Lint.sum(axis=1), rng), rng,
+                              no_diagonal=no_diagonal, cap=cap)
+    else:  # row totals fixed: keep the current links the new counts allow, deal only the difference
+        ni, nj = assign_incremental(t1, t2, Lint, si, sj, rng, no_diagonal=no_diagonal, cap=cap)
     if ni.size != m_syn:
         raise DataError(f"internal: link count changed from {m_syn} to {ni.size} in the type assignment")
     kept = _kept_links(si, sj, ni, nj)

@@ -187,3 +187,32 @@ def test_type_runs_are_reproducible_with_a_seed() -> None:
     a, b = (run_relational(ml["tables"], ml["links"], FAST, {"links": {"epsilon": 4.0, "delta": 1e-6}},
                            noise=NoiseSource(7), synthetic_tables=syn) for _ in range(2))
     assert a.links.equals(b.links)
+
+
+def test_incremental_assignment_keeps_what_the_new_counts_allow() -> None:
+    from privcube.mechanisms.relational.type_assignment import assign_incremental
+
+    rng = np.random.default_rng(9)
+    d1, d2 = Domain(("a",), (3,)), Domain(("c",), (4,))
+    t1 = side_types(rng.integers(0, 3, (50, 1)), d1, ["a"])
+    t2 = side_types(rng.integers(0, 4, (40, 1)), d2, ["c"])
+    deg1 = rng.integers(1, 4, 50)
+    si, sj = assign_links(t1, t2, _split(t1, t2, deg1, rng)[0], deg1, rng)
+    Lnew, _ = _split(t1, t2, deg1, rng)
+    ni, nj = assign_incremental(t1, t2, Lnew, si, sj, rng)
+    np.testing.assert_array_equal(type_pair_counts(t1, t2, ni, nj), Lnew)
+    np.testing.assert_array_equal(np.bincount(ni, minlength=50), deg1)
+    assert np.unique(ni * 40 + nj).size == ni.size
+    kept = np.intersect1d(si * 40 + sj, ni * 40 + nj).size
+    assert kept >= int(np.minimum(type_pair_counts(t1, t2, si, sj), Lnew).sum()) - 5  # repairs may move a few
+    same, _ = assign_incremental(t1, t2, type_pair_counts(t1, t2, si, sj).astype(np.int64), si, sj, rng), None
+    assert np.intersect1d(si * 40 + sj, same[0] * 40 + same[1]).size == si.size  # unchanged counts: same links
+
+
+def _split(t1, t2, deg1, rng):  # noqa: ANN001, ANN202
+    """Random type-pair counts with the left types' stub totals."""
+    D = np.bincount(t1.of, weights=deg1, minlength=t1.size).astype(int)
+    L = np.zeros((t1.size, t2.size), dtype=np.int64)
+    for a in range(t1.size):
+        L[a] = np.bincount(rng.choice(t2.size, D[a], p=t2.count / t2.count.sum()), minlength=t2.size)
+    return L, None

@@ -90,16 +90,20 @@ def main(argv: list[str] | None = None) -> int:
     budgets = {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "movies": {"epsilon": 1.0, "delta": 1e-6}},
                "links": {"epsilon": a.eps_rel, "delta": 1e-6}}
     stages: dict[str, float] = {}
+    stage_gb: dict[str, float] = {}
     last = [time.perf_counter()]
+    sampler = MemorySampler(0.1)
 
     def progress(label: str, frac: float) -> None:
         now = time.perf_counter()
         stages[f"{label} @{frac:.2f}"] = now - last[0]
+        stage_gb[f"{label} @{frac:.2f}"] = sampler.stage_peak / 1024 ** 3
+        sampler.reset_stage()
         last[0] = now
 
     base_gb = MemorySampler.measure()[0] / 1024 ** 3
     load0 = os.getloadavg()
-    with MemorySampler(0.1) as sampler, \
+    with sampler, \
             LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
             Client(cl) as client:
         t0 = time.perf_counter()
@@ -107,10 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         res = run_relational(ds["tables"], ds["links"], params, budgets, noise=NoiseSource(a.seed), client=client,
                              progress=progress, context=run_context(client))
         total = time.perf_counter() - t0
+        stages["after the last iteration (repair, evaluation, outputs)"] = time.perf_counter() - last[0]
+        stage_gb["after the last iteration (repair, evaluation, outputs)"] = sampler.stage_peak / 1024 ** 3
         worker_gb = client.run(_peak_gb)
     load1 = os.getloadavg()
     for k, v in stages.items():
-        print(f"  {k:40s} {v:8.1f}s")
+        print(f"  {k:40s} {v:8.1f}s  (tree RSS peak in this stage {stage_gb[k]:.2f} GB)")
     rep = res.report
     print(f"total {total:.1f}s; links in {len(ds['links']['pairs'])}, kept after d_max {a.d_max} truncation "
           f"{rep['m']}; links out {len(res.links)} (m_syn {rep['m_syn']}); selections {rep['privacy']['selections']}")

@@ -216,3 +216,31 @@ def _split(t1, t2, deg1, rng):  # noqa: ANN001, ANN202
     for a in range(t1.size):
         L[a] = np.bincount(rng.choice(t2.size, D[a], p=t2.count / t2.count.sum()), minlength=t2.size)
     return L, None
+
+
+def test_self_referential_on_types_has_no_self_loops_or_repeats() -> None:
+    from privcube.storage.relational_data import self_referential_like
+
+    sr = self_referential_like(60, seed=0)
+    params = {"d_max": 4, "iterations": 3, "candidates": 60, "max_noise": None}
+    b = {"tables": {"people": {"epsilon": 1.0, "delta": 1e-6}}, "links": {"epsilon": 10.0, "delta": 1e-6}}
+    for seed in range(2):
+        r = run_relational(sr["tables"], sr["links"], params, b, noise=NoiseSource(seed))
+        assert all(h["optimiser"] == "types" for h in r.report["iterations"])
+        s, t = r.links.iloc[:, 0].to_numpy(), r.links.iloc[:, 1].to_numpy()
+        n = int(max(s.max(), t.max())) + 1
+        assert s.size == r.report["m_syn"] and not np.any(s == t) and np.unique(s * n + t).size == s.size
+
+
+def test_the_optimiser_spends_nothing(  # post-processing: the ledger is the same whichever optimiser runs
+) -> None:
+    ml = movielens_like(n_users=120, n_movies=80, n_genres=4, d_max=10, seed=2)
+    syn = {n: v[0] for n, v in ml["tables"].items()}
+    spent = {}
+    for opt in ("types", "slices"):
+        r = run_relational(ml["tables"], ml["links"], {**FAST, "optimiser": opt, "max_noise": None},
+                           {"links": {"epsilon": 1.0, "delta": 1e-6}}, noise=NoiseSource(3), synthetic_tables=syn)
+        spent[opt] = (r.report["privacy"]["rho_links_spent"], r.report["privacy"]["selections"])
+        assert r.report["privacy"]["rho_links_spent"] <= r.report["privacy"]["rho_links"] * (1 + 1e-9)
+    assert spent["types"][1] == spent["slices"][1]
+    assert spent["types"][0] == pytest.approx(spent["slices"][0], rel=1e-12)

@@ -22,7 +22,7 @@ PARAMS: dict[str, Any] = {
     "chunk_size": 1_000_000, "evaluate_nonprivate": False, "evaluate": None, "shrinkage": "auto",
     "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.1,
     "self_loops": False, "shrink_towards": "initial", "refit": True, "degrees": "preserve",
-    "degree_share": 0.05, "uninformative": "warn", "optimiser": "auto", "type_cells": 250_000, "type_iters": 500,
+    "degree_share": 0.05, "uninformative": "warn", "optimiser": "auto", "type_cells": 50_000, "type_iters": 500,
 }
 
 _WHO = "mechanism 'relational'"

@@ -5,7 +5,10 @@
 
 Generates users (gender 2, age 7, occupation 21) and movies (6 binary genres) with a planted age→genre
 dependency and ~``links`` distinct ratings (vectorised, O(links) memory), then runs the full mechanism
-(stage 1 tables + stage 2 links; slices of each iteration as parallel tasks on the cluster). Prints the
+(stage 1 tables + stage 2 links: ``--optimiser auto`` solves each iteration's relaxed problem over record
+types, every link re-solved; ``slices`` runs the slices of each iteration as parallel tasks on the cluster)
+and, with ``--evaluate`` (default on), the NON-private evaluation: learned vs random-links error and their
+ratio, the right records' largest degree, and per iteration the optimiser and ``relinked_share``. Prints the
 wall time per stage, the links kept after d_max truncation, the load average before and after (the
 machine may be shared), and the peak resident memory of the driver and of each worker (ru_maxrss) and of
 the whole process tree (sampled), which must stay below 8 GB. The n1×n2 matrix is never built: slices
@@ -69,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--eps-rel", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--optimiser", choices=["auto", "types", "slices"], default="auto")
+    ap.add_argument("--no-evaluate", dest="evaluate", action="store_false")
     a = ap.parse_args(argv)
     from distributed import Client, LocalCluster
 
@@ -81,19 +86,24 @@ def main(argv: list[str] | None = None) -> int:
     t_gen = time.perf_counter() - t0
     print(f"generated users {a.users}, movies {a.movies}, links {len(ds['links']['pairs'])} in {t_gen:.1f}s", flush=True)
     params = {"d_max": a.d_max, "truncate": True, "iterations": a.iterations, "slices_per_iteration": a.slices,
-              "slice_cells": a.slice_cells, "pgd_iters": 50}
+              "slice_cells": a.slice_cells, "pgd_iters": 50, "optimiser": a.optimiser, "evaluate_nonprivate": a.evaluate}
     budgets = {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "movies": {"epsilon": 1.0, "delta": 1e-6}},
                "links": {"epsilon": a.eps_rel, "delta": 1e-6}}
     stages: dict[str, float] = {}
+    stage_gb: dict[str, float] = {}
     last = [time.perf_counter()]
+    sampler = MemorySampler(0.1)
 
     def progress(label: str, frac: float) -> None:
         now = time.perf_counter()
         stages[f"{label} @{frac:.2f}"] = now - last[0]
+        stage_gb[f"{label} @{frac:.2f}"] = sampler.stage_peak / 1024 ** 3
+        sampler.reset_stage()
         last[0] = now
 
+    base_gb = MemorySampler.measure()[0] / 1024 ** 3
     load0 = os.getloadavg()
-    with MemorySampler(0.1) as sampler, \
+    with sampler, \
             LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
             Client(cl) as client:
         t0 = time.perf_counter()
@@ -101,13 +111,25 @@ def main(argv: list[str] | None = None) -> int:
         res = run_relational(ds["tables"], ds["links"], params, budgets, noise=NoiseSource(a.seed), client=client,
                              progress=progress, context=run_context(client))
         total = time.perf_counter() - t0
+        stages["after the last iteration (repair, evaluation, outputs)"] = time.perf_counter() - last[0]
+        stage_gb["after the last iteration (repair, evaluation, outputs)"] = sampler.stage_peak / 1024 ** 3
         worker_gb = client.run(_peak_gb)
     load1 = os.getloadavg()
     for k, v in stages.items():
-        print(f"  {k:40s} {v:8.1f}s")
+        print(f"  {k:40s} {v:8.1f}s  (tree RSS peak in this stage {stage_gb[k]:.2f} GB)")
     rep = res.report
     print(f"total {total:.1f}s; links in {len(ds['links']['pairs'])}, kept after d_max {a.d_max} truncation "
           f"{rep['m']}; links out {len(res.links)} (m_syn {rep['m_syn']}); selections {rep['privacy']['selections']}")
+    for h in rep["iterations"]:
+        print("  iteration", h["iteration"], {k: v for k, v in h.items() if k not in ("iteration", "selected")})
+    ev = rep.get("nonprivate_evaluation")
+    if ev:
+        print(f"NON-private: learned {ev['average_cross_error_pct']:.2f} %, random links "
+              f"{ev['initial_random_links_error_pct']:.2f} %, ratio "
+              f"{ev['average_cross_error_pct'] / ev['initial_random_links_error_pct']:.3f}; right max degree "
+              f"{ev['right_max_degree']}; degrees {rep.get('degrees')}")
+    print(f"driver RSS sampled: peak {sampler.peak_main / 1024 ** 3:.2f} GB (after generating the data, before the "
+          f"run: {base_gb:.2f} GB); workers+nannies sampled peak {sampler.peak_children / 1024 ** 3:.2f} GB")
     print(f"peak RSS: driver {_peak_gb():.2f} GB; workers " + ", ".join(f"{v:.2f} GB" for v in worker_gb.values())
           + f"; whole tree (sampled) {sampler.peak / 1024 ** 3:.2f} GB")
     print("load average (1, 5, 15 min) before " + " ".join(f"{x:.2f}" for x in load0) + ", after "

@@ -203,7 +203,8 @@ def test_slices_through_the_run_context_map_equal_serial(ml: dict) -> None:
         calls.append(kw["label"])
         return local_map(fn, items, **kw)
 
-    params = {**FAST, "slice_fraction": 0.3, "slices_per_iteration": 3, "max_noise": None}
+    # the slice path (the type-level optimiser solves in-process and never maps)
+    params = {**FAST, "slice_fraction": 0.3, "slices_per_iteration": 3, "max_noise": None, "optimiser": "slices"}
     b = {"links": {"epsilon": 1.0, "delta": 1e-6}}
     a = run_relational(ml["tables"], ml["links"], params, b, noise=NoiseSource(8), synthetic_tables=_identity(ml),
                        context=RunContext(map=counting_map))
@@ -405,7 +406,8 @@ def test_slices_ship_sparse_blocks() -> None:
 def test_on_a_local_cluster_equals_serial(ml: dict) -> None:
     """Stage 1 chunks and each iteration's slices run as tasks on a real LocalCluster: same output as serially."""
     distributed = pytest.importorskip("distributed")
-    params = {**FAST, "slice_fraction": 0.3, "slices_per_iteration": 3, "chunk_size": 50, "max_noise": None}
+    params = {**FAST, "slice_fraction": 0.3, "slices_per_iteration": 3, "chunk_size": 50, "max_noise": None,
+              "optimiser": "slices"}  # the slice path: its tasks run on the cluster
     b = {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "movies": {"epsilon": 1.0, "delta": 1e-6}},
          "links": {"epsilon": 1.0, "delta": 1e-6}}
     serial = run_relational(ml["tables"], ml["links"], params, b, noise=NoiseSource(8))

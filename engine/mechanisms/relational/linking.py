@@ -27,6 +27,7 @@ from privcube.mechanisms.relational.slicing import (
     slice_shape,
     sparse_block,
 )
+from privcube.mechanisms.relational.type_linking import type_pairs, type_step
 from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, RealCross
 from privcube.privacy.noise import NoiseSource
 
@@ -239,7 +240,28 @@ def _slice_task(p: Mapping[str, Any], kind: str, syn: CrossTables, sl: Any, insi
 
 def optimise(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray, sj: np.ndarray, n1s: int, n2s: int,
              m_syn: int, selected: list[CrossWorkload], answers: list[np.ndarray], noise: NoiseSource, t: int,
-             run_map: Callable[..., list[Any]] | None, *, no_diagonal: bool = False) -> tuple[np.ndarray, np.ndarray, float]:
+             run_map: Callable[..., list[Any]] | None, *, no_diagonal: bool = False
+             ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """One iteration's re-optimisation; returns the new links and the iteration's report entries.
+
+    ``optimiser: auto`` (default) solves the whole relaxed problem over record types (``type_linking``: every
+    link re-solved, ``relinked_share`` 1.0) while the type pairs stay within ``type_cells``, else random
+    slices (``slices``: the share of links inside a slice). ``types`` is the same choice (the cell budget
+    still applies); ``slices`` always slices.
+    """
+    ws, ans = _fit_workloads(p, syn, si, sj, selected, answers)
+    if p["optimiser"] != "slices" and type_pairs(syn, ws) <= int(p["type_cells"]):
+        step = type_step(p, kind, syn, si, sj, m_syn, ws, ans, noise, t, no_diagonal=no_diagonal)
+        return step.si, step.sj, {"relinked_share": 1.0, **step.info}
+    si, sj, share = optimise_slices(p, kind, syn, si, sj, n1s, n2s, m_syn, ws, ans, noise, t, run_map,
+                                    no_diagonal=no_diagonal)
+    return si, sj, {"relinked_share": share, "optimiser": "slices"}
+
+
+def optimise_slices(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray, sj: np.ndarray, n1s: int,
+                    n2s: int, m_syn: int, ws: list[CrossWorkload], ans: list[np.ndarray], noise: NoiseSource, t: int,
+                    run_map: Callable[..., list[Any]] | None, *, no_diagonal: bool = False
+                    ) -> tuple[np.ndarray, np.ndarray, float]:
     """One iteration's slices: PGD + rounding per disjoint slice (tasks through ``run_map``), then re-insertion;
     also the share of the links that lay inside a slice (re-optimised this iteration).
 
@@ -247,7 +269,6 @@ def optimise(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray, 
     fixed at 0 (box upper bound 0), so they are never optimised towards nor sampled.
     """
     rng = noise.generator("relational", "slices", t)
-    ws, ans = _fit_workloads(p, syn, si, sj, selected, answers)
     slices = _choose_slices(p, kind, si, sj, n1s, n2s, rng)
     full = [syn.counts(w, si, sj) for w in ws]
     masks = [edges_in(sl, si, sj, n1s, n2s) for sl in slices]
@@ -309,9 +330,9 @@ def learn_links(run: LinkRun, ls: LinkState) -> LinkState:
         if not ls.selected or (not picked and not p["refit"]):
             break  # nothing measured yet, or (refit: false) no new measurement to fit
         answers = fit_targets(p, sched, syn, ls)
-        ls.si, ls.sj, share = optimise(p, run.kind, syn, ls.si, ls.sj, n1s, n2s, run.m_syn, ls.selected, answers,
-                                       run.noise, t, run.run_map, no_diagonal=run.no_diag)
-        ls.history.append({"iteration": t, "selected": [w.label() for w in picked], "relinked_share": share})
+        ls.si, ls.sj, info = optimise(p, run.kind, syn, ls.si, ls.sj, n1s, n2s, run.m_syn, ls.selected, answers,
+                                      run.noise, t, run.run_map, no_diagonal=run.no_diag)
+        ls.history.append({"iteration": t, "selected": [w.label() for w in picked], **info})
         run.save(run.round0 + t, {"stage": "links", "iteration": t, "selected": [w.label() for w in ls.selected],
                                   "history": ls.history, "init_err": ls.init_err, "sigmas": ls.sigmas,
                                   "rho_links_spent": ls.rho_spent}, ls.checkpoint_arrays())
@@ -321,4 +342,4 @@ def learn_links(run: LinkRun, ls: LinkState) -> LinkState:
 
 
 __all__ = ["random_links", "initial_links", "shrink", "dp_fit_report", "LinkState", "restore_link_state",
-           "fit_targets", "optimise", "LinkRun", "learn_links"]
+           "fit_targets", "optimise", "optimise_slices", "LinkRun", "learn_links"]

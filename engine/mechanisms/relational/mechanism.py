@@ -4,8 +4,9 @@ Stage 1: each table is synthesized on its own budget (ResidualPlanner on all 2-w
 single-table synthesizer), unless DP synthetic tables are supplied. Stage 2 learns the links: each of T
 iterations draws K cross-table k-way workloads with the exponential mechanism (TV score, sensitivity
 d_max/m), releases their marginals with the Gaussian mechanism (L2 sensitivity √2·d_max/m), then
-solves the relaxed least-squares problem by PGD on random disjoint slices and rounds with UBS
-(many-to-many: exactly m_syn links) or per-child categorical draws (one-to-many: one parent per child).
+solves the relaxed least-squares problem by PGD and rounds with UBS (many-to-many: exactly m_syn links) or
+per-child draws (one-to-many: one parent per child): over record types, the whole problem each iteration
+(``optimiser: auto``, ``type_linking``), or on random disjoint slices beyond ``type_cells`` type pairs.
 One table linked to itself (self-referential link table: directed, no self-loops by default, doubled
 sensitivity) and checkpoint/resume are described at ``run_relational``.
 

@@ -22,7 +22,7 @@ PARAMS: dict[str, Any] = {
     "chunk_size": 1_000_000, "evaluate_nonprivate": False, "evaluate": None, "shrinkage": "auto",
     "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.1,
     "self_loops": False, "shrink_towards": "initial", "refit": True, "degrees": "preserve",
-    "degree_share": 0.05, "uninformative": "warn",
+    "degree_share": 0.05, "uninformative": "warn", "optimiser": "auto", "type_cells": 50_000, "type_iters": 500,
 }
 
 _WHO = "mechanism 'relational'"
@@ -40,7 +40,7 @@ def _is_int(v: Any) -> bool:
 def _check_counts(q: Mapping[str, Any]) -> None:
     """Integer parameters (iterations may be 0: no link learning)."""
     for key in ("iterations", "workloads_per_iteration", "candidates", "pgd_iters", "slices_per_iteration", "k",
-                "table_marginals", "chunk_size"):
+                "table_marginals", "chunk_size", "type_cells", "type_iters"):
         v = q[key]
         if key == "slices_per_iteration" and v == "all":
             continue  # every link (many-to-many with degrees kept) or every parent, each iteration
@@ -70,6 +70,8 @@ def _check_choices(q: Mapping[str, Any]) -> None:
         raise ConfigError(f"{_WHO}: parameter 'shrinkage' must be true, false or 'auto', got {q['shrinkage']!r}")
     if q["uninformative"] not in ("warn", "random"):
         raise ConfigError(f"{_WHO}: parameter 'uninformative' must be 'warn' or 'random', got {q['uninformative']!r}")
+    if q["optimiser"] not in ("auto", "types", "slices"):
+        raise ConfigError(f"{_WHO}: parameter 'optimiser' must be 'auto', 'types' or 'slices', got {q['optimiser']!r}")
     if q["degrees"] not in ("preserve", "free"):
         raise ConfigError(f"{_WHO}: parameter 'degrees' must be 'preserve' or 'free', got {q['degrees']!r}")
     for key in ("noise_penalty", "truncate", "evaluate_nonprivate", "self_loops", "refit"):

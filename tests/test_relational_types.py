@@ -1,0 +1,246 @@
+"""Stage 2 over record types: the aggregated relaxed problem, its rounding and the within-type assignment."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+
+from privcube.domain import Domain
+from privcube.mechanisms.relational.mechanism import run_relational
+from privcube.mechanisms.relational.record_types import link_types, side_types, type_pair_counts
+from privcube.mechanisms.relational.type_assignment import assign_links, round_type_counts
+from privcube.mechanisms.relational.type_problem import (
+    TypeConstraints,
+    objective,
+    project_weighted_rows,
+    solve_types,
+    type_operator,
+)
+from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload
+from privcube.privacy.noise import NoiseSource
+from privcube.storage.relational_data import movielens_like, parent_child_like
+
+FAST = {"iterations": 3, "d_max": 10, "evaluate_nonprivate": True}
+
+
+def _tiny(seed: int) -> tuple[CrossTables, list[CrossWorkload], list[np.ndarray]]:
+    """6 × 5 records on small domains, two cross workloads with arbitrary (noisy-looking) targets."""
+    rng = np.random.default_rng(seed)
+    d1, d2 = Domain(("a", "b"), (2, 2)), Domain(("c",), (3,))
+    syn = CrossTables(rng.integers(0, 2, (6, 2)), d1, rng.integers(0, 3, (5, 1)), d2)
+    ws = [CrossWorkload(("a",), ("c",)), CrossWorkload(("b",), ("c",))]
+    targets = [rng.random(6) * 4.0 for _ in ws]
+    return syn, ws, targets
+
+
+def _record_optimum(syn: CrossTables, ws: list[CrossWorkload], targets: list[np.ndarray], scale: float,
+                    kind: str, m: int, deg: np.ndarray | None) -> float:
+    """The record-level relaxed problem (dense Q_w built explicitly, every record pair a variable) by SLSQP."""
+    n1, n2 = syn.n1, syn.n2
+    Qs = []
+    for w in ws:
+        s1, s2 = w.sizes(syn.dom1, syn.dom2)
+        c1, c2 = syn.index(1, w.left), syn.index(2, w.right)
+        Q = np.zeros((s1 * s2, n1 * n2))
+        for i in range(n1):
+            for j in range(n2):
+                Q[c1[i] * s2 + c2[j], i * n2 + j] = 1.0
+        Qs.append(Q)
+
+    def f(b: np.ndarray) -> float:
+        return float(sum(np.sum(((Q @ b - t) / scale) ** 2) for Q, t in zip(Qs, targets)))
+
+    if kind == "total":
+        cons = [{"type": "eq", "fun": lambda b: b.sum() - m}]
+        x0 = np.full(n1 * n2, m / (n1 * n2))
+    else:
+        rs = np.ones(n1) if kind == "one_to_many" else deg
+        cons = [{"type": "eq", "fun": lambda b: b.reshape(n1, n2).sum(axis=1) - rs}]
+        x0 = np.repeat(rs / n2, n2)
+    best = np.inf
+    for start in (x0, np.clip(x0 + np.random.default_rng(1).normal(0, 0.1, x0.size), 0, 1)):
+        res = minimize(f, start, bounds=[(0.0, 1.0)] * (n1 * n2), constraints=cons, method="SLSQP",
+                       options={"ftol": 1e-14, "maxiter": 2000})
+        best = min(best, res.fun)
+    return best
+
+
+@pytest.mark.parametrize("kind", ["total", "one_to_many", "preserve"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_type_optimum_equals_record_level_optimum(kind: str, seed: int) -> None:
+    """The optimum over type-pair counts equals the record-level one (brute force over all n1·n2 cells)."""
+    syn, ws, targets = _tiny(seed)
+    t1, t2 = link_types(syn, ws)
+    W = np.outer(t1.count, t2.count).astype(float)
+    deg = np.array([2, 1, 2, 1, 2, 1])  # kept left degrees (many-to-many, degrees: preserve)
+    m = int(deg.sum()) if kind != "one_to_many" else syn.n1
+    rows = {"total": None, "one_to_many": t1.count.astype(float),
+            "preserve": np.bincount(t1.of, weights=deg, minlength=t1.size)}[kind]
+    cons = TypeConstraints(W, np.ones_like(W), rows, float(m))
+    sizes = [w.sizes(syn.dom1, syn.dom2) for w in ws]
+    op = type_operator([t1.cells(syn.dom1, w.left) for w in ws], [t2.cells(syn.dom2, w.right) for w in ws], sizes, W)
+    scale = float(m)
+    x = solve_types(op, targets, scale, cons, np.full(W.shape, 0.5), iters=20000, tol=1e-13)
+    f_types = objective(op, x, targets, scale)
+    f_rec = _record_optimum(syn, ws, targets, scale, "total" if kind == "total" else
+                            ("one_to_many" if kind == "one_to_many" else "preserve"), m, deg.astype(float))
+    assert t1.size * t2.size < syn.n1 * syn.n2  # the aggregation is a real reduction here
+    assert f_types == pytest.approx(f_rec, rel=1e-5, abs=1e-9)
+    # and the type solution is feasible for the aggregated constraints
+    L = W * x
+    assert np.all(L >= -1e-12) and np.all(L <= W + 1e-9)
+    if rows is not None:
+        np.testing.assert_allclose(L.sum(axis=1), rows, rtol=1e-10)
+
+
+def test_weighted_projection_matches_a_qp_solver() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        B = int(rng.integers(1, 6))
+        W = np.outer(rng.integers(1, 9, 2), rng.integers(1, 9, B)).astype(float)
+        hi = np.where(rng.random((2, B)) < 0.3, 0.5, 1.0)
+        r = (W * hi).sum(axis=1) * rng.random(2)
+        Z = rng.normal(size=(2, B))
+        X = project_weighted_rows(Z, W, r, hi)
+        np.testing.assert_allclose((W * X).sum(axis=1), r, rtol=1e-10, atol=1e-10)
+        for a in range(2):
+            res = minimize(lambda v: float(((v - Z[a]) ** 2).sum()), np.clip(Z[a], 0, hi[a]),
+                           bounds=list(zip(np.zeros(B), hi[a])), method="SLSQP",
+                           constraints=[{"type": "eq", "fun": lambda v: W[a] @ v - r[a]}],
+                           options={"ftol": 1e-15, "maxiter": 500})
+            assert float(((X[a] - Z[a]) ** 2).sum()) <= res.fun + 1e-9
+
+
+def test_rounding_keeps_row_totals_bounds_and_is_unbiased() -> None:
+    rng = np.random.default_rng(0)
+    U = np.array([[3.0, 1.0, 2.0], [1.0, 4.0, 1.0]])
+    L = np.array([[1.3, 0.4, 1.3], [0.5, 2.25, 0.25]])
+    rows = L.sum(axis=1)
+    draws = np.array([round_type_counts(L, U, rows, 0, rng) for _ in range(5000)])
+    assert np.all(draws.sum(axis=2) == rows.astype(int)) and np.all(draws >= 0) and np.all(draws <= U)
+    np.testing.assert_allclose(draws.mean(axis=0), L, atol=0.03)
+    tot = round_type_counts(L, U, None, 6, rng)
+    assert tot.sum() == 6
+
+
+def test_assignment_meets_type_counts_degrees_and_no_repeats() -> None:
+    rng = np.random.default_rng(5)
+    d1, d2 = Domain(("a",), (3,)), Domain(("c",), (4,))
+    t1 = side_types(rng.integers(0, 3, (40, 1)), d1, ["a"])
+    t2 = side_types(rng.integers(0, 4, (30, 1)), d2, ["c"])
+    deg1 = rng.integers(0, 5, 40)
+    D = np.bincount(t1.of, weights=deg1, minlength=t1.size).astype(int)
+    Lint = np.zeros((t1.size, t2.size), dtype=np.int64)
+    for a in range(t1.size):  # a random split of each row total over the right types
+        Lint[a] = np.bincount(rng.choice(t2.size, D[a], p=t2.count / t2.count.sum()), minlength=t2.size)
+    si, sj = assign_links(t1, t2, Lint, deg1, rng, cap=10)
+    np.testing.assert_array_equal(type_pair_counts(t1, t2, si, sj), Lint)
+    np.testing.assert_array_equal(np.bincount(si, minlength=40), deg1)
+    assert np.unique(si * 30 + sj).size == si.size  # no repeated pair
+    deg2 = np.bincount(sj, minlength=30)
+    for b in range(t2.size):  # right degrees inside a type differ by at most one
+        d = deg2[t2.of == b]
+        assert d.max() - d.min() <= 1
+
+
+def test_many_to_many_run_on_types_keeps_degrees_and_reports_relinking() -> None:
+    ml = movielens_like(n_users=120, n_movies=80, n_genres=4, d_max=10, seed=2)
+    syn = {n: v[0] for n, v in ml["tables"].items()}
+    r = run_relational(ml["tables"], ml["links"], FAST, {"links": {"epsilon": 4.0, "delta": 1e-6}},
+                       noise=NoiseSource(0), synthetic_tables=syn)
+    hist = r.report["iterations"]
+    assert hist and all(h["optimiser"] == "types" and h["relinked_share"] == 1.0 for h in hist)
+    assert all(0.0 <= h["links_changed_share"] <= 1.0 for h in hist)
+    si, sj = r.links.iloc[:, 0].to_numpy(), r.links.iloc[:, 1].to_numpy()
+    m_syn = r.report["m_syn"]
+    assert si.size == m_syn and np.unique(si * 80 + sj).size == m_syn
+    deg1 = np.bincount(si, minlength=120)
+    assert deg1.max() - deg1.min() <= 1  # the balanced left degrees are kept through learning
+    assert np.bincount(sj, minlength=80).max() <= 10 and r.report["degrees"]["d_max_respected"]
+    ev = r.report["nonprivate_evaluation"]
+    assert ev["average_cross_error_pct"] < ev["initial_random_links_error_pct"]
+
+
+def test_one_to_many_run_on_types_one_parent_per_child_within_d_max() -> None:
+    pc = parent_child_like(n_parents=60, n_children=240, d_max=10, seed=2)
+    syn = {n: v[0] for n, v in pc["tables"].items()}
+    r = run_relational(pc["tables"], pc["links"], FAST, {"links": {"epsilon": 4.0, "delta": 1e-6}},
+                       noise=NoiseSource(1), synthetic_tables=syn)
+    assert all(h["optimiser"] == "types" and h["relinked_share"] == 1.0 for h in r.report["iterations"])
+    child = r.tables["children"]
+    parent = child["parent_id"].to_numpy()
+    assert parent.size == 240 and parent.min() >= 0 and parent.max() < 60  # one parent per child
+    assert np.bincount(parent, minlength=60).max() <= 10
+
+
+def test_type_cell_budget_falls_back_to_slices() -> None:
+    ml = movielens_like(n_users=120, n_movies=80, n_genres=4, d_max=10, seed=2)
+    syn = {n: v[0] for n, v in ml["tables"].items()}
+    r = run_relational(ml["tables"], ml["links"], {**FAST, "type_cells": 1}, {"links": {"epsilon": 4.0, "delta": 1e-6}},
+                       noise=NoiseSource(0), synthetic_tables=syn)
+    assert all(h["optimiser"] == "slices" and 0.0 < h["relinked_share"] <= 1.0 for h in r.report["iterations"])
+
+
+def test_type_runs_are_reproducible_with_a_seed() -> None:
+    ml = movielens_like(n_users=120, n_movies=80, n_genres=4, d_max=10, seed=2)
+    syn = {n: v[0] for n, v in ml["tables"].items()}
+    a, b = (run_relational(ml["tables"], ml["links"], FAST, {"links": {"epsilon": 4.0, "delta": 1e-6}},
+                           noise=NoiseSource(7), synthetic_tables=syn) for _ in range(2))
+    assert a.links.equals(b.links)
+
+
+def test_incremental_assignment_keeps_what_the_new_counts_allow() -> None:
+    from privcube.mechanisms.relational.type_assignment import assign_incremental
+
+    rng = np.random.default_rng(9)
+    d1, d2 = Domain(("a",), (3,)), Domain(("c",), (4,))
+    t1 = side_types(rng.integers(0, 3, (50, 1)), d1, ["a"])
+    t2 = side_types(rng.integers(0, 4, (40, 1)), d2, ["c"])
+    deg1 = rng.integers(1, 4, 50)
+    si, sj = assign_links(t1, t2, _split(t1, t2, deg1, rng)[0], deg1, rng)
+    Lnew, _ = _split(t1, t2, deg1, rng)
+    ni, nj = assign_incremental(t1, t2, Lnew, si, sj, rng)
+    np.testing.assert_array_equal(type_pair_counts(t1, t2, ni, nj), Lnew)
+    np.testing.assert_array_equal(np.bincount(ni, minlength=50), deg1)
+    assert np.unique(ni * 40 + nj).size == ni.size
+    kept = np.intersect1d(si * 40 + sj, ni * 40 + nj).size
+    assert kept >= int(np.minimum(type_pair_counts(t1, t2, si, sj), Lnew).sum()) - 5  # repairs may move a few
+    same, _ = assign_incremental(t1, t2, type_pair_counts(t1, t2, si, sj).astype(np.int64), si, sj, rng), None
+    assert np.intersect1d(si * 40 + sj, same[0] * 40 + same[1]).size == si.size  # unchanged counts: same links
+
+
+def _split(t1, t2, deg1, rng):  # noqa: ANN001, ANN202
+    """Random type-pair counts with the left types' stub totals."""
+    D = np.bincount(t1.of, weights=deg1, minlength=t1.size).astype(int)
+    L = np.zeros((t1.size, t2.size), dtype=np.int64)
+    for a in range(t1.size):
+        L[a] = np.bincount(rng.choice(t2.size, D[a], p=t2.count / t2.count.sum()), minlength=t2.size)
+    return L, None
+
+
+def test_self_referential_on_types_has_no_self_loops_or_repeats() -> None:
+    from privcube.storage.relational_data import self_referential_like
+
+    sr = self_referential_like(60, seed=0)
+    params = {"d_max": 4, "iterations": 3, "candidates": 60, "max_noise": None}
+    b = {"tables": {"people": {"epsilon": 1.0, "delta": 1e-6}}, "links": {"epsilon": 10.0, "delta": 1e-6}}
+    for seed in range(2):
+        r = run_relational(sr["tables"], sr["links"], params, b, noise=NoiseSource(seed))
+        assert all(h["optimiser"] == "types" for h in r.report["iterations"])
+        s, t = r.links.iloc[:, 0].to_numpy(), r.links.iloc[:, 1].to_numpy()
+        n = int(max(s.max(), t.max())) + 1
+        assert s.size == r.report["m_syn"] and not np.any(s == t) and np.unique(s * n + t).size == s.size
+
+
+def test_the_optimiser_spends_nothing(  # post-processing: the ledger is the same whichever optimiser runs
+) -> None:
+    ml = movielens_like(n_users=120, n_movies=80, n_genres=4, d_max=10, seed=2)
+    syn = {n: v[0] for n, v in ml["tables"].items()}
+    spent = {}
+    for opt in ("types", "slices"):
+        r = run_relational(ml["tables"], ml["links"], {**FAST, "optimiser": opt, "max_noise": None},
+                           {"links": {"epsilon": 1.0, "delta": 1e-6}}, noise=NoiseSource(3), synthetic_tables=syn)
+        spent[opt] = (r.report["privacy"]["rho_links_spent"], r.report["privacy"]["selections"])
+        assert r.report["privacy"]["rho_links_spent"] <= r.report["privacy"]["rho_links"] * (1 + 1e-9)
+    assert spent["types"][1] == spent["slices"][1]
+    assert spent["types"][0] == pytest.approx(spent["slices"][0], rel=1e-12)

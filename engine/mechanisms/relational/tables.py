@@ -10,7 +10,7 @@ import numpy as np
 
 from privcube.domain import Domain
 from privcube.errors import CheckpointError
-from privcube.mechanisms.base import RunContext
+from privcube.mechanisms.base import RunContext, local_map
 from privcube.mechanisms.relational.composition import PrefixLedger, PrefixNoise
 from privcube.mechanisms.relational.links import table_codes
 from privcube.privacy.budget import PrivacyBudget
@@ -33,7 +33,7 @@ def synth_table(name: str, oracle: Any, n_real: int, domain: Domain, n_syn: int,
     res = ResidualPlanner({"neighbours": "substitution"}).run(
         oracle, Workload.marginals(domain, cliques), budget,
         PrefixLedger(ledger, f"table:{name}"), PrefixNoise(noise, ("relational", "table", name)), context)
-    cluster = context is not None and context.client is not None
+    cluster = context is not None and context.map is not local_map  # chunks are tasks wherever there are workers
     df = synthesize_from_answers(res.answers, domain, n_syn, noise=noise, key=("relational", "synth", name),
                                  chunk_size=int(params["chunk_size"]), estimator=params["estimator"],
                                  total=float(n_real), map=context.map if context is not None else None,

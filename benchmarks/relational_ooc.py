@@ -48,6 +48,7 @@ class PidSampler:
 
     def __init__(self, interval: float = 0.1) -> None:
         self.interval, self.driver, self.children = interval, 0, {}
+        self.timeline: list[tuple[float, int]] = []  # (time, driver RSS)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -55,7 +56,9 @@ class PidSampler:
         me = psutil.Process()
         while not self._stop.is_set():
             try:
-                self.driver = max(self.driver, me.memory_info().rss)
+                rss = me.memory_info().rss
+                self.driver = max(self.driver, rss)
+                self.timeline.append((time.perf_counter(), rss))
                 for c in me.children(recursive=True):
                     try:
                         name = " ".join(c.cmdline()[-2:])[-40:]
@@ -100,12 +103,23 @@ def run_seed(folder: Path, out: Path, a: argparse.Namespace, seed: int) -> dict:
     t0 = time.perf_counter()
     with PidSampler(0.1) as s:
         privcube.run(config(folder, a), out=out, seed=seed, quiet=True)
-    wall = time.perf_counter() - t0
+    t_end = time.perf_counter()
+    wall = t_end - t0
     rep = json.loads((out / "report.json").read_text())
     mr = rep["mechanism_report"]
+    st, tm = mr.get("stage_timings") or {}, rep["timings"]
+    # stage windows counted back from the end (write, then links, tables, checks): approximate by the
+    # cluster's shutdown between links and write (seconds)
+    ends = {"write": t_end}
+    ends["links"] = ends["write"] - tm.get("write_s", 0.0)
+    ends["tables"] = ends["links"] - st.get("links_s", 0.0)
+    ends["checks"] = ends["tables"] - st.get("tables_s", 0.0)
+    starts = {"checks": ends["checks"] - st.get("checks_s", 0.0), "tables": ends["checks"], "links": ends["tables"],
+              "write": ends["links"]}
+    stage_peak = {k: max((r for t, r in s.timeline if starts[k] <= t <= ends[k]), default=0) / 2**30 for k in starts}
     ev = mr["nonprivate_evaluation"]
     return {"seed": seed, "wall_s": wall, "timings": rep["timings"], "stages": mr.get("stage_timings"),
-            "driver_gb": s.driver / 2**30, "children_gb": {k[1]: v / 2**30 for k, v in s.children.items()},
+            "driver_gb": s.driver / 2**30, "driver_stage_gb": stage_peak, "children_gb": {k[1]: v / 2**30 for k, v in s.children.items()},
             "learned": ev["average_cross_error_pct"], "random": ev["initial_random_links_error_pct"],
             "floor": ev["floor_pct"], "m": mr["m"], "load": (load0, os.getloadavg())}
 
@@ -143,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {seed}: total {r['wall_s']:.1f}s (read {r['timings'].get('read_s', 0):.1f}, checks "
                   f"{st.get('checks_s', 0):.1f}, tables {st.get('tables_s', 0):.1f}, links {st.get('links_s', 0):.1f}, "
                   f"write {r['timings'].get('write_s', 0):.1f}); m {r['m']}", flush=True)
+            print("  driver peak per stage (approx. windows): " + ", ".join(f"{k} {v:.2f} GB" for k, v in
+                                                                      r["driver_stage_gb"].items()))
             print(f"  driver peak {r['driver_gb']:.2f} GB (sampled); other processes: "
                   + ", ".join(f"{k.strip()} {v:.2f} GB" for k, v in sorted(r["children_gb"].items(), key=lambda x: -x[1])))
             print(f"  NON-private: learned {r['learned']:.2f} %, random links {r['random']:.2f} %, floor "

@@ -216,6 +216,8 @@ class RealSide:
         record with the same codes when there is one, else a random one): the error floor's count tables."""
         from dask import delayed
 
+        syn1 = np.asarray(syn1).astype(F.code_dtype(self.doms[0]))  # small codes: a small graph to ship
+        syn2 = np.asarray(syn2).astype(F.code_dtype(self.doms[1]))
         t1 = delayed(F.twin_codes)(self.codes[self.names[0]], syn1, self.doms[0].shape, seed)
         t2 = t1 if self.lk.self_ref else delayed(F.twin_codes)(self.codes[self.names[1]], syn2, self.doms[1].shape,
                                                                seed + 1)

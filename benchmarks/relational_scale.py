@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             Client(cl) as client:
         t0 = time.perf_counter()
         last[0] = t0
-        res = run_relational(ds["tables"], ds["links"], params, budgets, noise=NoiseSource(a.seed), client=client,
+        res = run_relational(ds["tables"], ds["links"], params, budgets, noise=NoiseSource(a.seed),
                              progress=progress, context=run_context(client))
         total = time.perf_counter() - t0
         stages["after the last iteration (repair, evaluation, outputs)"] = time.perf_counter() - last[0]

@@ -44,16 +44,41 @@ def chunked_release(x: Any, strategy: Any, kind: str, scale: float, key: tuple, 
     return release(x, strategy, kind, scale, key, noise)
 
 
+def data_oracle(client: Any, frame: Any, domain: Any) -> Any:
+    """The single-table marginal engine over a dask DataFrame of codes (``graphs.marginals.DataOracle``)."""
+    from privcube.graphs.marginals import DataOracle
+
+    return DataOracle(frame, domain, client=client)
+
+
+def client_compute(client: Any, *collections: Any) -> tuple[Any, ...]:
+    """Compute dask collections on ``client``'s cluster; the results come to this process."""
+    futures = client.compute(list(collections))
+    try:
+        return tuple(client.gather(futures))
+    finally:
+        for f in futures:
+            f.release()
+
+
+def client_persist(client: Any, *collections: Any) -> tuple[Any, ...]:
+    """Persist dask collections on ``client``'s cluster (results stay on the workers)."""
+    return tuple(client.persist(list(collections)))
+
+
 def run_context(client: Any = None, *, checkpoint: Any = None, progress: Callable[[str, float], None] | None = None,
                 resume: bool = False) -> RunContext:
     """The :class:`RunContext` of a run on ``client`` (None: this process only, dask's local scheduler for
     chunked graphs)."""
     if client is None:
-        return RunContext(checkpoint=checkpoint, progress=progress, resume=resume, chunked_release=chunked_release)
+        return RunContext(checkpoint=checkpoint, progress=progress, resume=resume, chunked_release=chunked_release,
+                          data_oracle=functools.partial(data_oracle, None))
     from privcube.graphs.cluster.handle import worker_resources
     from privcube.graphs.scatter import map_tasks
 
     return RunContext(client=client, checkpoint=checkpoint, progress=progress, resume=resume,
                       map=functools.partial(map_tasks, client=client), remote=scheduler_is_remote(client),
                       worker_memory=lambda: worker_resources(client)[0],
-                      sharded_marginals=functools.partial(sharded_marginals, client), chunked_release=chunked_release)
+                      sharded_marginals=functools.partial(sharded_marginals, client), chunked_release=chunked_release,
+                      compute=functools.partial(client_compute, client), persist=functools.partial(client_persist, client),
+                      data_oracle=functools.partial(data_oracle, client))

@@ -416,7 +416,7 @@ def test_on_a_local_cluster_equals_serial(ml: dict) -> None:
         with distributed.get_task_stream(client) as ts:
             from privcube.graphs.execution import run_context
 
-            par = run_relational(ml["tables"], ml["links"], params, b, noise=NoiseSource(8), client=client,
+            par = run_relational(ml["tables"], ml["links"], params, b, noise=NoiseSource(8),
                                  context=run_context(client))
         keys = [str(t["key"]) for t in ts.data]
     assert par.links.equals(serial.links)

@@ -1,8 +1,10 @@
-"""Reading a relational job's inputs: two tables (or one self-linked table) and their links.
+"""Opening a relational job's inputs lazily: two tables (or one self-linked table, or a schema graph) and
+their links, as dask DataFrames (a Parquet file or partitioned directory, CSV as text).
 
-Every schema column is encoded to codes (bad values raise DataError naming table, column and value); key
-and foreign-key columns are kept aside as identifiers, never encoded; identifiers written as numbers in
-text are compared as numbers, text ids with numeric ids as text. Reads private data; writes nothing.
+Every schema column is encoded to codes per partition (bad values raise DataError naming table, column
+and value when the partition is read, on the cluster); key and foreign-key columns are kept aside as
+identifiers, never encoded; ids compared with text ids are compared as text, integers written either way
+as their digits. Only metadata and headers are read here; nothing is computed and nothing written.
 """
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ from privcube.errors import ConfigError, DataError
 from privcube.relational_config import RelationalJob, TableSpec
 
 
-def _read_raw(path: str, columns: list[str], what: str) -> tuple[pd.DataFrame, bool]:
-    """The given raw columns of a Parquet/CSV input as pandas (CSV: all text), and whether it was CSV."""
+def _read_raw(path: str, columns: list[str], what: str) -> tuple[Any, bool]:
+    """The given raw columns of a Parquet/CSV input as a lazy dask DataFrame (CSV: all text), and whether it
+    was CSV. Only metadata and headers are read here (a missing column is refused now)."""
     import dask.dataframe as dd
 
     from privcube.storage.ingest import input_columns, read_csv
@@ -27,39 +30,68 @@ def _read_raw(path: str, columns: list[str], what: str) -> tuple[pd.DataFrame, b
     if absent:
         raise DataError(f"{what}: column {absent[0]!r} is missing from {path!r}; it has columns {available[:30]}")
     if fmt == "csv":
-        raw = read_csv(target, usecols=columns, dtype={c: "string" for c in columns})
-    else:
-        raw = dd.read_parquet(target, columns=columns)
-    return raw.compute().reset_index(drop=True), fmt == "csv"
+        return read_csv(target, usecols=columns, dtype={c: "string" for c in columns}), True
+    return dd.read_parquet(target, columns=columns), False
 
 
-def _ids(series: pd.Series) -> pd.Series:
-    """Identifier values in a comparable form (numbers written as text become numbers)."""
-    if pd.api.types.is_string_dtype(series.dtype) or series.dtype == object:
-        num = pd.to_numeric(series, errors="coerce")
-        if num.notna().sum() == series.notna().sum() and (num.dropna() == np.floor(num.dropna())).all():
-            return num.astype("Int64") if series.isna().any() else num.astype(np.int64)
-        return series.astype(object)
-    return series
+def _is_text(dtype: Any) -> bool:
+    return pd.api.types.is_string_dtype(dtype) or dtype == object
 
 
-def _read_table(t: TableSpec, id_cols: list[str]) -> pd.DataFrame:
-    """Encoded attribute codes (schema order) plus the raw identifier columns of one table."""
+def canonical_ids(series: pd.Series) -> pd.Series:
+    """Identifier values as comparable text, the same in every partition: a value that is an integer
+    (written as text or as a number) becomes its decimal digits, anything else stays as written."""
+    out = series.astype(object)
+    num = pd.to_numeric(series, errors="coerce")
+    whole = num.notna().to_numpy() & (num.to_numpy(dtype=float, na_value=np.nan) == np.floor(
+        num.to_numpy(dtype=float, na_value=np.nan)))
+    if whole.any():
+        out = out.copy()
+        out[whole] = [str(int(v)) for v in num[whole].tolist()]
+    out[series.isna().to_numpy()] = None
+    return out
+
+
+def _encode_part(raw: pd.DataFrame, t: TableSpec, is_csv: bool, id_cols: list[str], text_ids: set[str]) -> pd.DataFrame:
+    """Task: one partition's schema columns encoded to codes (DataError naming table, column and value) plus
+    its identifier columns (as comparable text where ``text_ids`` says so)."""
     from privcube.storage.ingest import encode_frame
 
-    id_cols = list(dict.fromkeys(c for c in id_cols if c))
-    raw, is_csv = _read_raw(t.path, [*t.schema.names, *id_cols], f"table {t.name!r}")
     try:
         codes = encode_frame(raw[list(t.schema.names)], t.schema, parse_text=is_csv)
     except DataError as e:
         raise DataError(f"table {t.name!r}: {e}") from None
-    out = codes.astype(np.int64)
+    out = codes.reset_index(drop=True)
     for c in id_cols:
-        out[c] = _ids(raw[c]).to_numpy()
+        col = raw[c].reset_index(drop=True)
+        out[c] = canonical_ids(col) if c in text_ids else col
     return out
 
 
-def _link_pairs(job: RelationalJob) -> tuple[pd.DataFrame, list[str]]:
+def _open(t: TableSpec, id_cols: list[str]) -> tuple[Any, bool, list[str]]:
+    """A table's raw lazy frame, whether it is CSV, and its identifier columns."""
+    id_cols = [c for c in dict.fromkeys(id_cols) if c and c not in t.schema.names]
+    raw, is_csv = _read_raw(t.path, [*t.schema.names, *id_cols], f"table {t.name!r}")
+    return raw, is_csv, id_cols
+
+
+def _encoded(t: TableSpec, opened: tuple[Any, bool, list[str]], text_ids: set[str]) -> Any:
+    """The lazily encoded table: codes (schema order) plus identifier columns, encoded per partition."""
+    from privcube.storage.ingest import empty_codes
+
+    raw, is_csv, id_cols = opened
+    meta = empty_codes(t.schema)
+    for c in id_cols:
+        meta[c] = pd.Series([], dtype=object) if c in text_ids else raw._meta[c]
+    return raw.map_partitions(_encode_part, t, is_csv, id_cols, text_ids, meta=meta)
+
+
+def _text_pair(a: Any, b: Any) -> bool:
+    """Whether two id columns are compared as text: either is text (numbers written as text, as numbers)."""
+    return _is_text(a) or _is_text(b)
+
+
+def _link_pairs(job: RelationalJob) -> tuple[Any, list[str]]:
     lk = job.links
     assert lk.path is not None
     if lk.columns is not None:
@@ -77,62 +109,62 @@ def _link_pairs(job: RelationalJob) -> tuple[pd.DataFrame, list[str]]:
             raise ConfigError(f"data.links.columns: the link file has columns {available[:30]}; name the two id "
                               "columns as columns: [left, right]" + (" (source, target)" if lk.left == lk.right else ""))
     raw, _ = _read_raw(lk.path, cols, "links")
-    for c in cols:
-        raw[c] = _ids(raw[c]).to_numpy()
-        if raw[c].isna().any():
-            r = int(np.flatnonzero(raw[c].isna().to_numpy())[0])
-            raise DataError(f"links: column {c!r} is missing a value in row {r}")
     return raw, cols
 
 
-def _harmonise(a: pd.Series, b: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """Compare text ids with numeric ids as text."""
-    na, nb = pd.api.types.is_numeric_dtype(a.dtype), pd.api.types.is_numeric_dtype(b.dtype)
-    if na != nb:
-        return a.astype(str), b.astype(str)
-    return a, b
+def _as_text(frame: Any, cols: list[str]) -> Any:
+    """``frame`` with these id columns as comparable text (per partition)."""
+    return frame.assign(**{c: frame[c].map_partitions(canonical_ids, meta=(c, object)) for c in cols})
 
 
-def read_inputs(job: RelationalJob) -> tuple[dict[str, tuple[pd.DataFrame, Any]], dict[str, Any]]:
-    """Read and encode the job's tables and links: ``(tables, links)`` as ``run_relational`` takes them.
-
-    Every schema column is encoded to codes (bad values raise DataError naming table, column and
-    value); key and foreign-key columns are kept as identifiers. Reads private data; writes nothing.
-    """
+def read_inputs(job: RelationalJob) -> tuple[dict[str, tuple[Any, Any]], dict[str, Any]]:
+    """Open the job's tables and links lazily: ``(tables, links)`` as ``run_relational`` takes them, each table a
+    dask DataFrame encoded per partition (bad values raise DataError naming table, column and value when the
+    partition is read, on the cluster); key and foreign-key columns are kept as identifiers. Reads only
+    metadata and headers here; writes nothing."""
     lk = job.links
     if lk.kind == "one_to_many":
         child, parent = job.tables[lk.left], job.tables[lk.right]
-        cframe = _read_table(child, [child.key or "", lk.left_col])
-        pframe = _read_table(parent, [lk.right_col])
-        a, b = _harmonise(cframe[lk.left_col], pframe[lk.right_col])
-        cframe[lk.left_col], pframe[lk.right_col] = a.to_numpy(), b.to_numpy()
+        oc, op = _open(child, [child.key or "", lk.left_col]), _open(parent, [lk.right_col])
+        text = _text_pair(oc[0]._meta[lk.left_col].dtype, op[0]._meta[lk.right_col].dtype)
+        cframe = _encoded(child, oc, {lk.left_col} if text else set())
+        pframe = _encoded(parent, op, {lk.right_col} if text else set())
         child_key = child.key or next(k for k in ("id", "row_id", "_id") if k not in child.schema and k != lk.left_col)
         tables = {child.name: (cframe, child.domain), parent.name: (pframe, parent.domain)}
         links: Any = {"from": f"{lk.left}.{lk.left_col}", "to": f"{lk.right}.{lk.right_col}", "child_key": child_key}
-    else:
-        left, right = job.tables[lk.left], job.tables[lk.right]
-        lframe = _read_table(left, [lk.left_col])
-        rframe = lframe if lk.left == lk.right else _read_table(right, [lk.right_col])
-        pairs, cols = _link_pairs(job)
-        for c, frame, key in ((cols[0], lframe, lk.left_col), (cols[1], rframe, lk.right_col)):
-            a, b = _harmonise(pairs[c], frame[key])
-            pairs[c], frame[key] = a.to_numpy(), b.to_numpy()
-        tables = {left.name: (lframe, left.domain), right.name: (rframe, right.domain)}
-        links = {"pairs": pairs, "left": f"{lk.left}.{lk.left_col}", "right": f"{lk.right}.{lk.right_col}",
-                 "columns": cols}
+        return tables, links
+    left, right = job.tables[lk.left], job.tables[lk.right]
+    pairs, cols = _link_pairs(job)
+    ol = _open(left, [lk.left_col])
+    orr = ol if lk.left == lk.right else _open(right, [lk.right_col])
+    text_l = _text_pair(pairs._meta[cols[0]].dtype, ol[0]._meta[lk.left_col].dtype)
+    text_r = _text_pair(pairs._meta[cols[1]].dtype, orr[0]._meta[lk.right_col].dtype)
+    if lk.left == lk.right:
+        text_l = text_r = text_l or text_r
+    lframe = _encoded(left, ol, {lk.left_col} if text_l else set())
+    rframe = lframe if lk.left == lk.right else _encoded(right, orr, {lk.right_col} if text_r else set())
+    pairs = _as_text(pairs, [c for c, t in zip(cols, (text_l, text_r)) if t])
+    tables = {left.name: (lframe, left.domain), right.name: (rframe, right.domain)}
+    links = {"pairs": pairs, "left": f"{lk.left}.{lk.left_col}", "right": f"{lk.right}.{lk.right_col}",
+             "columns": cols, "missing_by_column": True}
     return tables, links
 
 
-def read_graph_inputs(job: RelationalJob) -> tuple[dict[str, tuple[pd.DataFrame, Any]], list[tuple[Any, dict]]]:
-    """A schema graph (list form of ``data.links``): every table read once (codes + its key + its foreign keys),
-    and per link the two frames as ``run_relational`` takes them (``{child, parent}`` with comparable ids) and
-    its ``{from, to, child_key}``. Reads private data; writes nothing."""
-    frames: dict[str, tuple[pd.DataFrame, Any]] = {}
+def read_graph_inputs(job: RelationalJob) -> tuple[dict[str, tuple[Any, Any]], list[tuple[Any, dict]]]:
+    """A schema graph (list form of ``data.links``): every table opened once, lazily (codes + its key + its
+    foreign keys), and per link the two frames as ``run_relational`` takes them (``{child, parent}`` with
+    comparable ids) and its ``{from, to, child_key}``. Reads only metadata here; writes nothing."""
+    opened: dict[str, tuple[Any, bool, list[str]]] = {}
     for name, t in job.tables.items():
         ids = [job.keys[name], *(f.left_col for f in job.fks if f.left == name)]
         has_key = t.key is not None or any(f.right == name for f in job.fks)  # else ids are row positions
-        ids = [c for c in ids if c != job.keys[name] or has_key]
-        frames[name] = (_read_table(t, ids), t.domain)
+        opened[name] = _open(t, [c for c in ids if c != job.keys[name] or has_key])
+    text: dict[str, set[str]] = {n: set() for n in job.tables}
+    for f in job.fks:
+        if f.kind != "many_to_many" and _text_pair(opened[f.left][0]._meta[f.left_col].dtype, opened[f.right][0]._meta[f.right_col].dtype):
+            text[f.left].add(f.left_col)
+            text[f.right].add(f.right_col)
+    frames = {n: (_encoded(t, opened[n], text[n]), t.domain) for n, t in job.tables.items()}
     per_link: list[tuple[Any, dict]] = []
     for f in job.fks:
         if f.kind == "many_to_many":  # a link table: read as the two-table many-to-many form reads it
@@ -140,11 +172,7 @@ def read_graph_inputs(job: RelationalJob) -> tuple[dict[str, tuple[pd.DataFrame,
             tables, links = read_inputs(sub)
             per_link.append((f, {"tables": tables, "links": links}))
             continue
-        cframe = frames[f.left][0].copy()
-        pframe = frames[f.right][0].copy()
-        a, b = _harmonise(cframe[f.left_col], pframe[f.right_col])
-        cframe[f.left_col], pframe[f.right_col] = a.to_numpy(), b.to_numpy()
-        tables = {f.left: (cframe, frames[f.left][1]), f.right: (pframe, frames[f.right][1])}
+        tables = {f.left: frames[f.left], f.right: frames[f.right]}
         spec = {"from": f"{f.left}.{f.left_col}", "to": f"{f.right}.{f.right_col}", "child_key": job.keys[f.left]}
         per_link.append((f, {"tables": tables, "links": spec}))
     return frames, per_link

@@ -90,26 +90,27 @@ class GraphCheckpoint:
 
 
 def synthesize_graph_tables(job: RelationalJob, frames: dict[str, tuple[pd.DataFrame, Any]], ledger: Any,
-                            noise: Any, client: Any, progress: Any, state: GraphCheckpoint) -> dict[str, np.ndarray]:
+                            noise: Any, ctx: Any, state: GraphCheckpoint) -> dict[str, np.ndarray]:
     """Stage 1: synthetic codes of every table (its own budget; committed after each), public tables as given."""
     from privcube.mechanisms.relational.links import table_codes
     from privcube.mechanisms.relational.parameters import check_params
+    from privcube.mechanisms.relational.realside import public_codes, table_oracle
     from privcube.mechanisms.relational.tables import synth_table
 
     p = check_params(job.params)
     rows = dict(p["synthetic_rows"] or {})
     out: dict[str, np.ndarray] = {}
     for name, (frame, dom) in frames.items():
-        codes = table_codes(frame, dom, name)
-        if name in job.public:
-            out[name] = codes
+        if name in job.public:  # released as given: its codes come to this process
+            out[name] = public_codes(frame, dom, name, ctx)
             continue
         if name not in state.syn:
-            state.syn[name] = synth_table(name, codes, dom, int(rows.get(name, len(codes))), job.parts[name], ledger,
-                                          noise, p, client)
+            oracle, n_real = table_oracle(frame, dom, name, ctx)
+            state.syn[name] = synth_table(name, oracle, n_real, dom, int(rows.get(name, n_real)), job.parts[name],
+                                          ledger, noise, p, ctx)
             state.save()
-            if progress is not None:
-                progress(f"synthesize table {name}", 1.0)
+            if ctx.progress is not None:
+                ctx.progress(f"synthesize table {name}", 1.0)
         out[name] = table_codes(state.syn[name], dom, f"synthetic {name}")
     return out
 
@@ -122,13 +123,13 @@ def run_graph(job: RelationalJob, inputs: Any, ledger: Any, noise: Any, ctx: Any
     frames, per_link = inputs
     state = GraphCheckpoint(ctx.checkpoint, ledger)
     state.restore(bool(ctx.resume))
-    syn = synthesize_graph_tables(job, frames, ledger, noise, ctx.client, ctx.progress, state)
+    syn = synthesize_graph_tables(job, frames, ledger, noise, ctx, state)
     for f, spec in per_link:
         name = link_name(f)
         if name in state.fks:
             continue
         res = run_relational(spec["tables"], spec["links"], job.params, {"tables": {}, "links": job.parts[name]},
-                             LinkLedger(ledger, name), PrefixNoise(noise, ("relational", "link", name)), ctx.client,
+                             LinkLedger(ledger, name), PrefixNoise(noise, ("relational", "link", name)),
                              synthetic_tables={f.left: syn[f.left], f.right: syn[f.right]}, progress=ctx.progress,
                              context=ctx)
         rep = dict(res.report)

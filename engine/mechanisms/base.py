@@ -113,6 +113,20 @@ class ShardedMarginals(Protocol):
                  truth_futures: Mapping[Any, Any] | None = None) -> Any: ...
 
 
+def local_compute(*collections: Any) -> tuple[Any, ...]:
+    """``dask.compute`` with dask's default scheduler: the ``compute`` of a run without a cluster."""
+    import dask
+
+    return dask.compute(*collections)
+
+
+def local_persist(*collections: Any) -> tuple[Any, ...]:
+    """``dask.persist`` with dask's default scheduler: the ``persist`` of a run without a cluster."""
+    import dask
+
+    return dask.persist(*collections)
+
+
 class ChunkedRelease(Protocol):
     """Builds and computes ``y = A x + noise`` as one task graph over a lazy chunked exact vector ``x`` (a
     :class:`privcube.oracle.LazyMarginalOracle`'s ``marginal_dask``), noise drawn per block next to the block
@@ -131,7 +145,10 @@ class RunContext:
     and adaptive clusters gain workers late; ``client`` is the opaque cluster handle the oracle and the graphs
     layer's builders use (None locally). ``sharded_marginals`` and ``chunked_release`` are the task graphs
     the graphs layer builds for mechanisms (None: not available here; the mechanism then works in this
-    process)."""
+    process). ``compute`` / ``persist`` run dask collections (task graphs of the real data) on the run's
+cluster (``persist`` leaves the results there); ``data_oracle(frame, domain)`` is the single-table marginal
+engine (a ``privcube.oracle.MarginalOracle`` counting a dask DataFrame of codes where it lives; None: not
+available, the caller counts with ``compute``)."""
 
     client: Any = None
     checkpoint: Any = None  # an object with save(round, state) / load() (see privcube.storage.checkpoint)
@@ -142,6 +159,9 @@ class RunContext:
     worker_memory: Callable[[], int | None] = lambda: None
     sharded_marginals: ShardedMarginals | None = None
     chunked_release: ChunkedRelease | None = None
+    compute: Callable[..., tuple[Any, ...]] = local_compute
+    persist: Callable[..., tuple[Any, ...]] = local_persist
+    data_oracle: Callable[[Any, Any], Any] | None = None
 
 
 class Mechanism(ABC):

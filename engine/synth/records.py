@@ -38,16 +38,6 @@ def sample_chunk(model: Any, n: int, noise: NoiseSource, key: tuple, chunk: int)
     return np.asarray(model.sample(n, noise.generator(*key, "chunk", chunk)), dtype=np.int64)
 
 
-def client_map(client: Any) -> Map:
-    """A ``map`` on a dask client handed over directly (callers without a run context): every item a task
-    (keys ``label-i``) through the client's own ``map``/``gather``, results in input order."""
-    def run(fn: Callable[[Any], Any], items: Sequence[Any], *, label: str = "task", **_: Any) -> list[Any]:
-        items = list(items)
-        keys = [f"{label}-{i}" for i in range(len(items))]
-        return client.gather(client.map(fn, items, key=keys, pure=False))
-    return run
-
-
 def choose_map(n_records: int, map: Map | None, local_rows: int | None = None) -> Map:  # noqa: A002
     """The run context's ``map`` for outputs of more than ``local_rows`` records (default ``LOCAL_ROWS``),
     else this process."""
@@ -135,5 +125,5 @@ def _label(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-__all__ = ["write_records", "add_labels", "sample_codes", "sample_chunk", "chunk_bounds", "choose_map", "client_map",
+__all__ = ["write_records", "add_labels", "sample_codes", "sample_chunk", "chunk_bounds", "choose_map",
            "local_map", "LOCAL_ROWS"]

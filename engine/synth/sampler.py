@@ -17,7 +17,7 @@ from privcube.errors import ConfigError, DataError
 from privcube.privacy.noise import NoiseSource
 from privcube.synth.consistency import project
 from privcube.synth.estimator import MarginalEstimator, SamplingModel, get_estimator
-from privcube.synth.records import Map, add_labels, chunk_bounds, client_map, sample_chunk, sample_codes
+from privcube.synth.records import Map, add_labels, chunk_bounds, sample_chunk, sample_codes
 
 Clique = tuple[str, ...]
 
@@ -47,21 +47,18 @@ def synthesize(marginal_estimates: Mapping[Clique, np.ndarray], domain: Domain, 
                seed: int | None = None, noise: NoiseSource | None = None, key: tuple = ("synth",),
                chunk_size: int = DEFAULT_CHUNK, estimator: MarginalEstimator | str | None = None,
                variances: Mapping[Clique, float] | None = None, total: float | None = None,
-               client: Any = None, map: Map | None = None) -> pd.DataFrame:  # noqa: A002
+               map: Map | None = None, local_rows: int | None = None) -> pd.DataFrame:  # noqa: A002
     """Synthetic records (DataFrame of codes) whose low-order marginals follow the given estimates.
 
     ``marginal_estimates`` maps cliques to (noisy) counts; ``estimator`` defaults to the junction-tree
     model. Randomness comes from ``noise`` (or a NoiseSource built from ``seed``). Chunks run through
-    ``map`` (a run context's: tasks on the cluster) or, given only a dask ``client``, its own map/gather;
-    the rows are the same either way.
+    ``map`` (a run context's: tasks on the cluster) for more than ``local_rows`` records (default
+    ``records.LOCAL_ROWS``; 0: every chunk through ``map``); the rows are the same either way.
     """
     if noise is None:
         noise = NoiseSource(seed)
     est = get_estimator(estimator)
     model = est.fit(marginal_estimates, domain, total=total, variances=variances)
-    local_rows = None
-    if map is None and client is not None:  # a client handed over directly: every chunk a task on it
-        map, local_rows = client_map(client), 0  # noqa: A001
     return sample_records(model, domain, n_records, noise=noise, key=key, chunk_size=chunk_size, map=map,
                           local_rows=local_rows)
 
@@ -123,12 +120,12 @@ def measured_marginals(answers: Sequence[Any], domain: Domain, cliques: Sequence
 def synthesize_from_answers(answers: Sequence[Any], domain: Domain, n_records: int, *, noise: NoiseSource | None = None,
                             seed: int | None = None, key: tuple = ("synth",), chunk_size: int = DEFAULT_CHUNK,
                             estimator: MarginalEstimator | str | None = None, total: float | None = None,
-                            client: Any = None, map: Map | None = None) -> pd.DataFrame:  # noqa: A002
+                            map: Map | None = None, local_rows: int | None = None) -> pd.DataFrame:  # noqa: A002
     """Synthetic records from the answers of a finished run (e.g. ``MechanismResult.answers`` of
     ``residual-planner`` or ``aim-grem``): marginal groups → estimator → chunked sampling. Spends no budget."""
     est, var = marginals_from_answers(answers, domain)
     return synthesize(est, domain, n_records, noise=noise, seed=seed, key=key, chunk_size=chunk_size,
-                      estimator=estimator, variances=var or None, total=total, client=client, map=map)
+                      estimator=estimator, variances=var or None, total=total, map=map, local_rows=local_rows)
 
 
 __all__ = ["synthesize", "synthesize_from_answers", "marginals_from_answers", "measured_marginals", "add_labels", "sample_records",

@@ -103,20 +103,21 @@ def degree_bins(d_max: int) -> list[tuple[int, int]]:
     return [(0, 0), (1, d_max)]
 
 
-def release_degree_histogram(parent_of: np.ndarray, n_parents: int, d_max: int, rho: float, ledger: Any,
+def release_degree_histogram(degree_histogram: np.ndarray, d_max: int, rho: float, ledger: Any,
                              noise: Any) -> np.ndarray:
     """Gaussian release of how many parents have no child and how many have 1..d_max (charged first).
 
     Bounded DP (a record changes with all its links): a child moving changes the count of parents with
     children by at most 1; a parent changing its ≤ d_max children can leave ≤ d_max parents childless or
     give ≤ d_max their first child, and these partly cancel with its own change: each count moves by at
-    most d_max, the two in opposite directions: L2 sensitivity √2·d_max.
+    most d_max, the two in opposite directions: L2 sensitivity √2·d_max. ``degree_histogram[d]`` is the
+    number of parents with d children (an aggregate, counted where the links are).
     """
     sens = math.sqrt(2.0) * d_max
     sigma = sens / math.sqrt(2.0 * rho)
     ledger.charge("links:degrees", rho=rho, sigma=sigma, bins=len(degree_bins(d_max)))
-    deg = np.bincount(parent_of, minlength=n_parents)
-    counts = np.array([np.count_nonzero((deg >= lo) & (deg <= hi)) for lo, hi in degree_bins(d_max)], dtype=float)
+    hist = np.asarray(degree_histogram, dtype=np.int64)
+    counts = np.array([hist[lo:hi + 1].sum() for lo, hi in degree_bins(d_max)], dtype=float)
     return noise.add_gaussian(("relational", "degrees"), counts, sigma)
 
 

@@ -2,6 +2,8 @@
 
 Everything here runs before the first charge: a bad link, degree, budget or size raises (an error that
 names the table, column or key, never a private value) while nothing is spent and nothing is written.
+The real links and codes are checked where they live (``realside``); this process keeps only public sizes
+and reports.
 """
 from __future__ import annotations
 
@@ -15,23 +17,23 @@ import numpy as np
 from privcube.domain import Domain
 from privcube.errors import ConfigError, DataError
 from privcube.mechanisms.relational.composition import as_budget, compose_budgets
-from privcube.mechanisms.relational.degree import enforce_degree
-from privcube.mechanisms.relational.links import Links, key_positions, parse_links, table_codes
+from privcube.mechanisms.base import RunContext
+from privcube.mechanisms.relational.degree import check_d_max
+from privcube.mechanisms.relational.links import Links, parse_links, table_codes
+from privcube.mechanisms.relational.realside import RealSide
 from privcube.privacy.budget import PrivacyBudget
 
 
 @dataclass
 class Problem:
-    """A relational run's inputs after every check: real links (i, j) after the degree bound, codes, sizes."""
+    """A relational run's inputs after every check: the real side (on the cluster), sizes, budgets."""
 
     p: dict[str, Any]
     lk: Links
     names: tuple[str, str]
     unique: list[str]
     doms: tuple[Domain, Domain]
-    codes: list[np.ndarray]  # real codes of (left, right); a one-to-many child keeps only linked rows
-    ri: np.ndarray
-    rj: np.ndarray
+    real: RealSide  # codes and links where they live; sizes, degree reports and histograms here
     deg_report: dict[str, Any]
     need: list[str]  # tables synthesized here (not supplied)
     total: PrivacyBudget
@@ -44,7 +46,7 @@ class Problem:
     @property
     def m(self) -> int:
         """Number of real links (public, as in the paper)."""
-        return int(self.ri.size)
+        return self.real.m
 
     @property
     def self_ref(self) -> bool:
@@ -63,32 +65,13 @@ class Problem:
 
     @property
     def n_real(self) -> tuple[int, int]:
-        """Real row counts of (left, right)."""
-        return self.codes[0].shape[0], self.codes[1].shape[0]
+        """Real row counts of (left, right) (public); a one-to-many child counts only linked rows."""
+        return self.real.n_real
 
     @property
     def n_syn_pair(self) -> tuple[int, int]:
         """Synthetic row counts of (left, right)."""
         return self.n_syn[self.names[0]], self.n_syn[self.names[1]]
-
-
-def _bound_degrees(pr: Problem, tables: Mapping[str, tuple[Any, Domain]]) -> None:
-    """Apply d_max (check, or truncate first-come); a one-to-many child losing its link is dropped."""
-    lk, names, d_max = pr.lk, pr.names, int(pr.p["d_max"])
-    keys = tuple(key_positions(tables[n][0], n, k)[0] for n, k in zip(names, (lk.left_key, lk.right_key)))
-    if pr.no_diag and np.any(pr.ri == pr.rj):
-        raise DataError(f"links: a record of table {names[0]!r} links to itself; self-loops are excluded "
-                        "by default: remove them or set mechanism parameter 'self_loops: true'")
-    side = (f"{names[0]} (source)", f"{names[1]} (target)") if pr.self_ref else names
-    keep, pr.deg_report = enforce_degree(pr.ri, pr.rj, d_max, truncate=bool(pr.p["truncate"]),
-                                         names=side, keys=keys)  # type: ignore[arg-type]
-    if lk.kind == "one_to_many":
-        pr.codes[0] = pr.codes[0][pr.ri[keep]]
-        pr.ri, pr.rj = np.arange(int(keep.sum()), dtype=np.int64), pr.rj[keep]
-    else:
-        pr.ri, pr.rj = pr.ri[keep], pr.rj[keep]
-    if pr.ri.size == 0:
-        raise DataError(f"links: no relationships between {names[0]!r} and {names[1]!r} (after d_max truncation)")
 
 
 def _synthetic_sizes(pr: Problem, synthetic_tables: Mapping[str, Any]) -> None:
@@ -122,20 +105,21 @@ def _synthetic_sizes(pr: Problem, synthetic_tables: Mapping[str, Any]) -> None:
 
 
 def prepare(tables: Mapping[str, tuple[Any, Domain]], links: Any, p: dict[str, Any], budgets: Mapping[str, Any],
-            synthetic_tables: Mapping[str, Any]) -> Problem:
-    """Check and resolve every input of ``run_relational`` (see there) into a :class:`Problem`."""
+            synthetic_tables: Mapping[str, Any], context: RunContext | None = None) -> Problem:
+    """Check and resolve every input of ``run_relational`` (see there) into a :class:`Problem`: budgets first
+    (no data read), then the real side's checks as tasks where the data is (``RealSide``)."""
     lk = parse_links(links, tables)
     names = (lk.left, lk.right)
     unique = list(dict.fromkeys(names))
     doms = (tables[lk.left][1], tables[lk.right][1])
-    codes = [table_codes(tables[n][0], d, n) for n, d in zip(names, doms)]
     need = [n for n in unique if n not in synthetic_tables]
     total = compose_budgets(budgets, need)
     b_links = as_budget(budgets["links"], "privacy.links")
     tbud = {n: as_budget(budgets["tables"][n], f"privacy.tables.{n}") for n in need}
-    pr = Problem(p, lk, names, unique, doms, codes, np.asarray(lk.i, dtype=np.int64), np.asarray(lk.j, dtype=np.int64),
-                 {}, need, total, b_links, tbud)
-    _bound_degrees(pr, tables)
+    check_d_max(p["d_max"])
+    real = RealSide(lk, tables, p, context)
+    lk.report = real.links_report
+    pr = Problem(p, lk, names, unique, doms, real, real.degree_report, need, total, b_links, tbud)
     _synthetic_sizes(pr, synthetic_tables)
     return pr
 

@@ -1,8 +1,9 @@
-"""Links between two tables: the spec (foreign key or link table) resolved to row positions, and codes.
+"""Links between two tables: the spec (foreign key or link table) resolved against the tables, and codes.
 
 A one-to-many link is a child table's foreign-key column pointing at a parent's key; a many-to-many link
-is a link table of (left key, right key) pairs. Both become a ``Links`` of row positions (i into the left
-table, j into the right). Error messages name tables, columns and row numbers, never a key value.
+is a link table of (left key, right key) pairs. Both become a ``Links`` naming the tables, the kind and the
+key columns; the ids are looked up and checked where they live (``realside``). Error messages name
+tables, columns and row numbers, never a key value.
 """
 from __future__ import annotations
 
@@ -21,21 +22,27 @@ KINDS = ("one_to_many", "many_to_many")
 
 @dataclass
 class Links:
-    """Real links as row positions: ``i`` into table ``left`` (rows of B), ``j`` into ``right``.
+    """A link spec resolved against the tables (names, kind, key columns); the real links themselves stay in
+    their source (``source``: the child table's FK column, or a link table) and are checked where they live
+    (``privcube.mechanisms.relational.realside``). ``i``/``j`` are row positions when given as such.
 
     one_to_many: ``left`` is the child table (one parent each), ``right`` the parent table.
     """
 
     left: str
     right: str
-    i: np.ndarray
-    j: np.ndarray
+    i: Any = None
+    j: Any = None
     kind: str = "many_to_many"
     left_key: str = "id"
     right_key: str = "id"
     fk: str | None = None  # child's foreign-key column (one_to_many)
     report: dict[str, Any] = field(default_factory=dict)
     columns: tuple[str, str] | None = None  # output link columns (self-referential links: the input's names)
+    pairs: Any = None  # many_to_many: the link table (pandas/dask DataFrame or (m, 2) array)
+    pair_columns: tuple[Any, Any] | None = None  # its two id columns (None: an array)
+    missing_column: tuple[str, str] | None = None  # name a missing id by its link-file column
+    positions: bool = False  # ids are row positions (a Links given with i, j)
 
     @property
     def self_ref(self) -> bool:
@@ -59,32 +66,6 @@ def split_ref(ref: Any, what: str) -> tuple[str, str]:
     return t, c
 
 
-def key_positions(frame: Any, table: str, key: str) -> tuple[np.ndarray, dict[Any, int]]:
-    """Key values of a table (its key column, or row positions when it has none) and value → row."""
-    if isinstance(frame, pd.DataFrame) and key in frame.columns:
-        vals = frame[key].to_numpy()
-        if pd.isna(vals).any():
-            raise DataError(f"table {table!r}: key column {key!r} has missing values")
-        pos = {v: k for k, v in enumerate(vals.tolist())}
-        if len(pos) != len(vals):  # the repeated id itself is private: name the column only
-            r = int(np.flatnonzero(pd.Series(vals).duplicated().to_numpy())[0])
-            raise DataError(f"table {table!r}: key column {key!r} repeats a value (row {r}); keys must be unique")
-        return vals, pos
-    n = len(frame)
-    return np.arange(n), {k: k for k in range(n)}
-
-
-def lookup(values: np.ndarray, pos: dict[Any, int], where: str, target: str) -> np.ndarray:
-    """Row positions of ``values`` under the key map ``pos`` (DataError naming the row, not the value)."""
-    out = np.empty(len(values), dtype=np.int64)
-    for r, v in enumerate(values.tolist()):
-        k = pos.get(v)
-        if k is None:
-            raise DataError(f"links: the {where} value in row {r} is not a key of {target}")
-        out[r] = k
-    return out
-
-
 def _known(tables: Mapping[str, Any], *names: str) -> None:
     for t in names:
         if t not in tables:
@@ -92,21 +73,20 @@ def _known(tables: Mapping[str, Any], *names: str) -> None:
 
 
 def _check_links_object(spec: Links, tables: Mapping[str, tuple[Any, Domain]]) -> Links:
-    """A ``Links`` given as is: known tables, known kind, positions inside both tables."""
+    """A ``Links`` given with row positions: known tables, known kind; positions become a link table of
+    row positions (checked like ids: a position outside a table is no key)."""
     _known(tables, spec.left, spec.right)
     if spec.kind not in KINDS:
         raise ConfigError(f"links: kind must be one of {KINDS}, got {spec.kind!r}")
-    n1, n2 = len(tables[spec.left][0]), len(tables[spec.right][0])
-    for arr, n, t in ((spec.i, n1, spec.left), (spec.j, n2, spec.right)):
-        arr = np.asarray(arr)
-        if arr.size and (arr.min() < 0 or arr.max() >= n):
-            bad = arr[(arr < 0) | (arr >= n)][0]
-            raise DataError(f"links: row {int(bad)} is not a record of table {t!r}")
-    return spec
+    pairs = np.stack([np.asarray(spec.i, dtype=np.int64), np.asarray(spec.j, dtype=np.int64)], axis=1)
+    return Links(spec.left, spec.right, None, None, "many_to_many", spec.left_key, spec.right_key, spec.fk,
+                 dict(spec.report), spec.columns, pairs, None, None, True)
 
 
 def _foreign_key_links(spec: Mapping[str, Any], tables: Mapping[str, tuple[Any, Domain]]) -> Links:
     """One-to-many: ``{from: child.fk, to: parent.key[, child_key]}``."""
+    from privcube.mechanisms.relational.frames import columns_of
+
     child, fk = split_ref(spec["from"], "links.from")
     parent, key = split_ref(spec.get("to"), "links.to")
     _known(tables, child, parent)
@@ -114,57 +94,44 @@ def _foreign_key_links(spec: Mapping[str, Any], tables: Mapping[str, tuple[Any, 
         raise ConfigError(f"links: a foreign key into the same table ({child}.{fk} -> {parent}.{key}) is not "
                           "supported; give the self-referential links as a link table "
                           "{pairs|path, left: t.key, right: t.key}")
-    cframe = tables[child][0]
-    if not isinstance(cframe, pd.DataFrame) or fk not in cframe.columns:
+    cols = columns_of(tables[child][0])
+    if cols is None or fk not in cols:
         raise DataError(f"table {child!r} has no foreign-key column {fk!r}")
-    fkv = cframe[fk].to_numpy()
-    if pd.isna(fkv).any():
-        r = int(np.flatnonzero(pd.isna(fkv))[0])
-        raise DataError(f"links: {child}.{fk} is missing in row {r}; every child needs a parent")
-    _, pos = key_positions(tables[parent][0], parent, key)
-    j = lookup(fkv, pos, f"{child}.{fk}", f"{parent}.{key}")
     ckey = spec.get("child_key", "id")
-    return Links(child, parent, np.arange(len(fkv), dtype=np.int64), j, "one_to_many", ckey, key, fk)
-
-
-def _pair_columns(spec: Mapping[str, Any], lt: str, rt: str) -> tuple[np.ndarray, np.ndarray, tuple[str, str] | None]:
-    """The two key columns of a link table (DataFrame with ``columns`` or an (m, 2) array)."""
-    pairs = spec["pairs"]
-    if isinstance(pairs, pd.DataFrame):
-        cols = list(spec.get("columns") or pairs.columns[:2])
-        for c in cols:
-            if c not in pairs.columns:
-                raise DataError(f"links: pairs have no column {c!r}")
-        out_cols = (str(cols[0]), str(cols[1])) if lt == rt and cols[0] != cols[1] else None
-        return pairs[cols[0]].to_numpy(), pairs[cols[1]].to_numpy(), out_cols
-    arr = np.asarray(pairs)
-    if arr.ndim != 2 or arr.shape[1] != 2:
-        raise DataError(f"links: pairs must have shape (m, 2), got {arr.shape}")
-    return arr[:, 0], arr[:, 1], None
+    return Links(child, parent, None, None, "one_to_many", ckey, key, fk)
 
 
 def _link_table_links(spec: Mapping[str, Any], tables: Mapping[str, tuple[Any, Domain]]) -> Links:
     """Many-to-many: ``{pairs, left: t1.key, right: t2.key[, columns]}``; repeated pairs are dropped."""
+    from privcube.mechanisms.relational.frames import columns_of
+
     lt, lk = split_ref(spec.get("left"), "links.left")
     rt, rk = split_ref(spec.get("right"), "links.right")
     _known(tables, lt, rt)
-    a, b, out_cols = _pair_columns(spec, lt, rt)
-    _, p1 = key_positions(tables[lt][0], lt, lk)
-    _, p2 = key_positions(tables[rt][0], rt, rk)
-    i = lookup(a, p1, f"pairs.{lt}", f"{lt}.{lk}")
-    j = lookup(b, p2, f"pairs.{rt}", f"{rt}.{rk}")
-    flat = i * len(tables[rt][0]) + j
-    _, first = np.unique(flat, return_index=True)
-    first.sort()
-    rep = {"duplicate_pairs_dropped": int(len(flat) - len(first))}
+    pairs = spec["pairs"]
+    cols_in = columns_of(pairs)
+    if cols_in is not None:
+        cols = list(spec.get("columns") or cols_in[:2])
+        for c in cols:
+            if c not in cols_in:
+                raise DataError(f"links: pairs have no column {c!r}")
+        out_cols = (str(cols[0]), str(cols[1])) if lt == rt and cols[0] != cols[1] else None
+        pair_cols: tuple[Any, Any] | None = (cols[0], cols[1])
+    else:
+        arr = np.asarray(pairs)
+        if arr.ndim != 2 or arr.shape[1] != 2:
+            raise DataError(f"links: pairs must have shape (m, 2), got {arr.shape}")
+        pairs, out_cols, pair_cols = arr, None, None
     if lt == rt and out_cols is None:
         out_cols = ("source", "target")
-    return Links(lt, rt, i[first], j[first], "many_to_many", lk, rk, None, rep, out_cols)
+    missing = tuple(map(str, pair_cols)) if spec.get("missing_by_column") and pair_cols else None
+    return Links(lt, rt, None, None, "many_to_many", lk, rk, None, {}, out_cols, pairs, pair_cols,
+                 missing)  # type: ignore[arg-type]
 
 
 def parse_links(spec: Any, tables: Mapping[str, tuple[Any, Domain]]) -> Links:
     """A ``Links`` from a spec: {from: child.fk, to: parent.key} (one-to-many) or
-    {pairs, left: t1.key, right: t2.key[, columns]} (many-to-many), or a ``Links`` as is."""
+    {pairs, left: t1.key, right: t2.key[, columns]} (many-to-many), or a ``Links`` of row positions."""
     if isinstance(spec, Links):
         return _check_links_object(spec, tables)
     if not isinstance(spec, Mapping):
@@ -199,4 +166,4 @@ def table_codes(data: Any, domain: Domain, name: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-__all__ = ["KINDS", "Links", "RelationalData", "split_ref", "key_positions", "lookup", "parse_links", "table_codes"]
+__all__ = ["KINDS", "Links", "RelationalData", "split_ref", "parse_links", "table_codes"]

@@ -101,13 +101,7 @@ from privcube.mechanisms.relational.selection import (  # noqa: F401 (selection_
     selection_count,
 )
 from privcube.mechanisms.relational.tables import restore_tables, synthesize_tables
-from privcube.mechanisms.relational.workloads import (
-    CrossTables,
-    LinkedCodes,
-    RealCross,
-    average_error,
-    cross_workloads,
-)
+from privcube.mechanisms.relational.workloads import CrossTables, RealCross, average_error, cross_workloads
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
 
@@ -173,31 +167,36 @@ def _outputs(pr: Problem, syn_codes: list[np.ndarray], si: np.ndarray, sj: np.nd
 
 
 def _stage1(pr: Problem, state: Mapping[str, Any] | None, tables: Mapping[str, tuple[Any, Domain]], ledger: Any,
-            noise: NoiseSource, client: Any, save: Callable[..., None], done: dict[str, np.ndarray],
+            noise: NoiseSource, context: RunContext | None, save: Callable[..., None], done: dict[str, np.ndarray],
             progress: Any) -> list[np.ndarray]:
-    """Synthetic codes of (left, right): checkpointed, synthesized here, or supplied."""
+    """Synthetic codes of (left, right): checkpointed, synthesized here (each table measured through the run's
+    marginal engine where its codes are), or supplied."""
     done.update(restore_tables(state, pr.need, tables, pr.n_syn))
-    real = {n: (pr.codes[pr.names.index(n)], pr.doms[pr.names.index(n)]) for n in pr.need}
-    synthesize_tables(pr.need, done, real, pr.n_syn, pr.tbud, ledger, noise, pr.p, client, save, progress)
+    real = {n: ((lambda n=n: pr.real.table_oracle(n)), pr.n_real[pr.names.index(n)], pr.doms[pr.names.index(n)])
+            for n in pr.need}
+    synthesize_tables(pr.need, done, real, pr.n_syn, pr.tbud, ledger, noise, pr.p, context, save, progress)
     by_name = {**done, **pr.given}
     return [by_name[pr.names[0]], by_name[pr.names[1]]]
 
 
 def run_relational(tables: Mapping[str, tuple[Any, Domain]], links: Any, params: Mapping[str, Any] | None,
                    budgets: Mapping[str, Any], ledger: PrivacyLedger | None = None, noise: NoiseSource | None = None,
-                   client: Any = None, *, synthetic_tables: Mapping[str, Any] | None = None,
+                   *, synthetic_tables: Mapping[str, Any] | None = None,
                    progress: Any = None, checkpoint: Any = None, resume: bool = False,
                    context: RunContext | None = None) -> RelationalResult:
     """Synthesize two linked tables (or one table linked to itself) and the links (see the module docstring).
 
-    ``tables``: name -> (codes ndarray or DataFrame with the domain columns [+ key / FK columns], Domain).
-    ``links``: ``{from: child.fk, to: parent.key}``, ``{pairs, left: t.key, right: t.key}`` or ``Links``;
-    ``left`` and ``right`` may name the same table (self-referential links, see below).
+    ``tables``: name -> (codes ndarray, or pandas / dask DataFrame with the domain columns [+ key / FK
+    columns], Domain). ``links``: ``{from: child.fk, to: parent.key}``, ``{pairs, left: t.key, right: t.key}``
+    (pairs: a pandas / dask DataFrame or an (m, 2) array) or ``Links``; ``left`` and ``right`` may name the
+    same table (self-referential links, see below). Every input is handled as a dask collection: the real
+    codes and links are checked, joined and counted as tasks (on the cluster with a cluster context), and
+    this process receives only public sizes, degree histograms and count tables.
     ``budgets``: ``{tables: {name: {epsilon, delta}|PrivacyBudget}, links: ...}``; ``ledger`` defaults
     to one over their composition. ``synthetic_tables``: name -> already-DP synthetic codes (that table
-    then spends nothing here). ``context``: the run's execution (its ``map`` runs the slice tasks, on
-    the cluster when there is one); without it slices run in this process (same results). ``client``
-    is only handed to the single-table synthesizer of stage 1.
+    then spends nothing here). ``context``: the run's execution (its ``compute``/``persist`` run the real
+    side's tasks, ``data_oracle`` counts, ``map`` runs the record chunks and the slice tasks, on the cluster
+    when there is one); without it everything runs in this process (same results).
 
     Self-referential links (one table T, a link table of (source, target) pairs of T's keys): the links
     are DIRECTED: the cross workload (S1, S2) reads S1 on the source and S2 on the target, so (S1, S2)
@@ -206,7 +205,7 @@ def run_relational(tables: Mapping[str, tuple[Any, Domain]], links: Any, params:
     sides, so changing it changes up to 2·d_max linked pairs: the sensitivities are doubled (TV
     2·d_max/m, L2 2√2·d_max/m). Self-loops (i → i) are excluded unless ``self_loops: true``: the
     synthetic diagonal is fixed at 0 (PGD box upper bound 0, never sampled by UBS, never in the initial
-    links), and a real self-loop is then a DataError naming the record (nothing is released).
+    links), and a real self-loop is then a DataError naming the table (nothing is released).
 
     ``checkpoint`` (optional, an object with ``save(round, {"meta", "arrays"})`` and ``load()``): the state
     is committed after each synthetic table (rounds 0, 1) and after each link iteration t (round
@@ -215,11 +214,13 @@ def run_relational(tables: Mapping[str, tuple[Any, Domain]], links: Any, params:
     restarts at the next iteration. With a seeded noise source the result equals the uninterrupted run.
     All input checks run before the first charge and the first save.
     """
+    import time
+
     p = check_params(params or {})
     noise = noise if noise is not None else NoiseSource()
-    if client is None and context is not None:
-        client = context.client
-    pr = prepare(tables, links, p, budgets, dict(synthetic_tables or {}))
+    t0 = time.perf_counter()
+    pr = prepare(tables, links, p, budgets, dict(synthetic_tables or {}), context)
+    t1 = time.perf_counter()
     if ledger is None:
         ledger = PrivacyLedger(pr.total, noise=noise)
 
@@ -239,9 +240,11 @@ def run_relational(tables: Mapping[str, tuple[Any, Domain]], links: Any, params:
             checkpoint.save(round_, {"meta": meta, "arrays": {**arrays, **{f"syn.{n}": c for n, c in kept.items()}}})
 
     # ---- stage 1: synthetic tables (a self-referential table once)
-    syn_codes = _stage1(pr, state, tables, ledger, noise, client, save, done, progress)
+    syn_codes = _stage1(pr, state, tables, ledger, noise, context, save, done, progress)
+    t2 = time.perf_counter()
     result = _stage2(pr, syn_codes, state, ledger, noise, context, save, progress)
     result.report["ledger_rho_spent"] = ledger.spent_rho
+    result.report["stage_timings"] = {"checks_s": t1 - t0, "tables_s": t2 - t1, "links_s": time.perf_counter() - t2}
     return result
 
 
@@ -249,24 +252,25 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
             noise: NoiseSource, context: RunContext | None, save: Callable[..., None], progress: Any) -> RelationalResult:
     """Learn the links on the synthetic tables, then assemble the outputs and the report."""
     p, doms = pr.p, pr.doms
-    real = LinkedCodes(CrossTables(pr.codes[0], doms[0], pr.codes[1], doms[1]), pr.ri, pr.rj)
+    real = pr.real.cross()
     syn = CrossTables(syn_codes[0], doms[0], syn_codes[1], doms[1])
     all_w = cross_workloads(doms[0], doms[1], int(p["k"]))
+    evaluate = _evaluating(p)
     n1s, n2s = pr.n_syn_pair
     si, sj = initial_links(pr.kind, noise, n1s, n2s, pr.m_syn, pr.no_diag, p["degrees"])
     ls = LinkState(si, sj, si.copy(), sj.copy())  # the data-independent start (the shrinkage prior with 'initial')
     report = _base_report(pr, len(all_w))
-    evaluate = _evaluating(p)
+    cand_w, sched, rho_deg = links_schedule(p, pr.kind, pr.self_ref, doms[0], doms[1], pr.b_links.rho, pr.m)
+    real.want([*cand_w, *(all_w if evaluate else [])])  # one pass over the joined links counts them all
     if evaluate:
         ls.init_err = average_error(real, syn, si, sj, all_w)
 
-    cand_w, sched, rho_deg = links_schedule(p, pr.kind, pr.self_ref, doms[0], doms[1], pr.b_links.rho, pr.m)
     report["privacy"] = sched.report(len(cand_w), {n: pr.tbud[n].rho for n in pr.need})
     report["privacy"]["rho_degrees"] = rho_deg
     if state is not None and state["meta"].get("stage") == "links":
         ls = restore_link_state(state, {w.label(): w for w in cand_w}, pr.m_syn, ls.init_err)
     elif rho_deg > 0:
-        ls.degree_hist = release_degree_histogram(pr.rj, pr.n_real[1], int(p["d_max"]), rho_deg, ledger, noise)
+        ls.degree_hist = release_degree_histogram(pr.real.degree_histogram(1), int(p["d_max"]), rho_deg, ledger, noise)
     if not sched.informative:
         # public sizes and the budget say no measurement can meet max_noise: expected gain ≤ 0
         msg = ("links budget too small for these table sizes and d_max: even one measurement of the smallest "
@@ -293,24 +297,39 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
                              "source": "noisy histogram" if ls.degree_hist is not None else "d_max cap only",
                              "note": "post-processing of DP outputs"}
     if evaluate:
-        report["nonprivate_evaluation"] = _nonprivate_evaluation(pr, real, syn, ls, si, sj, all_w)
+        report["nonprivate_evaluation"] = _nonprivate_evaluation(pr, real, syn, syn_codes, ls, si, sj, all_w)
     out_tables, links_df = _outputs(pr, syn_codes, si, sj)
     return RelationalResult(out_tables, links_df, report)
 
 
-def _nonprivate_evaluation(pr: Problem, real: RealCross, syn: CrossTables, ls: LinkState, si: np.ndarray,
-                           sj: np.ndarray, all_w: list) -> dict[str, Any]:
-    """Errors and degree figures against the real data (NOT differentially private; opt-in only)."""
-    n2s = pr.n_syn_pair[1]
-    deg_real = np.bincount(pr.rj, minlength=pr.n_real[1])
-    deg_syn = np.bincount(sj, minlength=n2s)
+def _nonprivate_evaluation(pr: Problem, real: RealCross, syn: CrossTables, syn_codes: list[np.ndarray], ls: LinkState,
+                           si: np.ndarray, sj: np.ndarray, all_w: list) -> dict[str, Any]:
+    """Errors and degree figures against the real data (NOT differentially private; opt-in only), counted where
+    the real data is: the learned links' error, the initial random links', the floor (the real links moved
+    onto the synthetic tables), per-workload errors and children-per-parent (right-side degree) histograms."""
+    n1s, n2s = pr.n_syn_pair
+    floor_side = pr.real.transplanted(syn_codes[0], syn_codes[1])
+    floor_side.want(all_w)
+    per_w = {w.label(): 100.0 * float(np.abs(real.marginal(w) - syn.marginal(w, si, sj)).sum()) for w in all_w}
+    floor_w = {w.label(): 100.0 * float(np.abs(real.marginal(w) - floor_side.marginal(w)).sum()) for w in all_w}
+    hist_real = pr.real.degree_histogram(1)
+    hist_syn = np.bincount(np.bincount(sj, minlength=n2s))
     return {
         "note": "computed from the real data; NOT differentially private",
         "average_cross_error_pct": average_error(real, syn, si, sj, all_w),
         "before_degree_repair_pct": average_error(real, syn, ls.si, ls.sj, all_w),
         "initial_random_links_error_pct": ls.init_err,
-        "right_records_with_links": {"real": int(np.count_nonzero(deg_real)), "synthetic": int(np.count_nonzero(deg_syn))},
-        "right_max_degree": {"real": int(deg_real.max(initial=0)), "synthetic": int(deg_syn.max(initial=0))},
+        "floor_pct": float(np.mean(list(floor_w.values()))) if floor_w else float("nan"),
+        "floor_note": "the real links moved onto the synthetic tables (each real record to a synthetic record "
+                      "with the same codes when there is one, else a random one): the error the tables alone cause",
+        "per_workload_pct": {w: {"learned": per_w[w], "floor": floor_w[w]} for w in per_w},
+        "right_records_with_links": {"real": int(pr.n_real[1] - hist_real[0]) if hist_real.size else 0,
+                                     "synthetic": int(n2s - hist_syn[0]) if hist_syn.size else 0},
+        "right_max_degree": {"real": int(hist_real.size - 1), "synthetic": int(hist_syn.size - 1)},
+        "degree_distribution": {"side": f"{pr.names[1]} (links per record; one-to-many: children per parent)",
+                                "real": hist_real.tolist(), "synthetic": hist_syn.tolist()},
+        "left_degree_distribution": {"real": pr.real.degree_histogram(0).tolist(),
+                                     "synthetic": np.bincount(np.bincount(si, minlength=n1s)).tolist()},
     }
 
 
@@ -348,9 +367,8 @@ class Relational(Mechanism):
         """``oracle`` is a ``RelationalData``; ``budget`` is ``{tables: {...}, links: ...}``."""
         if not isinstance(oracle, RelationalData):
             raise ConfigError("mechanism 'relational' needs RelationalData (two tables and links), not a single-table oracle")
-        client = context.client if context is not None else None
         progress = context.progress if context is not None else None
-        res = run_relational(oracle.tables, oracle.links, self.params, budget, ledger, noise, client, progress=progress,
+        res = run_relational(oracle.tables, oracle.links, self.params, budget, ledger, noise, progress=progress,
                              context=context)
         return res.to_mechanism_result()
 

@@ -10,18 +10,20 @@ import numpy as np
 
 from privcube.domain import Domain
 from privcube.errors import CheckpointError
+from privcube.mechanisms.base import RunContext, local_map
 from privcube.mechanisms.relational.composition import PrefixLedger, PrefixNoise
 from privcube.mechanisms.relational.links import table_codes
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.noise import NoiseSource
 
 
-def synth_table(name: str, codes: np.ndarray, domain: Domain, n_syn: int, budget: PrivacyBudget, ledger: Any,
-                noise: NoiseSource, params: Mapping[str, Any], client: Any = None) -> np.ndarray:
-    """ResidualPlanner on all k-way marginals (k = table_marginals), then the single-table synthesizer
-    (records generated in parallel chunks on ``client`` when one is given; the same rows either way)."""
+def synth_table(name: str, oracle: Any, n_real: int, domain: Domain, n_syn: int, budget: PrivacyBudget, ledger: Any,
+                noise: NoiseSource, params: Mapping[str, Any], context: RunContext | None = None) -> np.ndarray:
+    """ResidualPlanner on all k-way marginals (k = table_marginals) measured through ``oracle`` (the run's
+    marginal engine over the table, as in a single-table job), then the single-table synthesizer (records in
+    chunks through the context's ``map``: tasks on the cluster when there is one; the same rows either way).
+    ``n_real`` is the table's public size."""
     from privcube.mechanisms.residual_planner import ResidualPlanner
-    from privcube.oracle import ArrayOracle
     from privcube.synth.sampler import synthesize_from_answers
     from privcube.workload import Workload
 
@@ -29,11 +31,13 @@ def synth_table(name: str, codes: np.ndarray, domain: Domain, n_syn: int, budget
     cliques = list(itertools.combinations(domain.attributes, k))
     # the paper's adjacency changes one row's values (bounded DP): tables are accounted for substitution
     res = ResidualPlanner({"neighbours": "substitution"}).run(
-        ArrayOracle(domain, codes), Workload.marginals(domain, cliques), budget,
-        PrefixLedger(ledger, f"table:{name}"), PrefixNoise(noise, ("relational", "table", name)))
+        oracle, Workload.marginals(domain, cliques), budget,
+        PrefixLedger(ledger, f"table:{name}"), PrefixNoise(noise, ("relational", "table", name)), context)
+    cluster = context is not None and context.map is not local_map  # chunks are tasks wherever there are workers
     df = synthesize_from_answers(res.answers, domain, n_syn, noise=noise, key=("relational", "synth", name),
                                  chunk_size=int(params["chunk_size"]), estimator=params["estimator"],
-                                 total=float(len(codes)), client=client)
+                                 total=float(n_real), map=context.map if context is not None else None,
+                                 local_rows=0 if cluster else None)
     return df[list(domain.attributes)].to_numpy().astype(np.int64)
 
 
@@ -53,19 +57,21 @@ def restore_tables(state: Mapping[str, Any] | None, need: list[str], tables: Map
     return out
 
 
-def synthesize_tables(need: list[str], done: dict[str, np.ndarray], real: Mapping[str, tuple[np.ndarray, Domain]],
+def synthesize_tables(need: list[str], done: dict[str, np.ndarray], real: Mapping[str, tuple[Any, int, Domain]],
                       n_syn: Mapping[str, int], budgets: Mapping[str, PrivacyBudget], ledger: Any, noise: NoiseSource,
-                      params: Mapping[str, Any], client: Any, save: Callable[[int, dict, dict], None],
+                      params: Mapping[str, Any], context: RunContext | None, save: Callable[[int, dict, dict], None],
                       progress: Callable[[str, float], None] | None) -> dict[str, np.ndarray]:
     """Synthesize every table in ``need`` not already in ``done`` (in order; committed after each).
 
-    ``done`` is filled in place (the checkpoint's ``save`` reads it); ``real`` maps name → (codes, domain).
+    ``done`` is filled in place (the checkpoint's ``save`` reads it); ``real`` maps name → (a callable giving
+    the table's marginal oracle, its public size, its domain).
     """
     for s, name in enumerate(need):
         if name in done:
             continue
-        codes, dom = real[name]
-        done[name] = synth_table(name, codes, dom, n_syn[name], budgets[name], ledger, noise, params, client)
+        oracle, n_real, dom = real[name]
+        done[name] = synth_table(name, oracle(), n_real, dom, n_syn[name], budgets[name], ledger, noise, params,
+                                 context)
         save(s, {"stage": "tables"}, {})
         if progress is not None:
             progress(f"synthesize table {name}", 1.0)

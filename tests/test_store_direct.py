@@ -76,3 +76,46 @@ def test_direct_failure_leaves_no_array(tmp_path: Path, monkeypatch: pytest.Monk
     assert store.names() == ["kept"]
     np.testing.assert_array_equal(store.read("kept"), np.ones(3))
     assert not [p for p in (tmp_path / "s.zarr").iterdir() if p.name.startswith(".")]
+
+
+def _run_folder_files(out: Path) -> dict[str, bytes]:
+    """Every file of a run folder; report.json without its timings (the only part that may differ)."""
+    import json
+
+    files = _files(out)
+    report = json.loads(files.pop("report.json"))
+    report.pop("timings")
+    report.get("postprocess", {}).pop("time_s", None)
+    files["report.json"] = json.dumps(report, sort_keys=True).encode()
+    return files
+
+
+def test_seeded_run_folder_same_with_and_without_the_direct_path(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_synthesize_job import _job
+
+    from privcube import api
+
+    path, _ = _job(tmp_path, synthesize={"rows": 500}, workload=[{"kway": 1}, {"kway": 2}])
+    api.run(path, tmp_path / "direct", seed=3, quiet=True)
+    monkeypatch.setattr(zarr_direct, "fits", lambda *a: False)
+    api.run(path, tmp_path / "zarr", seed=3, quiet=True)
+    direct, plain = _run_folder_files(tmp_path / "direct"), _run_folder_files(tmp_path / "zarr")
+    assert sorted(direct) == sorted(plain)
+    assert sum(k.startswith("store.zarr/") for k in direct) > 20
+    assert [k for k in plain if direct[k] != plain[k]] == []
+
+
+def test_a_threads_run_does_not_import_distributed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from test_synthesize_job import _job
+
+    path, _ = _job(tmp_path, synthesize={"rows": 200})
+    code = ("import sys; from privcube import api; "
+            f"api.run({str(path)!r}, {str(tmp_path / 'out')!r}, seed=0, quiet=True); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('distributed', 'tornado')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    assert (tmp_path / "out" / "synthetic" / "records").is_dir()

@@ -30,7 +30,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,22 @@ def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
     """Write a pandas frame as Parquet atomically."""
     with atomic_path(path) as tmp:
         pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
+
+
+def write_parquet_files(frames: Sequence[tuple[Path, pd.DataFrame]], threads: int = 8) -> None:
+    """``atomic_write_parquet`` of each ``(path, frame)``, on ``threads`` threads (hundreds of small files
+    are bound by file-system round trips, which release the GIL); the first failure is raised once every
+    write has ended (each file is atomic: complete or absent)."""
+    if len(frames) <= 1:
+        for path, frame in frames:
+            atomic_write_parquet(path, frame)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(threads, len(frames))) as pool:
+        futures = [pool.submit(atomic_write_parquet, path, frame) for path, frame in frames]
+    for f in futures:
+        f.result()
 
 
 class RunDirectory:
@@ -199,7 +215,7 @@ class RunDirectory:
 
         folder = self.path / "answers"
         folder.mkdir(exist_ok=True, mode=0o700)
-        index = []
+        index, frames = [], []
         for i, ans in enumerate(answers):
             g = ans.group
             fname = f"{answer_file_stem(i, g)}.parquet"
@@ -207,7 +223,7 @@ class RunDirectory:
                 rows = pq.ParquetFile(folder / fname).metadata.num_rows
             else:
                 frame = answer_frame(ans, domain, schema if labels else None, ci_level=ci_level)
-                atomic_write_parquet(folder / fname, frame)
+                frames.append((folder / fname, frame))
                 rows = len(frame)
             index.append({
                 "ci": {"level": ci_level, "method": interval_method(ans)},  # exact | bound | none
@@ -218,6 +234,7 @@ class RunDirectory:
                 "file": fname,
                 "rows": int(rows),
             })
+        write_parquet_files(frames)
         atomic_write_json(folder / "index.json", {"groups": index})
         return folder
 

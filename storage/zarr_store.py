@@ -135,21 +135,30 @@ class TensorStore:
         small arrays are bound by latency: they are created and filled concurrently on zarr's event loop
         (about 3x the throughput of one thread per array), each under a hidden temporary name that is
         renamed into place only after every write succeeded. On the first failure no new array
-        appears and the temporaries are removed; the error is raised."""
+        appears and the temporaries are removed; the error is raised. Small float64 arrays in a local
+        store skip zarr's per-array machinery and are written as the same files directly
+        (``privcube.storage.zarr_direct``: about 10x less time on a run's hundreds of answer arrays)."""
         from zarr.api import asynchronous as azarr
         from zarr.core.sync import sync
 
-        plan = []
+        from privcube.storage import zarr_direct
+
+        plan, direct, targets = [], [], []
         for name, array, attrs, dims in items:
             self._check_name(name)
             array = np.asarray(array)
+            dims = list(dims) if dims is not None and array.ndim else None
+            target = f".tmp-{name}-{uuid.uuid4().hex[:8]}" if self._local else name
+            targets.append((name, target))  # renamed into place in the order given
+            if zarr_direct.fits(array, dims, self._local):  # the same files, without zarr's per-array cost
+                direct.append((name, target, array, attrs, dims))
+                continue
             shape = tuple(int(n) for n in array.shape)
             fits = array.ndim and all(shape) and np.prod(shape) * array.dtype.itemsize <= 2**26
             kwargs: dict[str, Any] = {"shape": shape, "dtype": array.dtype, "chunks": shape if fits else "auto",
                                       "attributes": dict(attrs or {})}
-            if dims is not None and array.ndim:
-                kwargs["dimension_names"] = list(dims)
-            target = f".tmp-{name}-{uuid.uuid4().hex[:8]}" if self._local else name
+            if dims is not None:
+                kwargs["dimension_names"] = dims
             plan.append((name, target, array, kwargs))
 
         async def write_all() -> None:
@@ -167,14 +176,17 @@ class TensorStore:
                 raise failed[0]
 
         try:
-            sync(write_all())
+            zarr_direct.write_arrays([(os.path.join(self.path, target), zarr_direct.encode_array(array, attrs, dims))
+                                      for _, target, array, attrs, dims in direct])
+            if plan:
+                sync(write_all())
         except BaseException:
             if self._local:
-                for _, target, _, _ in plan:
+                for _, target in targets:
                     shutil.rmtree(Path(self.path) / target, ignore_errors=True)
             raise
         if self._local:
-            for name, target, _, _ in plan:
+            for name, target in targets:
                 self._replace(target, name)
 
     @staticmethod

@@ -216,6 +216,8 @@ class SingleTableJob:
 
     def write(self, measured: Any, env: JobEnv) -> RunSummary:
         """``config.yaml``, ``answers/``, ``synthetic/``, ``store.zarr``, then ``report.json``."""
+        from concurrent.futures import ThreadPoolExecutor, wait
+
         from privcube.storage.answer_store import write_tensors
 
         result, _ = measured
@@ -225,13 +227,19 @@ class SingleTableJob:
             expected = plan_of(cfg, self.mech).to_dict()
         except PrivcubeError:
             expected = None
-        with rundir.writing("outputs"):
-            rundir.write_config(cfg.resolved())
-            rundir.write_answers(result.answers, cfg.domain, cfg.schema, labels=cfg.output.get("labels", True),
-                                 keep_existing=env.resume, ci_level=cfg.output.get("ci_level", 0.95))
-            if result.synthetic:
-                rundir.write_synthetic(result.synthetic)
-            write_tensors(rundir.store_path, cfg.domain, result, keep_existing=env.resume)
+        with rundir.writing("outputs"), ThreadPoolExecutor(1) as pool:
+            # store.zarr on a second thread while answers/ is written: both are bound by file-system round
+            # trips in different folders; the first failure is raised once both have ended
+            tensors = pool.submit(write_tensors, rundir.store_path, cfg.domain, result, keep_existing=env.resume)
+            try:
+                rundir.write_config(cfg.resolved())
+                rundir.write_answers(result.answers, cfg.domain, cfg.schema, labels=cfg.output.get("labels", True),
+                                     keep_existing=env.resume, ci_level=cfg.output.get("ci_level", 0.95))
+                if result.synthetic:
+                    rundir.write_synthetic(result.synthetic)
+            finally:
+                wait([tensors])
+            tensors.result()
         env.timings["write_s"] = time.perf_counter() - t0
         env.timings["total_s"] = time.perf_counter() - env.t_start
         report = self._report(result, env, expected)

@@ -180,21 +180,24 @@ class ClusterHandle:
     def _open(self) -> Any:
         """Start or connect what the spec asks for; the Client, or None for in-process schedulers."""
         import dask
-        from distributed import Client, LocalCluster
-
-        from privcube.graphs.cluster.security import check_address_security, client_kwargs, local_cluster_kwargs
 
         t, o = self.type, self.options
-        ckw = client_kwargs(self.security)
         if t == "none":
             return None
-        if t == "threads":
-            cfg: dict[str, Any] = {"scheduler": "threads"}
+        if t == "threads":  # in-process; the scheduler as a function, so that dask does not import distributed
+            import dask.threaded
+
+            cfg: dict[str, Any] = {"scheduler": dask.threaded.get}
             if "num_workers" in o:
                 cfg["num_workers"] = o["num_workers"]
             self._config_ctx = dask.config.set(cfg)
             self._config_ctx.__enter__()
             return None
+        from distributed import Client, LocalCluster
+
+        from privcube.graphs.cluster.security import check_address_security, client_kwargs, local_cluster_kwargs
+
+        ckw = client_kwargs(self.security)
         if t == "local":
             kw = local_defaults(o.get("n_workers"), o.get("threads_per_worker"))
             if "memory_limit" in o:

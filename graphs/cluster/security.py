@@ -50,10 +50,10 @@ def _check_file(key: str, value: Any) -> str:
 
 def security_from_spec(spec: Mapping[str, Any] | str | None) -> Any:
     """A ``distributed.Security`` from the config's security section, or None when TLS is not asked for."""
+    if spec is None:  # no TLS asked for: distributed is not imported (a threads run does not need it)
+        return None
     from distributed import Security
 
-    if spec is None:
-        return None
     if isinstance(spec, str):
         spec = {"tls": spec}
     if not isinstance(spec, Mapping):

@@ -75,6 +75,17 @@ def test_target_degrees_sum_to_children_within_d_max() -> None:
     assert deg.sum() == 3000 and np.count_nonzero(deg) > 900
 
 
+def test_target_degrees_under_estimated_share_keeps_parents_childless() -> None:
+    """A noisy count that says few parents have children (fewer than the public sizes allow) is clipped to
+    ⌈children / d_max⌉ parents with children, not spread over every childless parent one link each."""
+    rng = np.random.default_rng(4)
+    deg = target_degrees(np.array([9900.0, 100.0]), 10_000, 47_217, 50, rng)
+    assert deg.sum() == 47_217 and deg.max() <= 50
+    assert np.count_nonzero(deg) == -(-47_217 // 50)  # 945 parents, the fewest that can hold every child
+    deg = target_degrees(np.array([7576.0, 2424.0]), 10_000, 47_217, 50, rng)
+    assert deg.sum() == 47_217 and np.count_nonzero(deg) == 2424
+
+
 def test_one_to_many_degrees_are_released_charged_and_respected(pc: dict) -> None:
     b = {"tables": {"children": {"epsilon": 1.0, "delta": 1e-6}, "parents": {"epsilon": 1.0, "delta": 1e-6}},
          "links": {"epsilon": 2.0, "delta": 1e-6}}

@@ -123,29 +123,30 @@ def release_degree_histogram(degree_histogram: np.ndarray, d_max: int, rho: floa
 
 def target_degrees(noisy: np.ndarray, n_parents: int, n_children: int, d_max: int,
                    rng: np.random.Generator) -> np.ndarray:
-    """A degree per synthetic parent from the noisy binned histogram (post-processing): counts clipped at 0
-    and scaled to the parents, degrees uniform inside a bin, then adjusted (within [0, d_max]) to sum to
-    the number of children."""
-    bins = degree_bins(d_max)
+    """A degree per synthetic parent from the noisy binned histogram (post-processing): the share of parents
+    with children (counts clipped at 0), as a number of parents clipped to what the public sizes allow
+    (at least ⌈children / d_max⌉, at most min(parents, children)); those parents, drawn at random, get
+    degrees uniform in [1, d_max] adjusted (within [1, d_max]) to sum to the number of children, the
+    others none. The clip matters at small budgets: an under-estimated share used to push the surplus onto
+    childless parents one link each, until every parent had a child."""
     w = np.clip(np.asarray(noisy, dtype=float), 0.0, None)
-    w = w / w.sum() if w.sum() > 0 else np.full(len(bins), 1.0 / len(bins))
-    b = rng.choice(len(bins), size=n_parents, p=w)
-    lo = np.array([x for x, _ in bins])[b]
-    hi = np.array([y for _, y in bins])[b]
-    deg = lo + np.floor(rng.random(n_parents) * (hi - lo + 1)).astype(np.int64)
-    diff = int(n_children - deg.sum())
-    while diff != 0:  # spread the difference a unit each, keeping the childless parents childless if possible
-        if diff > 0:
-            room = np.flatnonzero((deg > 0) & (deg < d_max))
-            room = room if room.size else np.flatnonzero(deg < d_max)
-        else:
-            room = np.flatnonzero(deg > 1)
-            room = room if room.size else np.flatnonzero(deg > 0)
+    share = w[1] / w.sum() if w.sum() > 0 else 0.5
+    lo_k = -(-int(n_children) // int(d_max)) if d_max > 0 else n_parents
+    k = int(np.clip(round(share * n_parents), lo_k, min(n_parents, n_children)))
+    deg = np.zeros(n_parents, dtype=np.int64)
+    if k == 0:
+        return deg
+    who = rng.choice(n_parents, size=k, replace=False)
+    d = 1 + np.floor(rng.random(k) * d_max).astype(np.int64)
+    diff = int(n_children - d.sum())
+    while diff != 0:  # a unit each to parents with room; feasible since k ≤ children ≤ k·d_max
+        room = np.flatnonzero(d < d_max) if diff > 0 else np.flatnonzero(d > 1)
         if not room.size:
             break
         pick = rng.choice(room, size=min(abs(diff), room.size), replace=False)
-        deg[pick] += 1 if diff > 0 else -1
-        diff = int(n_children - deg.sum())
+        d[pick] += 1 if diff > 0 else -1
+        diff = int(n_children - d.sum())
+    deg[who] = d
     return deg
 
 

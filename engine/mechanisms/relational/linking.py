@@ -57,30 +57,59 @@ def initial_links(kind: str, noise: NoiseSource, n1s: int, n2s: int, m_syn: int,
     return random_links(rng0, n1s, n2s, m_syn, no_diag)
 
 
-def shrink(noisy: np.ndarray, prior: np.ndarray, sigma: float, margin: float = 2.0) -> np.ndarray:
-    """Linear (Wiener) shrinkage of a noisy marginal towards ``prior``, then onto the simplex.
+def shrink(noisy: np.ndarray, prior: np.ndarray, sigma: float, margin: float = 2.0,
+           shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """Linear (Wiener) shrinkage of a noisy marginal towards ``prior``, then onto the probability simplex.
 
     With d cells and noise variance σ², the signal power s² = ‖p − prior‖² is estimated as
-    ‖y − prior‖² − dσ² − 2σ²√(2d) (conservative: two noise standard deviations below the unbiased
-    estimate), clipped to [0, 2] (two distributions are at most √2 apart in L2), and
+    ‖y − prior‖² − dσ² − margin·σ²√(2d) (conservative: ``margin`` noise standard deviations below the
+    unbiased estimate), clipped to [0, 2] (two distributions are at most √2 apart in L2), and
     y is replaced by prior + λ(y − prior), λ = s²/(s² + dσ²). At low budgets λ → 0 keeps the links
-    near the prior instead of fitting noise; at high budgets λ → 1. The Euclidean projection onto the
-    probability simplex (a marginal is a distribution) only brings it closer to the true marginal.
-    Both steps are post-processing of the release.
+    near the prior instead of fitting noise; at high budgets λ → 1. With ``shape`` (the marginal's
+    per-attribute sizes) the difference is split into its orthogonal ANOVA components (``components``)
+    and each is shrunk on its own noise power, so a strong low-order signal survives while the noise of
+    the many high-order cells is dropped. The Euclidean projection onto the simplex (a marginal is a
+    distribution) only brings it closer to the true marginal. Both steps are post-processing.
     """
     from privcube.mechanisms.relational.projection import project_rows_simplex
 
-    d = noisy.size
-    if math.isfinite(sigma):
-        noise_pow = d * sigma * sigma
-        # subtract two standard deviations of the noise power (σ²√(2d)): only a detected signal counts
-        excess = float(np.sum((noisy - prior) ** 2)) - noise_pow - margin * sigma * sigma * math.sqrt(2.0 * d)
-        s2 = min(max(excess, 0.0), 2.0)
-        lam = s2 / (s2 + noise_pow) if s2 + noise_pow > 0 else 1.0
-        noisy = prior + lam * (noisy - prior)
-    else:
+    if not math.isfinite(sigma):
         noisy = prior.copy()
+    elif shape is not None and len(shape) > 1:
+        diff = (noisy - prior).reshape(shape)
+        out = prior.astype(float).copy()
+        for comp, dim in components(diff):
+            out += _wiener(comp, dim, sigma, margin).ravel()
+        noisy = out
+    else:
+        noisy = prior + _wiener(noisy - prior, noisy.size, sigma, margin)
     return project_rows_simplex(noisy[None, :])[0]
+
+
+def _wiener(diff: np.ndarray, dim: int, sigma: float, margin: float) -> np.ndarray:
+    """λ·diff with λ = ŝ²/(ŝ² + dim·σ²), ŝ² the conservative signal power of ``diff`` (see ``shrink``)."""
+    noise_pow = dim * sigma * sigma
+    excess = float(np.sum(diff * diff)) - noise_pow - margin * sigma * sigma * math.sqrt(2.0 * dim)
+    s2 = min(max(excess, 0.0), 2.0)
+    lam = s2 / (s2 + noise_pow) if s2 + noise_pow > 0 else 1.0
+    return lam * diff
+
+
+def components(x: np.ndarray) -> list[tuple[np.ndarray, int]]:
+    """The orthogonal ANOVA components of a table (one per non-empty axis subset S: centred along S,
+    averaged over the others) with their dimensions Π_{i∈S}(n_i − 1); they sum to x minus its mean.
+    I.i.d. noise of variance σ² has power dim·σ² in each."""
+    k = x.ndim
+    out = []
+    for mask in range(1, 1 << k):
+        c = x
+        for ax in range(k):
+            mean = c.mean(axis=ax, keepdims=True)
+            c = c - mean if mask >> ax & 1 else mean
+        dim = int(np.prod([x.shape[ax] - 1 for ax in range(k) if mask >> ax & 1]))
+        if dim:
+            out.append((np.broadcast_to(c, x.shape), dim))
+    return out
 
 
 def dp_fit_report(syn: CrossTables, si: np.ndarray, sj: np.ndarray, selected: list[CrossWorkload],
@@ -150,11 +179,14 @@ def restore_link_state(state: Mapping[str, Any], by_label: Mapping[str, CrossWor
 def fit_targets(p: Mapping[str, Any], sched: Schedule, syn: CrossTables, ls: LinkState) -> list[np.ndarray]:
     """The releases as fitting targets: as they are, or (shrinkage) each noisy-enough one shrunk towards a
     prior: ('initial', the default) the random start's marginal, fixed and data-independent, or ('current')
-    the current synthetic marginal, which lets the targets creep towards the noise. Post-processing."""
+    the current synthetic marginal, which lets the targets creep towards the noise; ``shrink_by: components``
+    shrinks each ANOVA component of a release on its own (``shrink``). Post-processing."""
     if not sched.shrinkage:
         return list(ls.released)
     pi, pj = (ls.si0, ls.sj0) if p["shrink_towards"] == "initial" else (ls.si, ls.sj)
-    return [shrink(y, syn.marginal(w, pi, pj), sg, float(p["shrinkage_margin"]))
+    by_parts = p["shrink_by"] == "components"
+    return [shrink(y, syn.marginal(w, pi, pj), sg, float(p["shrinkage_margin"]),
+                   (*syn.dom1.shape_of(w.left), *syn.dom2.shape_of(w.right)) if by_parts else None)
             for w, y, sg in zip(ls.selected, ls.released, ls.sigmas)]
 
 
@@ -320,5 +352,5 @@ def learn_links(run: LinkRun, ls: LinkState) -> LinkState:
     return ls
 
 
-__all__ = ["random_links", "initial_links", "shrink", "dp_fit_report", "LinkState", "restore_link_state",
+__all__ = ["random_links", "initial_links", "shrink", "components", "dp_fit_report", "LinkState", "restore_link_state",
            "fit_targets", "optimise", "LinkRun", "learn_links"]

@@ -22,7 +22,7 @@ PARAMS: dict[str, Any] = {
     "chunk_size": 1_000_000, "evaluate_nonprivate": False, "evaluate": None, "shrinkage": "auto",
     "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.1,
     "self_loops": False, "shrink_towards": "initial", "refit": True, "degrees": "preserve",
-    "degree_share": 0.05, "uninformative": "warn",
+    "degree_share": 0.05, "uninformative": "warn", "shrink_by": "components",
 }
 
 _WHO = "mechanism 'relational'"
@@ -66,6 +66,8 @@ def _check_choices(q: Mapping[str, Any]) -> None:
     if q["shrink_towards"] not in ("current", "initial"):
         raise ConfigError(f"{_WHO}: parameter 'shrink_towards' must be 'current' or 'initial', "
                           f"got {q['shrink_towards']!r}")
+    if q["shrink_by"] not in ("components", "whole"):
+        raise ConfigError(f"{_WHO}: parameter 'shrink_by' must be 'components' or 'whole', got {q['shrink_by']!r}")
     if q["shrinkage"] not in (True, False, "auto"):
         raise ConfigError(f"{_WHO}: parameter 'shrinkage' must be true, false or 'auto', got {q['shrinkage']!r}")
     if q["uninformative"] not in ("warn", "random"):

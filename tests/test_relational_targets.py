@@ -4,6 +4,7 @@ signal while dropping the noise of the many high-order cells."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from privcube.errors import ConfigError
 from privcube.mechanisms.relational.linking import components, shrink
 from privcube.mechanisms.relational.parameters import check_params
+from test_relational import _identity, ml  # noqa: F401 (the same data set and fixture)
 
 
 def test_components_are_orthogonal_and_sum_to_the_centred_table() -> None:
@@ -57,3 +59,64 @@ def test_shrink_by_is_validated() -> None:
     assert check_params({})["shrink_by"] == "components"
     with pytest.raises(ConfigError, match="'shrink_by'"):
         check_params({"shrink_by": "parts"})
+
+
+def _schedule(strategy: str, dom1, dom2, rho: float, m: int, **extra):
+    from privcube.mechanisms.relational.selection import links_schedule
+
+    return links_schedule(check_params({"strategy": strategy, **extra}), "many_to_many", False, dom1, dom2, rho, m)[1]
+
+
+def test_measure_all_test_is_data_independent() -> None:
+    """The measure-all decision reads public sizes only: two data sets with equal domains, m and budget get
+    the same plan; it measures every lowest-order (2-way) candidate when they cost ≤ half the budget."""
+    from privcube.mechanisms.relational.selection import MEASURE_ALL_SHARE
+    from privcube.storage.relational_data import movielens_like
+
+    a, b = movielens_like(120, 80, 4, d_max=10, seed=1), movielens_like(120, 80, 4, d_max=10, seed=7)
+    dom1, dom2 = a["tables"]["users"][1], a["tables"]["movies"][1]
+    assert dom1 == b["tables"]["users"][1] and dom2 == b["tables"]["movies"][1]
+    for rho in (0.01, 50.0):
+        sa, sb = _schedule("auto", dom1, dom2, rho, 600), _schedule("auto", dom1, dom2, rho, 600)
+        assert [w.label() for w in sa.first] == [w.label() for w in sb.first] and sa.first_rho == sb.first_rho
+    low, high = _schedule("auto", dom1, dom2, 0.01, 600), _schedule("auto", dom1, dom2, 50.0, 600)
+    assert low.first == []  # not affordable: adaptive selection only
+    assert len(high.first) == 3 * 4 and all(len(w.left) + len(w.right) == 2 for w in high.first)
+    assert sum(high.first_rho) <= MEASURE_ALL_SHARE * 50.0
+    tau = 0.1  # each meets max_noise: σ·√cells ≤ τ
+    assert all(high.sigma_of(r) * math.sqrt(np.prod(w.sizes(dom1, dom2))) <= tau * (1 + 1e-9)
+               for w, r in zip(high.first, high.first_rho))
+    forced = _schedule("measure-all", dom1, dom2, 0.01, 600)  # forced: scaled down to the whole budget
+    assert len(forced.first) == 12 and math.isclose(sum(forced.first_rho), 0.01, rel_tol=1e-9)
+    assert forced.n_sel == 0 and _schedule("adaptive", dom1, dom2, 50.0, 600).first == []
+
+
+@pytest.mark.parametrize("strategy,eps", [("auto", 60.0), ("measure-all", 1.0)])
+def test_measure_all_ledger_adds_up(ml: dict, strategy: str, eps: float) -> None:
+    """Measure-all releases are charged before reading (no selection charge for them), and selection +
+    measurement charges add up to the links budget, never above; seeded runs repeat exactly."""
+    from privcube.mechanisms.relational.mechanism import compose_budgets, run_relational
+    from privcube.privacy.ledger import PrivacyLedger
+    from privcube.privacy.noise import NoiseSource
+
+    b = {"links": {"epsilon": eps, "delta": 1e-6}}
+    outs = []
+    for _ in range(2):
+        noise = NoiseSource(3)
+        ledger = PrivacyLedger(compose_budgets(b, []), noise=noise)
+        res = run_relational(ml["tables"], ml["links"], {"iterations": 2, "pgd_iters": 20, "d_max": 10,
+                                                         "strategy": strategy}, b, ledger, noise,
+                             synthetic_tables=_identity(ml))
+        charges = ledger.to_dict()["charges"]
+        first = [c for c in charges if c.get("measure_all")]
+        assert len(first) == res.report["privacy"]["measure_all"] == 3 * 4
+        assert ledger.spent_rho <= compose_budgets(b, []).rho * (1 + 1e-9)
+        assert math.isclose(ledger.spent_rho, compose_budgets(b, []).rho, rel_tol=1e-9)
+        assert math.isclose(res.report["privacy"]["rho_links_spent"], ledger.spent_rho, rel_tol=1e-9)
+        outs.append(res.links)
+    assert outs[0].equals(outs[1])
+
+
+def test_strategy_is_validated() -> None:
+    with pytest.raises(ConfigError, match="'strategy'"):
+        check_params({"strategy": "all"})

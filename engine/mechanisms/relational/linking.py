@@ -16,7 +16,7 @@ import numpy as np
 
 from privcube.errors import CheckpointError, DataError
 from privcube.mechanisms.relational.degrees import balanced_degrees, links_with_degrees
-from privcube.mechanisms.relational.selection import Schedule, select_and_measure
+from privcube.mechanisms.relational.selection import Schedule, measure_first, select_and_measure
 from privcube.mechanisms.relational.slicing import (
     Slice,
     SliceTask,
@@ -329,15 +329,23 @@ def learn_links(run: LinkRun, ls: LinkState) -> LinkState:
     for t in range(ls.t_start, sched.T):
         kt = sched.ks[t]
         picked: list[CrossWorkload] = []
-        if kt > 0:
-            remaining = [w for w in run.candidates if w not in chosen]
-            picked, releases, sigmas, ls.rho_spent = select_and_measure(
-                t, kt, sched, p, remaining, run.real, syn, ls.si, ls.sj, run.m, run.ledger, run.noise,
-                ls.rho_spent)
+        if t == 0 and sched.first:
+            picked, releases, sigmas, spent = measure_first(sched, run.real, run.m, run.ledger, run.noise)
+            ls.rho_spent += spent
             ls.selected.extend(picked)
             ls.released.extend(releases)
             ls.sigmas.extend(sigmas)
             chosen.update(picked)
+        if kt > 0:
+            remaining = [w for w in run.candidates if w not in chosen]
+            drawn, releases, sigmas, ls.rho_spent = select_and_measure(
+                t, kt, sched, p, remaining, run.real, syn, ls.si, ls.sj, run.m, run.ledger, run.noise,
+                ls.rho_spent)
+            picked = picked + drawn
+            ls.selected.extend(drawn)
+            ls.released.extend(releases)
+            ls.sigmas.extend(sigmas)
+            chosen.update(drawn)
         if not ls.selected or (not picked and not p["refit"]):
             break  # nothing measured yet, or (refit: false) no new measurement to fit
         answers = fit_targets(p, sched, syn, ls)

@@ -179,15 +179,28 @@ def restore_link_state(state: Mapping[str, Any], by_label: Mapping[str, CrossWor
 def fit_targets(p: Mapping[str, Any], sched: Schedule, syn: CrossTables, ls: LinkState) -> list[np.ndarray]:
     """The releases as fitting targets: as they are, or (shrinkage) each noisy-enough one shrunk towards a
     prior: ('initial', the default) the random start's marginal, fixed and data-independent, or ('current')
-    the current synthetic marginal, which lets the targets creep towards the noise; ``shrink_by: components``
-    shrinks each ANOVA component of a release on its own (``shrink``). Post-processing."""
+    the current synthetic marginal, which lets the targets creep towards the noise; ``shrink_by``
+    (``by_components``) shrinks each ANOVA component of a release on its own (``shrink``). Post-processing."""
     if not sched.shrinkage:
         return list(ls.released)
     pi, pj = (ls.si0, ls.sj0) if p["shrink_towards"] == "initial" else (ls.si, ls.sj)
-    by_parts = p["shrink_by"] == "components"
     return [shrink(y, syn.marginal(w, pi, pj), sg, float(p["shrinkage_margin"]),
-                   (*syn.dom1.shape_of(w.left), *syn.dom2.shape_of(w.right)) if by_parts else None)
+                   (*syn.dom1.shape_of(w.left), *syn.dom2.shape_of(w.right))
+                   if by_components(p["shrink_by"], sg, y.size) else None)
             for w, y, sg in zip(ls.selected, ls.released, ls.sigmas)]
+
+
+#: ``shrink_by: auto`` shrinks a release by components when its expected noise norm σ·√cells is at most this
+#: (public: σ and the cell count); noisier releases are shrunk as a whole (measured: see the mechanism's notes).
+COMPONENTS_MAX_NOISE = 0.1
+
+
+def by_components(mode: str, sigma: float, cells: int) -> bool:
+    """Whether a release is shrunk by ANOVA components (``components``; ``auto``: only if σ·√cells ≤
+    ``COMPONENTS_MAX_NOISE``, where the many small components do not let noise through) or as a whole."""
+    if mode == "auto":
+        return math.isfinite(sigma) and sigma * math.sqrt(cells) <= COMPONENTS_MAX_NOISE * (1 + 1e-9)
+    return mode == "components"
 
 
 def _fit_workloads(p: Mapping[str, Any], syn: CrossTables, si: np.ndarray, sj: np.ndarray,
@@ -360,5 +373,5 @@ def learn_links(run: LinkRun, ls: LinkState) -> LinkState:
     return ls
 
 
-__all__ = ["random_links", "initial_links", "shrink", "components", "dp_fit_report", "LinkState", "restore_link_state",
+__all__ = ["random_links", "initial_links", "shrink", "components", "by_components", "COMPONENTS_MAX_NOISE", "dp_fit_report", "LinkState", "restore_link_state",
            "fit_targets", "optimise", "LinkRun", "learn_links"]

@@ -22,7 +22,7 @@ PARAMS: dict[str, Any] = {
     "chunk_size": 1_000_000, "evaluate_nonprivate": False, "evaluate": None, "shrinkage": "auto",
     "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.1,
     "self_loops": False, "shrink_towards": "initial", "refit": True, "degrees": "preserve",
-    "degree_share": 0.05, "uninformative": "warn", "shrink_by": "components", "strategy": "auto",
+    "degree_share": 0.05, "uninformative": "warn", "shrink_by": "auto", "strategy": "auto",
 }
 
 _WHO = "mechanism 'relational'"
@@ -69,8 +69,9 @@ def _check_choices(q: Mapping[str, Any]) -> None:
     if q["strategy"] not in ("auto", "adaptive", "measure-all"):
         raise ConfigError(f"{_WHO}: parameter 'strategy' must be 'auto', 'adaptive' or 'measure-all', "
                           f"got {q['strategy']!r}")
-    if q["shrink_by"] not in ("components", "whole"):
-        raise ConfigError(f"{_WHO}: parameter 'shrink_by' must be 'components' or 'whole', got {q['shrink_by']!r}")
+    if q["shrink_by"] not in ("auto", "components", "whole"):
+        raise ConfigError(f"{_WHO}: parameter 'shrink_by' must be 'auto', 'components' or 'whole', "
+                          f"got {q['shrink_by']!r}")
     if q["shrinkage"] not in (True, False, "auto"):
         raise ConfigError(f"{_WHO}: parameter 'shrinkage' must be true, false or 'auto', got {q['shrinkage']!r}")
     if q["uninformative"] not in ("warn", "random"):

@@ -20,7 +20,7 @@ PARAMS: dict[str, Any] = {
     "slices_per_iteration": 8, "guaranteed": 0.2, "m_syn": None, "synthetic_rows": None,
     "objective": "global", "workloads_per_slice": None, "estimator": "tree", "table_marginals": 2,
     "chunk_size": 1_000_000, "evaluate_nonprivate": False, "evaluate": None, "shrinkage": "auto",
-    "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.1,
+    "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.2,
     "self_loops": False, "shrink_towards": "initial", "refit": True, "degrees": "preserve",
     "degree_share": 0.05, "uninformative": "warn", "shrink_by": "auto", "strategy": "auto",
 }

@@ -87,7 +87,7 @@ def test_measure_all_test_is_data_independent() -> None:
     assert low.first == []  # not affordable: adaptive selection only
     assert len(high.first) == 3 * 4 and all(len(w.left) + len(w.right) == 2 for w in high.first)
     assert sum(high.first_rho) <= MEASURE_ALL_SHARE * 50.0
-    tau = 0.1  # each meets max_noise: σ·√cells ≤ τ
+    tau = check_params({})["max_noise"]  # each meets max_noise: σ·√cells ≤ τ
     assert all(high.sigma_of(r) * math.sqrt(np.prod(w.sizes(dom1, dom2))) <= tau * (1 + 1e-9)
                for w, r in zip(high.first, high.first_rho))
     forced = _schedule("measure-all", dom1, dom2, 0.01, 600)  # forced: scaled down to the whole budget

@@ -184,10 +184,67 @@ def fit_targets(p: Mapping[str, Any], sched: Schedule, syn: CrossTables, ls: Lin
     if not sched.shrinkage:
         return list(ls.released)
     pi, pj = (ls.si0, ls.sj0) if p["shrink_towards"] == "initial" else (ls.si, ls.sj)
+    if p["shrink_by"] == "pooled":
+        return pooled_targets(syn, ls.selected, ls.released, ls.sigmas,
+                              [syn.marginal(w, pi, pj) for w in ls.selected], float(p["shrinkage_margin"]))
     return [shrink(y, syn.marginal(w, pi, pj), sg, float(p["shrinkage_margin"]),
                    (*syn.dom1.shape_of(w.left), *syn.dom2.shape_of(w.right))
                    if by_components(p["shrink_by"], sg, y.size) else None)
             for w, y, sg in zip(ls.selected, ls.released, ls.sigmas)]
+
+
+def pooled_targets(syn: CrossTables, selected: list[CrossWorkload], released: list[np.ndarray],
+                   sigmas: list[float], priors: list[np.ndarray], margin: float) -> list[np.ndarray]:
+    """``shrink_by: pooled``: consistent targets. Every release's difference from its prior gives, per attribute
+    subset S of its workload, an estimate of the S-marginal's ANOVA component (summed over the other axes:
+    noise variance σ²·N per cell, N the cells summed); the estimates of one S from all releases are averaged
+    with weights 1/(σ²·N), shrunk once on the pooled variance, and every release is rebuilt from the same
+    components, so overlapping releases agree (least squares under the ANOVA model). Post-processing."""
+    from privcube.mechanisms.relational.projection import project_rows_simplex
+
+    axes_of = [[("1", a) for a in w.left] + [("2", b) for b in w.right] for w in selected]
+    sizes = {**{("1", a): n for a, n in zip(syn.dom1.attributes, syn.dom1.shape)},
+             **{("2", b): n for b, n in zip(syn.dom2.attributes, syn.dom2.shape)}}
+    est: dict[tuple, list[tuple[np.ndarray, float]]] = {}
+    for axes, y, prior, sg in zip(axes_of, released, priors, sigmas):
+        if not math.isfinite(sg):
+            continue
+        diff = (y - prior).reshape([sizes[a] for a in axes])
+        for sub in _subsets(len(axes)):
+            rest = tuple(k for k in range(len(axes)) if k not in sub)
+            c = _centred(diff.sum(axis=rest) if rest else diff)
+            n_rest = int(np.prod([sizes[axes[k]] for k in rest])) if rest else 1
+            est.setdefault(tuple(axes[k] for k in sub), []).append((c, max(sg * sg * n_rest, 1e-300)))
+    shrunk = {}
+    for key, parts in est.items():
+        wts = np.array([1.0 / v for _, v in parts])
+        mean = sum(wt * c for wt, (c, _) in zip(wts, parts)) / wts.sum()
+        dim = int(np.prod([sizes[a] - 1 for a in key]))
+        shrunk[key] = _wiener(mean, dim, math.sqrt(1.0 / wts.sum()), margin) if dim else 0.0 * mean
+    out = []
+    for axes, prior in zip(axes_of, priors):
+        shape = [sizes[a] for a in axes]
+        t = prior.reshape(shape).astype(float).copy()
+        for sub in _subsets(len(axes)):
+            key = tuple(axes[k] for k in sub)
+            if key not in shrunk:
+                continue
+            n_rest = int(np.prod([shape[k] for k in range(len(axes)) if k not in sub]))
+            t += np.expand_dims(shrunk[key], [k for k in range(len(axes)) if k not in sub]) / n_rest
+        out.append(project_rows_simplex(t.ravel()[None, :])[0])
+    return out
+
+
+def _subsets(k: int) -> list[tuple[int, ...]]:
+    """The non-empty subsets of range(k), as sorted index tuples."""
+    return [tuple(a for a in range(k) if m >> a & 1) for m in range(1, 1 << k)]
+
+
+def _centred(x: np.ndarray) -> np.ndarray:
+    """x centred along every axis (its top ANOVA component)."""
+    for ax in range(x.ndim):
+        x = x - x.mean(axis=ax, keepdims=True)
+    return x
 
 
 #: ``shrink_by: auto`` shrinks a release by components when its expected noise norm σ·√cells is at most this
@@ -373,5 +430,5 @@ def learn_links(run: LinkRun, ls: LinkState) -> LinkState:
     return ls
 
 
-__all__ = ["random_links", "initial_links", "shrink", "components", "by_components", "COMPONENTS_MAX_NOISE", "dp_fit_report", "LinkState", "restore_link_state",
+__all__ = ["random_links", "initial_links", "shrink", "components", "by_components", "pooled_targets", "COMPONENTS_MAX_NOISE", "dp_fit_report", "LinkState", "restore_link_state",
            "fit_targets", "optimise", "LinkRun", "learn_links"]

@@ -69,8 +69,8 @@ def _check_choices(q: Mapping[str, Any]) -> None:
     if q["strategy"] not in ("auto", "adaptive", "measure-all"):
         raise ConfigError(f"{_WHO}: parameter 'strategy' must be 'auto', 'adaptive' or 'measure-all', "
                           f"got {q['strategy']!r}")
-    if q["shrink_by"] not in ("auto", "components", "whole"):
-        raise ConfigError(f"{_WHO}: parameter 'shrink_by' must be 'auto', 'components' or 'whole', "
+    if q["shrink_by"] not in ("auto", "components", "whole", "pooled"):
+        raise ConfigError(f"{_WHO}: parameter 'shrink_by' must be 'auto', 'components', 'whole' or 'pooled', "
                           f"got {q['shrink_by']!r}")
     if q["shrinkage"] not in (True, False, "auto"):
         raise ConfigError(f"{_WHO}: parameter 'shrinkage' must be true, false or 'auto', got {q['shrinkage']!r}")

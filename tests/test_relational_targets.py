@@ -124,3 +124,44 @@ def test_measure_all_ledger_adds_up(ml: dict, strategy: str, eps: float) -> None
 def test_strategy_is_validated() -> None:
     with pytest.raises(ConfigError, match="'strategy'"):
         check_params({"strategy": "all"})
+
+
+def _two_overlapping(seed: int):
+    from privcube.domain import Domain
+    from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload
+
+    rng = np.random.default_rng(seed)
+    d1, d2 = Domain(("a", "b"), (3, 2)), Domain(("g", "h"), (2, 2))
+    syn = CrossTables(rng.integers(0, 2, (50, 2)), d1, rng.integers(0, 2, (40, 2)), d2)
+    ws = [CrossWorkload(("a",), ("g", "h")), CrossWorkload(("a", "b"), ("g",))]  # share a × g
+    joint = (0.5 * rng.dirichlet(np.ones(24)) + 0.5 / 24).reshape(3, 2, 2, 2)  # a, b, g, h
+    return syn, ws, [joint.sum(1).ravel(), joint.sum(3).ravel()], rng
+
+
+def test_pooled_targets_are_exact_without_noise_and_consistent() -> None:
+    from privcube.mechanisms.relational.linking import pooled_targets
+
+    syn, ws, truth, rng = _two_overlapping(5)
+    prior = [np.full(12, 1 / 12)] * 2
+    out = pooled_targets(syn, ws, truth, [0.0, 0.0], prior, 1.0)
+    assert all(np.abs(o - t).max() < 1e-12 for o, t in zip(out, truth))
+    noisy = [t + rng.normal(0, 0.004, 12) for t in truth]
+    out = pooled_targets(syn, ws, noisy, [0.004, 0.004], prior, 1.0)
+    shared0 = out[0].reshape(3, 2, 2).sum(2)  # a × g of release 0 (a | g, h)
+    shared1 = out[1].reshape(3, 2, 2).sum(1)  # a × g of release 1 (a, b | g)
+    assert np.abs(shared0 - shared1).max() < 1e-9  # overlapping releases agree (no clipping here)
+    assert np.abs(noisy[0].reshape(3, 2, 2).sum(2) - noisy[1].reshape(3, 2, 2).sum(1)).max() > 1e-3
+
+
+def test_pooled_targets_beat_per_release_shrinkage_on_overlapping_releases() -> None:
+    from privcube.mechanisms.relational.linking import pooled_targets
+
+    syn, ws, truth, rng = _two_overlapping(6)
+    prior = [np.full(12, 1 / 12)] * 2
+    err_p = err_c = 0.0
+    for _ in range(200):
+        noisy = [t + rng.normal(0, 0.03, 12) for t in truth]
+        pooled = pooled_targets(syn, ws, noisy, [0.03, 0.03], prior, 1.0)
+        err_p += sum(np.abs(o - t).sum() for o, t in zip(pooled, truth))
+        err_c += sum(np.abs(shrink(y, pr, 0.03, 1.0, (3, 2, 2)) - t).sum() for y, pr, t in zip(noisy, prior, truth))
+    assert err_p < err_c  # measured 0.954 of it (seeded)

@@ -58,7 +58,7 @@ def test_component_shrinkage_beats_whole_shrinkage_on_a_low_order_signal() -> No
 def test_shrink_by_is_validated() -> None:
     from privcube.mechanisms.relational.linking import by_components
 
-    assert check_params({})["shrink_by"] == "auto"
+    assert check_params({})["shrink_by"] == "pooled"
     assert by_components("auto", 0.02, 16) and not by_components("auto", 0.05, 16)  # σ·√cells 0.08 / 0.2
     assert by_components("components", 0.05, 16) and not by_components("whole", 0.0, 4)
     with pytest.raises(ConfigError, match="'shrink_by'"):

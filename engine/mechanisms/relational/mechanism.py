@@ -43,7 +43,14 @@ schedule is ``candidate_orders: k, max_noise: null, noise_penalty: false, shrink
 - ``shrinkage: auto``: with ``max_noise`` every release is shrunk (Wiener, ``shrink``, margin
   ``shrinkage_margin: 1``) before fitting; without it, none (the paper). ``true`` / ``false`` shrink
   all / none. Shrinkage is post-processing.
-- ``shrink_by: auto`` (``linking.shrink``, ``by_components``): a release whose expected noise norm σ·√cells
+- ``shrink_by: pooled`` (``linking.pooled_targets``): the releases are made consistent before fitting:
+  each release's difference from its prior is read as estimates of the ANOVA components of its attribute
+  subsets (summed over the other axes), the estimates of one subset from all overlapping releases are
+  averaged with weights 1/(σ²·cells summed) and Wiener-shrunk once on the pooled variance, and every
+  target is rebuilt from the same components (then put on the simplex). Measured (MovieLens-like, τ 0.2,
+  learned % L1, seeds 0–2): ε_rel 2 39.4 / 44.4 / 45.3 vs 40.5 / 45.8 / 47.3 per release (``auto``);
+  ε_rel 1 46.6 / 45.5 / 52.1 vs 46.2 / 47.2 / 53.9. Post-processing.
+- ``shrink_by: auto`` (the per-release alternative; ``linking.shrink``, ``by_components``): a release whose expected noise norm σ·√cells
   is ≤ 0.1 has its difference from the prior split into orthogonal ANOVA components (one per attribute
   subset), each shrunk on its own noise power (dim·σ²): a strong low-order signal (age × genre) is kept
   while the noise of the many high-order cells is dropped; noisier releases are shrunk as a whole (the

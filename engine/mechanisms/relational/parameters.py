@@ -22,7 +22,7 @@ PARAMS: dict[str, Any] = {
     "chunk_size": 1_000_000, "evaluate_nonprivate": False, "evaluate": None, "shrinkage": "auto",
     "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.2,
     "self_loops": False, "shrink_towards": "initial", "refit": True, "degrees": "preserve",
-    "degree_share": 0.05, "uninformative": "warn", "shrink_by": "auto", "strategy": "auto",
+    "degree_share": 0.05, "uninformative": "warn", "shrink_by": "pooled", "strategy": "auto",
 }
 
 _WHO = "mechanism 'relational'"

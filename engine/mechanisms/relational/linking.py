@@ -430,5 +430,6 @@ def learn_links(run: LinkRun, ls: LinkState) -> LinkState:
     return ls
 
 
-__all__ = ["random_links", "initial_links", "shrink", "components", "by_components", "pooled_targets", "COMPONENTS_MAX_NOISE", "dp_fit_report", "LinkState", "restore_link_state",
+__all__ = ["random_links", "initial_links", "shrink", "components", "by_components", "pooled_targets",
+           "COMPONENTS_MAX_NOISE", "dp_fit_report", "LinkState", "restore_link_state",
            "fit_targets", "optimise", "LinkRun", "learn_links"]

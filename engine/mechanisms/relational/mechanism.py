@@ -50,14 +50,14 @@ schedule is ``candidate_orders: k, max_noise: null, noise_penalty: false, shrink
   target is rebuilt from the same components (then put on the simplex). Measured (MovieLens-like, τ 0.2,
   learned % L1, seeds 0–2): ε_rel 2 39.4 / 44.4 / 45.3 vs 40.5 / 45.8 / 47.3 per release (``auto``);
   ε_rel 1 46.6 / 45.5 / 52.1 vs 46.2 / 47.2 / 53.9. Post-processing.
-- ``shrink_by: auto`` (the per-release alternative; ``linking.shrink``, ``by_components``): a release whose expected noise norm σ·√cells
-  is ≤ 0.1 has its difference from the prior split into orthogonal ANOVA components (one per attribute
-  subset), each shrunk on its own noise power (dim·σ²): a strong low-order signal (age × genre) is kept
-  while the noise of the many high-order cells is dropped; noisier releases are shrunk as a whole (the
-  earlier rule; ``components`` / ``whole`` force one). Measured on the MovieLens-like candidates (3 seeds ×
-  5 noise draws, % L1 of the target against the true marginal, components vs whole): 2-way 10.3 vs 11.7
-  (σ 0.01), 16.0 vs 17.9 (σ 0.02), 24.5 vs 25.4 (σ 0.05); 3-way 22.4 vs 23.8 (σ 0.01), 31.4 vs 32.0 (σ 0.02),
-  but 37.3 vs 36.4 (σ 0.03) and 46.2 vs 41.4 (σ 0.05, worse than the prior's 42.8: small components let
+- ``shrink_by: auto`` (the per-release alternative; ``linking.shrink``, ``by_components``): a release
+  whose expected noise norm σ·√cells is ≤ 0.1 has its difference from the prior split into orthogonal
+  ANOVA components (one per attribute subset), each shrunk on its own noise power (dim·σ²): a strong
+  low-order signal (age × genre) is kept while the noise of the many high-order cells is dropped;
+  noisier releases are shrunk as a whole (the earlier rule; ``components`` / ``whole`` force one).
+  Measured on the MovieLens-like candidates (3 seeds × 5 noise draws, % L1 of the target against the
+  true marginal, components vs whole): 2-way 10.3 vs 11.7 (σ 0.01), 16.0 vs 17.9 (σ 0.02), 24.5 vs 25.4
+  (σ 0.05); 3-way 22.4 vs 23.8 (σ 0.01), 31.4 vs 32.0 (σ 0.02), but 37.3 vs 36.4 (σ 0.03) and 46.2 vs 41.4 (σ 0.05, worse than the prior's 42.8: small components let
   noise through), hence the noise-norm switch. Post-processing.
 - ``strategy: auto`` (``selection.measure_all_plan``; AIM+GReM's measure-all test on public sizes only):
   when every lowest-order (2-way) cross candidate can be measured within ``max_noise`` for at most half of

@@ -1,6 +1,6 @@
 """Relational synthesis on Airbnb users → sessions (one-to-many), run by hand.
 
-    python benchmarks/relational_airbnb.py [--eps-rel 0.1 0.5 1 2 10] [--paper] [--param KEY=JSON ...] [--seed 0]
+    python benchmarks/relational_airbnb.py [--eps-rel 0.1 0.5 1 2 10] [--paper] [--param KEY=JSON ...] [--seed 0 | --seeds 0 1 2]
 
 Reads ../shared/data/airbnb (relative to the project root) through the shipped job config
 benchmarks/configs/airbnb/relational.yaml, encodes both tables with its explicit public schemas
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--param", action="append", default=[], metavar="KEY=JSON",
                     help="override a mechanism parameter, e.g. --param iterations=20")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="several seeds (then a summary per eps_rel)")
     ap.add_argument("--sample-users", type=int, default=None, metavar="N",
                     help="a quick run on the first N users and their sessions (written to a temporary folder)")
     a = ap.parse_args(argv)
@@ -143,25 +144,35 @@ def main(argv: list[str] | None = None) -> int:
           f"sessions {len(ds['tables']['sessions'][0])} × {len(ds['tables']['sessions'][1])} attrs, d_max {d_max}, "
           f"table eps {a.eps_table}, params: defaults{' + ' + json.dumps(extra) if extra else ''}")
     print("average % L1 error over all cross-table 3-way marginals (NON-private evaluation)")
-    print(f"{'eps_rel':>8} {'learned':>8} {'random':>8} {'real':>8} {'l/rand':>7} {'l/real':>7} {'meas.':>6} "
+    print(f"{'seed':>4} {'eps_rel':>8} {'learned':>8} {'random':>8} {'real':>8} {'l/rand':>7} {'l/real':>7} {'meas.':>6} "
           f"{'users w/ sess. syn/real':>23} {'max deg syn/real':>16} {'seconds':>8} {'load(1min)':>10}")
-    for eps in a.eps_rel:
+    rows: dict[float, list[tuple[float, float, float]]] = {e: [] for e in a.eps_rel}
+    for seed, eps in [(sd, e) for sd in (a.seeds or [a.seed]) for e in a.eps_rel]:
         params = {**job.params, "evaluate_nonprivate": True, "d_max": d_max, "truncate": True, **extra}
         budgets = {"tables": {"users": {"epsilon": a.eps_table, "delta": 1e-6},
                               "sessions": {"epsilon": a.eps_table, "delta": 1e-6}},
                    "links": {"epsilon": eps, "delta": 1e-6}}
         t0 = time.perf_counter()
-        res = run_relational(ds["tables"], ds["links"], params, budgets, noise=NoiseSource(a.seed))
+        res = run_relational(ds["tables"], ds["links"], params, budgets, noise=NoiseSource(seed))
         dt = time.perf_counter() - t0
         ev = res.report["nonprivate_evaluation"]
         e, r = ev["average_cross_error_pct"], ev["initial_random_links_error_pct"]
-        floor = real_links_floor(ds, res, d_max, np.random.default_rng(a.seed))
+        floor = real_links_floor(ds, res, d_max, np.random.default_rng(seed))
         wl, md = ev.get("right_records_with_links", {}), ev.get("right_max_degree", {})
-        print(f"{eps:8.2f} {e:8.2f} {r:8.2f} {floor:8.2f} {e / r:7.3f} {e / floor:7.3f} "
+        rows[eps].append((e, r, floor))
+        print(f"{seed:4d} {eps:8.2f} {e:8.2f} {r:8.2f} {floor:8.2f} {e / r:7.3f} {e / floor:7.3f} "
               f"{res.report['privacy']['selections']:6d} {str(wl.get('synthetic', '-')) + '/' + str(wl.get('real', '-')):>23} "
               f"{str(md.get('synthetic', '-')) + '/' + str(md.get('real', '-')):>16} {dt:8.1f} {os.getloadavg()[0]:10.2f}",
               flush=True)
         np.testing.assert_equal(len(res.links), len(res.tables["sessions"]))
+    if a.seeds:
+        print("summary over seeds (mean ± std)")
+        for eps, rs in rows.items():
+            arr = np.array(rs)
+            ratio = arr[:, 0] / arr[:, 2]
+            print(f"  eps_rel {eps:5.2f}: learned {arr[:, 0].mean():6.2f} ± {arr[:, 0].std():5.2f}  random "
+                  f"{arr[:, 1].mean():6.2f}  floor {arr[:, 2].mean():6.2f} ± {arr[:, 2].std():5.2f}  learned/floor "
+                  f"{ratio.mean():5.3f} (per seed {' / '.join(f'{x:.3f}' for x in ratio)})")
     print("load average (1, 5, 15 min) at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
           + f" on {os.cpu_count()} cores")
     return 0

@@ -16,7 +16,7 @@ import numpy as np
 
 from privcube.errors import CheckpointError, DataError
 from privcube.mechanisms.relational.degrees import balanced_degrees, links_with_degrees
-from privcube.mechanisms.relational.selection import Schedule, select_and_measure
+from privcube.mechanisms.relational.selection import Schedule, measure_first, select_and_measure
 from privcube.mechanisms.relational.slicing import (
     Slice,
     SliceTask,
@@ -58,30 +58,59 @@ def initial_links(kind: str, noise: NoiseSource, n1s: int, n2s: int, m_syn: int,
     return random_links(rng0, n1s, n2s, m_syn, no_diag)
 
 
-def shrink(noisy: np.ndarray, prior: np.ndarray, sigma: float, margin: float = 2.0) -> np.ndarray:
-    """Linear (Wiener) shrinkage of a noisy marginal towards ``prior``, then onto the simplex.
+def shrink(noisy: np.ndarray, prior: np.ndarray, sigma: float, margin: float = 2.0,
+           shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """Linear (Wiener) shrinkage of a noisy marginal towards ``prior``, then onto the probability simplex.
 
     With d cells and noise variance σ², the signal power s² = ‖p − prior‖² is estimated as
-    ‖y − prior‖² − dσ² − 2σ²√(2d) (conservative: two noise standard deviations below the unbiased
-    estimate), clipped to [0, 2] (two distributions are at most √2 apart in L2), and
+    ‖y − prior‖² − dσ² − margin·σ²√(2d) (conservative: ``margin`` noise standard deviations below the
+    unbiased estimate), clipped to [0, 2] (two distributions are at most √2 apart in L2), and
     y is replaced by prior + λ(y − prior), λ = s²/(s² + dσ²). At low budgets λ → 0 keeps the links
-    near the prior instead of fitting noise; at high budgets λ → 1. The Euclidean projection onto the
-    probability simplex (a marginal is a distribution) only brings it closer to the true marginal.
-    Both steps are post-processing of the release.
+    near the prior instead of fitting noise; at high budgets λ → 1. With ``shape`` (the marginal's
+    per-attribute sizes) the difference is split into its orthogonal ANOVA components (``components``)
+    and each is shrunk on its own noise power, so a strong low-order signal survives while the noise of
+    the many high-order cells is dropped. The Euclidean projection onto the simplex (a marginal is a
+    distribution) only brings it closer to the true marginal. Both steps are post-processing.
     """
     from privcube.mechanisms.relational.projection import project_rows_simplex
 
-    d = noisy.size
-    if math.isfinite(sigma):
-        noise_pow = d * sigma * sigma
-        # subtract two standard deviations of the noise power (σ²√(2d)): only a detected signal counts
-        excess = float(np.sum((noisy - prior) ** 2)) - noise_pow - margin * sigma * sigma * math.sqrt(2.0 * d)
-        s2 = min(max(excess, 0.0), 2.0)
-        lam = s2 / (s2 + noise_pow) if s2 + noise_pow > 0 else 1.0
-        noisy = prior + lam * (noisy - prior)
-    else:
+    if not math.isfinite(sigma):
         noisy = prior.copy()
+    elif shape is not None and len(shape) > 1:
+        diff = (noisy - prior).reshape(shape)
+        out = prior.astype(float).copy()
+        for comp, dim in components(diff):
+            out += _wiener(comp, dim, sigma, margin).ravel()
+        noisy = out
+    else:
+        noisy = prior + _wiener(noisy - prior, noisy.size, sigma, margin)
     return project_rows_simplex(noisy[None, :])[0]
+
+
+def _wiener(diff: np.ndarray, dim: int, sigma: float, margin: float) -> np.ndarray:
+    """λ·diff with λ = ŝ²/(ŝ² + dim·σ²), ŝ² the conservative signal power of ``diff`` (see ``shrink``)."""
+    noise_pow = dim * sigma * sigma
+    excess = float(np.sum(diff * diff)) - noise_pow - margin * sigma * sigma * math.sqrt(2.0 * dim)
+    s2 = min(max(excess, 0.0), 2.0)
+    lam = s2 / (s2 + noise_pow) if s2 + noise_pow > 0 else 1.0
+    return lam * diff
+
+
+def components(x: np.ndarray) -> list[tuple[np.ndarray, int]]:
+    """The orthogonal ANOVA components of a table (one per non-empty axis subset S: centred along S,
+    averaged over the others) with their dimensions Π_{i∈S}(n_i − 1); they sum to x minus its mean.
+    I.i.d. noise of variance σ² has power dim·σ² in each."""
+    k = x.ndim
+    out = []
+    for mask in range(1, 1 << k):
+        c = x
+        for ax in range(k):
+            mean = c.mean(axis=ax, keepdims=True)
+            c = c - mean if mask >> ax & 1 else mean
+        dim = int(np.prod([x.shape[ax] - 1 for ax in range(k) if mask >> ax & 1]))
+        if dim:
+            out.append((np.broadcast_to(c, x.shape), dim))
+    return out
 
 
 def dp_fit_report(syn: CrossTables, si: np.ndarray, sj: np.ndarray, selected: list[CrossWorkload],
@@ -151,12 +180,85 @@ def restore_link_state(state: Mapping[str, Any], by_label: Mapping[str, CrossWor
 def fit_targets(p: Mapping[str, Any], sched: Schedule, syn: CrossTables, ls: LinkState) -> list[np.ndarray]:
     """The releases as fitting targets: as they are, or (shrinkage) each noisy-enough one shrunk towards a
     prior: ('initial', the default) the random start's marginal, fixed and data-independent, or ('current')
-    the current synthetic marginal, which lets the targets creep towards the noise. Post-processing."""
+    the current synthetic marginal, which lets the targets creep towards the noise; ``shrink_by``
+    (``by_components``) shrinks each ANOVA component of a release on its own (``shrink``). Post-processing."""
     if not sched.shrinkage:
         return list(ls.released)
     pi, pj = (ls.si0, ls.sj0) if p["shrink_towards"] == "initial" else (ls.si, ls.sj)
-    return [shrink(y, syn.marginal(w, pi, pj), sg, float(p["shrinkage_margin"]))
+    if p["shrink_by"] == "pooled":
+        return pooled_targets(syn, ls.selected, ls.released, ls.sigmas,
+                              [syn.marginal(w, pi, pj) for w in ls.selected], float(p["shrinkage_margin"]))
+    return [shrink(y, syn.marginal(w, pi, pj), sg, float(p["shrinkage_margin"]),
+                   (*syn.dom1.shape_of(w.left), *syn.dom2.shape_of(w.right))
+                   if by_components(p["shrink_by"], sg, y.size) else None)
             for w, y, sg in zip(ls.selected, ls.released, ls.sigmas)]
+
+
+def pooled_targets(syn: CrossTables, selected: list[CrossWorkload], released: list[np.ndarray],
+                   sigmas: list[float], priors: list[np.ndarray], margin: float) -> list[np.ndarray]:
+    """``shrink_by: pooled``: consistent targets. Every release's difference from its prior gives, per attribute
+    subset S of its workload, an estimate of the S-marginal's ANOVA component (summed over the other axes:
+    noise variance σ²·N per cell, N the cells summed); the estimates of one S from all releases are averaged
+    with weights 1/(σ²·N), shrunk once on the pooled variance, and every release is rebuilt from the same
+    components, so overlapping releases agree (least squares under the ANOVA model). Post-processing."""
+    from privcube.mechanisms.relational.projection import project_rows_simplex
+
+    axes_of = [[("1", a) for a in w.left] + [("2", b) for b in w.right] for w in selected]
+    sizes = {**{("1", a): n for a, n in zip(syn.dom1.attributes, syn.dom1.shape)},
+             **{("2", b): n for b, n in zip(syn.dom2.attributes, syn.dom2.shape)}}
+    est: dict[tuple, list[tuple[np.ndarray, float]]] = {}
+    for axes, y, prior, sg in zip(axes_of, released, priors, sigmas):
+        if not math.isfinite(sg):
+            continue
+        diff = (y - prior).reshape([sizes[a] for a in axes])
+        for sub in _subsets(len(axes)):
+            rest = tuple(k for k in range(len(axes)) if k not in sub)
+            c = _centred(diff.sum(axis=rest) if rest else diff)
+            n_rest = int(np.prod([sizes[axes[k]] for k in rest])) if rest else 1
+            est.setdefault(tuple(axes[k] for k in sub), []).append((c, max(sg * sg * n_rest, 1e-300)))
+    shrunk = {}
+    for key, parts in est.items():
+        wts = np.array([1.0 / v for _, v in parts])
+        mean = sum(wt * c for wt, (c, _) in zip(wts, parts)) / wts.sum()
+        dim = int(np.prod([sizes[a] - 1 for a in key]))
+        shrunk[key] = _wiener(mean, dim, math.sqrt(1.0 / wts.sum()), margin) if dim else 0.0 * mean
+    out = []
+    for axes, prior in zip(axes_of, priors):
+        shape = [sizes[a] for a in axes]
+        t = prior.reshape(shape).astype(float).copy()
+        for sub in _subsets(len(axes)):
+            key = tuple(axes[k] for k in sub)
+            if key not in shrunk:
+                continue
+            n_rest = int(np.prod([shape[k] for k in range(len(axes)) if k not in sub]))
+            t += np.expand_dims(shrunk[key], [k for k in range(len(axes)) if k not in sub]) / n_rest
+        out.append(project_rows_simplex(t.ravel()[None, :])[0])
+    return out
+
+
+def _subsets(k: int) -> list[tuple[int, ...]]:
+    """The non-empty subsets of range(k), as sorted index tuples."""
+    return [tuple(a for a in range(k) if m >> a & 1) for m in range(1, 1 << k)]
+
+
+def _centred(x: np.ndarray) -> np.ndarray:
+    """x centred along every axis (its top ANOVA component)."""
+    for ax in range(x.ndim):
+        x = x - x.mean(axis=ax, keepdims=True)
+    return x
+
+
+#: ``shrink_by: auto`` shrinks a release by components when its expected noise norm σ·√cells is at most this
+#: (public: σ and the cell count); noisier releases are shrunk as a whole (measured: see the mechanism's notes).
+COMPONENTS_MAX_NOISE = 0.1
+
+
+def by_components(mode: str, sigma: float, cells: int) -> bool:
+    """Whether a release is shrunk by ANOVA components (``components``; ``auto``: only if σ·√cells ≤
+    ``COMPONENTS_MAX_NOISE``, where the many small components do not let noise through) or as a whole."""
+    if mode == "auto":
+        return math.isfinite(sigma) and sigma * math.sqrt(cells) <= COMPONENTS_MAX_NOISE * (1 + 1e-9)
+    return mode == "components"
 
 
 def _fit_workloads(p: Mapping[str, Any], syn: CrossTables, si: np.ndarray, sj: np.ndarray,
@@ -318,15 +420,23 @@ def learn_links(run: LinkRun, ls: LinkState) -> LinkState:
     for t in range(ls.t_start, sched.T):
         kt = sched.ks[t]
         picked: list[CrossWorkload] = []
-        if kt > 0:
-            remaining = [w for w in run.candidates if w not in chosen]
-            picked, releases, sigmas, ls.rho_spent = select_and_measure(
-                t, kt, sched, p, remaining, run.real, syn, ls.si, ls.sj, run.m, run.ledger, run.noise,
-                ls.rho_spent)
+        if t == 0 and sched.first:
+            picked, releases, sigmas, spent = measure_first(sched, run.real, run.m, run.ledger, run.noise)
+            ls.rho_spent += spent
             ls.selected.extend(picked)
             ls.released.extend(releases)
             ls.sigmas.extend(sigmas)
             chosen.update(picked)
+        if kt > 0:
+            remaining = [w for w in run.candidates if w not in chosen]
+            drawn, releases, sigmas, ls.rho_spent = select_and_measure(
+                t, kt, sched, p, remaining, run.real, syn, ls.si, ls.sj, run.m, run.ledger, run.noise,
+                ls.rho_spent)
+            picked = picked + drawn
+            ls.selected.extend(drawn)
+            ls.released.extend(releases)
+            ls.sigmas.extend(sigmas)
+            chosen.update(drawn)
         if not ls.selected or (not picked and not p["refit"]):
             break  # nothing measured yet, or (refit: false) no new measurement to fit
         answers = fit_targets(p, sched, syn, ls)
@@ -341,5 +451,6 @@ def learn_links(run: LinkRun, ls: LinkState) -> LinkState:
     return ls
 
 
-__all__ = ["random_links", "initial_links", "shrink", "dp_fit_report", "LinkState", "restore_link_state",
+__all__ = ["random_links", "initial_links", "shrink", "components", "by_components", "pooled_targets",
+           "COMPONENTS_MAX_NOISE", "dp_fit_report", "LinkState", "restore_link_state",
            "fit_targets", "optimise", "optimise_slices", "LinkRun", "learn_links"]

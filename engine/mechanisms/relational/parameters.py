@@ -20,9 +20,10 @@ PARAMS: dict[str, Any] = {
     "slices_per_iteration": 8, "guaranteed": 0.2, "m_syn": None, "synthetic_rows": None,
     "objective": "global", "workloads_per_slice": None, "estimator": "tree", "table_marginals": 2,
     "chunk_size": 1_000_000, "evaluate_nonprivate": False, "evaluate": None, "shrinkage": "auto",
-    "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.1,
+    "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.2,
     "self_loops": False, "shrink_towards": "initial", "refit": True, "degrees": "preserve",
     "degree_share": 0.05, "uninformative": "warn", "optimiser": "auto", "type_cells": 50_000, "type_iters": 500,
+    "shrink_by": "pooled", "strategy": "auto",
 }
 
 _WHO = "mechanism 'relational'"
@@ -66,6 +67,12 @@ def _check_choices(q: Mapping[str, Any]) -> None:
     if q["shrink_towards"] not in ("current", "initial"):
         raise ConfigError(f"{_WHO}: parameter 'shrink_towards' must be 'current' or 'initial', "
                           f"got {q['shrink_towards']!r}")
+    if q["strategy"] not in ("auto", "adaptive", "measure-all"):
+        raise ConfigError(f"{_WHO}: parameter 'strategy' must be 'auto', 'adaptive' or 'measure-all', "
+                          f"got {q['strategy']!r}")
+    if q["shrink_by"] not in ("auto", "components", "whole", "pooled"):
+        raise ConfigError(f"{_WHO}: parameter 'shrink_by' must be 'auto', 'components', 'whole' or 'pooled', "
+                          f"got {q['shrink_by']!r}")
     if q["shrinkage"] not in (True, False, "auto"):
         raise ConfigError(f"{_WHO}: parameter 'shrinkage' must be true, false or 'auto', got {q['shrinkage']!r}")
     if q["uninformative"] not in ("warn", "random"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,8 @@ class Schedule:
     l2: float = 0.0  # L2 sensitivity of a released marginal (count table / m)
     tau: float | None = None  # max_noise: each measurement gets the ρ its cells need (None: the paper's equal split)
     informative: bool = True  # the data-independent check: can one measurement beat max_noise at all?
+    first: list[CrossWorkload] = field(default_factory=list)  # measure-all: released in iteration 0, no selection
+    first_rho: list[float] = field(default_factory=list)  # their ρ each (public)
 
     @property
     def rho_select(self) -> float:
@@ -95,7 +97,8 @@ class Schedule:
                 "noise_std": self.sigma, "selections": self.n_sel, "shrinkage": self.shrinkage,
                 "measuring_iterations": sum(1 for k_ in self.ks if k_), "candidates": candidates,
                 "alpha": self.alpha, "rho_tables": dict(rho_tables), "max_noise": self.tau,
-                "informative": self.informative}
+                "informative": self.informative, "measure_all": len(self.first),
+                "rho_measure_all": float(sum(self.first_rho))}
 
 
 def privacy_schedule(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1: Domain, dom2: Domain,
@@ -139,7 +142,46 @@ def links_schedule(p: Mapping[str, Any], kind: str, self_ref: bool, dom1: Domain
     d_sens = 2 * int(p["d_max"]) if self_ref else int(p["d_max"])
     o2m_degrees = kind == "one_to_many" and p["degrees"] == "preserve"
     rho_deg = float(p["degree_share"]) * rho_links if o2m_degrees else 0.0
-    return cand_w, privacy_schedule(p, cand_w, dom1, dom2, rho_links - rho_deg, m, d_sens), rho_deg
+    first, first_rho = measure_all_plan(p, cand_w, dom1, dom2, rho_links - rho_deg, m, d_sens)
+    rest = rho_links - rho_deg - float(sum(first_rho))
+    spent_all = bool(first) and rest <= 1e-12 * max(rho_links, 1e-300)
+    sched = privacy_schedule(p, cand_w, dom1, dom2, rho_links - rho_deg if spent_all else rest, m, d_sens)
+    if spent_all:  # measure-all took the whole budget: no adaptive draws
+        sched.ks, sched.n_sel = [0] * sched.T, 0
+    if first:
+        # the adaptive part is planned on what is left; the loop's budget check runs on the whole links budget
+        sched.rho_links, sched.first, sched.first_rho, sched.informative = rho_links - rho_deg, first, first_rho, True
+    return cand_w, sched, rho_deg
+
+
+#: ``strategy: auto`` measures all lowest-order candidates first when their max_noise cost is at most this
+#: share of the links budget (the rest goes to adaptive selection).
+MEASURE_ALL_SHARE = 0.5
+
+
+def measure_all_plan(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1: Domain, dom2: Domain,
+                     rho_links: float, m: int, d_sens: int) -> tuple[list[CrossWorkload], list[float]]:
+    """The lowest-order candidates measured up front without selection (AIM+GReM's measure-all test, on
+    public inputs only: domain sizes, m, d_max, τ and the budget) and their ρ each. ``auto``: only when
+    each can meet max_noise (ρ_w = l2²·cells_w/(2τ²)) and together they cost ≤ ``MEASURE_ALL_SHARE`` of
+    ρ_links; ``measure-all``: always, scaled down to the whole budget if they cost more; ``adaptive``: never."""
+    strategy = p["strategy"]
+    if strategy == "adaptive" or not cand_w or rho_links <= 0 or int(p["iterations"]) < 1:
+        return [], []
+    low = min(len(w.left) + len(w.right) for w in cand_w)
+    first = [w for w in cand_w if len(w.left) + len(w.right) == low]
+    cells = np.array([float(np.prod(w.sizes(dom1, dom2))) for w in first])
+    l2 = math.sqrt(2.0) * d_sens / m
+    if p["max_noise"] is None:  # no noise target: the L1-optimal split ρ_w ∝ cells^(2/3) of half the budget
+        share = cells ** (2.0 / 3.0)
+        rho = MEASURE_ALL_SHARE * rho_links * share / share.sum()
+        return (first, rho.tolist()) if strategy == "measure-all" else ([], [])
+    rho = l2 * l2 * cells / (2.0 * float(p["max_noise"]) ** 2)
+    if strategy == "auto" and rho.sum() > MEASURE_ALL_SHARE * rho_links:
+        return [], []
+    if rho.sum() > rho_links:
+        rho = rho * (rho_links / rho.sum())
+    return first, rho.tolist()
 
 
 def one_measurement(sched: Schedule, shrinkage: Any) -> Schedule:
@@ -215,5 +257,18 @@ def _scores(pool: list[CrossWorkload], sched: Schedule, p: Mapping[str, Any], re
     return scores
 
 
+def measure_first(sched: Schedule, real: RealCross, m: int, ledger: Any,
+                  noise: Any) -> tuple[list[CrossWorkload], list[np.ndarray], list[float], float]:
+    """Iteration 0 of measure-all: release every planned workload (charged before reading, no selection)."""
+    releases, sigmas, spent = [], [], 0.0
+    for w, rho in zip(sched.first, sched.first_rho):
+        sigma = sched.sigma_of(rho)
+        ledger.charge("links:measure", rho=rho, iteration=0, workloads=[w.label()], sigma=sigma, measure_all=True)
+        spent += rho
+        releases.append(noise.add_gaussian(("relational", "measure-all", w.label()), real.counts(w), sigma * m) / m)
+        sigmas.append(sigma)
+    return list(sched.first), releases, sigmas, spent
+
+
 __all__ = ["candidate_workloads", "selection_count", "Schedule", "privacy_schedule", "one_measurement",
-           "select_and_measure"]
+           "select_and_measure", "measure_all_plan", "measure_first", "MEASURE_ALL_SHARE"]

@@ -123,7 +123,7 @@ def run_seed(folder: Path, out: Path, a: argparse.Namespace, seed: int) -> dict:
     starts = {"checks": ends["checks"] - st.get("checks_s", 0.0), "tables": ends["checks"], "links": ends["tables"],
               "write": ends["links"]}
     stage_peak = {k: max((r for t, r in s.timeline if starts[k] <= t <= ends[k]), default=0) / 2**30 for k in starts}
-    ev = mr["nonprivate_evaluation"]
+    ev = rep["nonprivate_evaluation"]  # top level of the job report (NON-PRIVATE)
     return {"seed": seed, "wall_s": wall, "timings": rep["timings"], "stages": mr.get("stage_timings"),
             "driver_gb": s.driver / 2**30, "driver_stage_gb": stage_peak, "children_gb": {k[1]: v / 2**30 for k, v in s.children.items()},
             "learned": ev["average_cross_error_pct"], "random": ev["initial_random_links_error_pct"],

@@ -35,12 +35,12 @@ def links_with_degrees(deg1: np.ndarray, deg2: np.ndarray, rng: np.random.Genera
     j = rng.permutation(np.repeat(np.arange(deg2.size, dtype=np.int64), deg2))
     n2 = int(deg2.size)
     for _ in range(passes):
-        bad = _bad_pairs(i, j, n2, no_diagonal)
+        bad = bad_pairs(i, j, n2, no_diagonal)
         if not bad.size:
             return i, j
         for b, o in zip(bad.tolist(), rng.integers(0, i.size, size=bad.size).tolist()):
             j[b], j[o] = j[o], j[b]  # one swap at a time: the right degree sequence is kept exactly
-    bad = _bad_pairs(i, j, n2, no_diagonal)
+    bad = bad_pairs(i, j, n2, no_diagonal)
     for b in bad.tolist():  # last resort: a free cell of the same row (right degrees may then shift by one)
         used = set(j[i == i[b]].tolist())
         free = [c for c in rng.permutation(n2).tolist() if c not in used and not (no_diagonal and c == i[b])]
@@ -49,7 +49,7 @@ def links_with_degrees(deg1: np.ndarray, deg2: np.ndarray, rng: np.random.Genera
     return i, j
 
 
-def _bad_pairs(i: np.ndarray, j: np.ndarray, n2: int, no_diagonal: bool) -> np.ndarray:
+def bad_pairs(i: np.ndarray, j: np.ndarray, n2: int, no_diagonal: bool) -> np.ndarray:
     """Positions of repeated pairs (all but the first) and, with ``no_diagonal``, of self-loops."""
     flat = i * n2 + j
     order = np.argsort(flat, kind="stable")
@@ -173,5 +173,5 @@ def _take(cands: list[int], room: np.ndarray, existing: set, row: int, n2: int) 
     return -1
 
 
-__all__ = ["balanced_degrees", "links_with_degrees", "cap_degrees", "degree_bins", "release_degree_histogram",
+__all__ = ["balanced_degrees", "links_with_degrees", "bad_pairs", "cap_degrees", "degree_bins", "release_degree_histogram",
            "target_degrees", "match_degrees"]

@@ -14,10 +14,12 @@ All of it is post-processing.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from privcube.errors import DataError
-from privcube.mechanisms.relational.degrees import _bad_pairs
+from privcube.mechanisms.relational.degrees import bad_pairs
 from privcube.mechanisms.relational.projection import project_box_sum
 from privcube.mechanisms.relational.record_types import SideTypes
 from privcube.mechanisms.relational.ubs import ubs
@@ -68,13 +70,7 @@ def assign_links(t1: SideTypes, t2: SideTypes, Lint: np.ndarray, deg1: np.ndarra
     # left stubs, type-major (a record's stubs adjacent, records in random order inside a type)
     rec_order = np.lexsort((rng.random(t1.of.size), t1.of))
     recs = np.repeat(rec_order, deg1[rec_order])
-    labels = np.empty(recs.size, dtype=np.int32)  # right type of each stub: row a of Lint in random order
-    pos = 0
-    for a in range(A):
-        lab = np.repeat(np.arange(B, dtype=np.int32), Lint[a])
-        rng.shuffle(lab)
-        labels[pos:pos + lab.size] = lab
-        pos += lab.size
+    labels = _row_labels(Lint, rng, np.int32)  # right type of each stub: row a of Lint in random order
     # inside each right type: stubs in record order (a record's stubs adjacent), dealt round-robin over the
     # type's records in random order
     order = np.argsort(labels, kind="stable")
@@ -98,6 +94,19 @@ def assign_links(t1: SideTypes, t2: SideTypes, Lint: np.ndarray, deg1: np.ndarra
     return repair_pairs(si, sj, t2, rng, no_diagonal=no_diagonal, cap=cap)
 
 
+def _row_labels(counts: np.ndarray, rng: np.random.Generator, dtype: Any) -> np.ndarray:
+    """Column labels of an (A × B) count matrix, row by row, each row's labels in random order."""
+    A, B = counts.shape
+    labels = np.empty(int(counts.sum()), dtype=dtype)
+    pos = 0
+    for a in range(A):
+        lab = np.repeat(np.arange(B, dtype=dtype), counts[a])
+        rng.shuffle(lab)
+        labels[pos:pos + lab.size] = lab
+        pos += lab.size
+    return labels
+
+
 def assign_incremental(t1: SideTypes, t2: SideTypes, Lint: np.ndarray, si: np.ndarray, sj: np.ndarray,
                        rng: np.random.Generator, *, no_diagonal: bool = False,
                        cap: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -119,13 +128,7 @@ def assign_incremental(t1: SideTypes, t2: SideTypes, Lint: np.ndarray, si: np.nd
     deficit = Lint - cur
     free = np.flatnonzero(~keep)
     free = free[np.lexsort((si[free], t1.of[si[free]]))]  # type-major, a record's stubs adjacent
-    labels = np.empty(free.size, dtype=np.int64)
-    pos = 0
-    for a in range(A):
-        lab = np.repeat(np.arange(B, dtype=np.int64), deficit[a])
-        rng.shuffle(lab)
-        labels[pos:pos + lab.size] = lab
-        pos += lab.size
+    labels = _row_labels(deficit, rng, np.int64)
     order = np.argsort(labels, kind="stable")
     new_i = si[free[order]]
     b_sorted = labels[order]
@@ -145,7 +148,7 @@ def repair_pairs(si: np.ndarray, sj: np.ndarray, t2: SideTypes, rng: np.random.G
     """Repeated pairs and (``no_diagonal``) self-loops: swap the right end with a link into the same right
     type (degrees and type counts kept), else move it to a free right record (below ``cap`` if given)."""
     n2 = t2.of.size
-    bad = _bad_pairs(si, sj, n2, no_diagonal)
+    bad = bad_pairs(si, sj, n2, no_diagonal)
     if not bad.size:
         return si, sj
     sj = sj.copy()
@@ -185,7 +188,7 @@ def repair_pairs(si: np.ndarray, sj: np.ndarray, t2: SideTypes, rng: np.random.G
                     deg2[j2] += 1
                     sj[e] = j2
                     break
-    if _bad_pairs(si, sj, n2, no_diagonal).size:
+    if bad_pairs(si, sj, n2, no_diagonal).size:
         raise DataError("internal: repeated links or self-loops remain after the type assignment")
     return si, sj
 

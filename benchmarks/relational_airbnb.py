@@ -67,18 +67,19 @@ def real_links_floor(ds: dict, res, d_max: int, rng: np.random.Generator) -> flo
     error the synthetic tables alone cause (the "error floor" of the issue).
     """
     from privcube.mechanisms.relational.degree import enforce_degree
-    from privcube.mechanisms.relational.mechanism import parse_links, table_codes
+    from _real_links import real_positions
+    from privcube.mechanisms.relational.mechanism import table_codes
     from privcube.mechanisms.relational.workloads import CrossTables, LinkedCodes, average_error, cross_workloads
 
-    tables = ds["tables"]
-    lk = parse_links(ds["links"], tables)
-    keep, _ = enforce_degree(lk.i, lk.j, d_max, truncate=True, names=(lk.left, lk.right))
-    cdom, pdom = tables[lk.left][1], tables[lk.right][1]
-    rc = table_codes(tables[lk.left][0], cdom, lk.left)[lk.i[keep]]
-    rp = table_codes(tables[lk.right][0], pdom, lk.right)
-    rj = lk.j[keep]
-    sc = res.tables[lk.left][list(cdom.attributes)].to_numpy()
-    sp = res.tables[lk.right][list(pdom.attributes)].to_numpy()
+    tables, li, lj = real_positions(ds)
+    left, right = ds["links"]["from"].split(".")[0], ds["links"]["to"].split(".")[0]
+    keep, _ = enforce_degree(li, lj, d_max, truncate=True, names=(left, right))
+    cdom, pdom = tables[left][1], tables[right][1]
+    rc = table_codes(tables[left][0], cdom, left)[li[keep]]
+    rp = table_codes(tables[right][0], pdom, right)
+    rj = lj[keep]
+    sc = res.tables[left][list(cdom.attributes)].to_numpy()
+    sp = res.tables[right][list(pdom.attributes)].to_numpy()
 
     def key(a: np.ndarray, dom) -> np.ndarray:
         return np.ravel_multi_index(tuple(a.T), dom.shape)

@@ -27,6 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+OPTIMISERS: list[str] = []  # the optimiser each exact fit's last iteration used (types, or slices beyond type_cells)
+
 
 def _exact_fit(run, ls0, workloads: list, sigma: float = 0.0, seed: int = 0) -> float:
     """Fit ``workloads`` released exactly (``sigma`` 0) from the start ``ls0`` with the product's optimiser;
@@ -48,6 +50,7 @@ def _exact_fit(run, ls0, workloads: list, sigma: float = 0.0, seed: int = 0) -> 
     r2.sched, r2.ledger, r2.save, r2.progress = sched, None, (lambda *a: None), None
     r2.p = {**run.p, "refit": True}
     out = linking.learn_links(r2, ls)
+    OPTIMISERS.append(out.history[-1].get("optimiser", "?") if out.history else "-")
     return average_error(run.real, run.syn, out.si, out.sj, _all_w(run))
 
 
@@ -71,6 +74,7 @@ def instrument(found: dict) -> None:
         found["sigmas"] = [float(s) for s in out.sigmas]
         found["a_exact_selected"] = _exact_fit(run, ls0, out.selected) if out.selected else float("nan")
         found["b_exact_all"] = _exact_fit(run, ls0, list(run.candidates))
+        found["b_optimiser"] = OPTIMISERS[-1]
         found["n_candidates"] = len(run.candidates)
         two = [w for w in run.candidates if len(w.left) + len(w.right) == 2]
         found["b2_exact_2way"] = _exact_fit(run, ls0, two)
@@ -139,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{b / fl:6.3f} {len(found['selected']):4d} {dt:6.1f} {os.getloadavg()[0]:5.2f}", flush=True)
             print(f"      selected: {', '.join(found['selected'])}; sigma {min(found['sigmas'], default=0):.4f}"
                   f"..{max(found['sigmas'], default=0):.4f}; candidates {found['n_candidates']}; "
-                  f"(b2) all 2-way exact, (d) all 2-way noisy equal split sigma {found['d_sigma']:.4f}", flush=True)
+                  f"(b2) all 2-way exact, (d) all 2-way noisy equal split sigma {found['d_sigma']:.4f}; (b) optimiser "
+                  f"{found['b_optimiser']}, run optimiser {res.report['iterations'][-1].get('optimiser', '?') if res.report['iterations'] else '-'}",
+                  flush=True)
     print("load average (1, 5, 15 min): " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + f" on {os.cpu_count()} cores")
     return 0
 

@@ -38,17 +38,18 @@ def _twin(real_codes: np.ndarray, syn_codes: np.ndarray, dom, rng: np.random.Gen
 
 def transplant_floor(ds: dict, res, rng: np.random.Generator) -> float:
     """NON-private error floor: the real links mapped onto the synthetic tables (same-code twins)."""
-    from privcube.mechanisms.relational.mechanism import parse_links, table_codes
+    from _real_links import real_positions
+    from privcube.mechanisms.relational.mechanism import table_codes
     from privcube.mechanisms.relational.workloads import CrossTables, LinkedCodes, average_error, cross_workloads
 
-    tables = ds["tables"]
-    lk = parse_links(ds["links"], tables)
-    d1, d2 = tables[lk.left][1], tables[lk.right][1]
-    r1, r2 = table_codes(tables[lk.left][0], d1, lk.left), table_codes(tables[lk.right][0], d2, lk.right)
-    s1 = res.tables[lk.left][list(d1.attributes)].to_numpy()
-    s2 = res.tables[lk.right][list(d2.attributes)].to_numpy()
-    si, sj = _twin(r1, s1, d1, rng)[lk.i], _twin(r2, s2, d2, rng)[lk.j]
-    return average_error(LinkedCodes(CrossTables(r1, d1, r2, d2), lk.i, lk.j), CrossTables(s1, d1, s2, d2), si, sj,
+    tables, li, lj = real_positions(ds)
+    left, right = ds["links"]["left"].split(".")[0], ds["links"]["right"].split(".")[0]
+    d1, d2 = tables[left][1], tables[right][1]
+    r1, r2 = table_codes(tables[left][0], d1, left), table_codes(tables[right][0], d2, right)
+    s1 = res.tables[left][list(d1.attributes)].to_numpy()
+    s2 = res.tables[right][list(d2.attributes)].to_numpy()
+    si, sj = _twin(r1, s1, d1, rng)[li], _twin(r2, s2, d2, rng)[lj]
+    return average_error(LinkedCodes(CrossTables(r1, d1, r2, d2), li, lj), CrossTables(s1, d1, s2, d2), si, sj,
                          cross_workloads(d1, d2, 3))
 
 

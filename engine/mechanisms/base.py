@@ -146,9 +146,9 @@ class RunContext:
     layer's builders use (None locally). ``sharded_marginals`` and ``chunked_release`` are the task graphs
     the graphs layer builds for mechanisms (None: not available here; the mechanism then works in this
     process). ``compute`` / ``persist`` run dask collections (task graphs of the real data) on the run's
-cluster (``persist`` leaves the results there); ``data_oracle(frame, domain)`` is the single-table marginal
-engine (a ``privcube.oracle.MarginalOracle`` counting a dask DataFrame of codes where it lives; None: not
-available, the caller counts with ``compute``)."""
+    cluster (``persist`` leaves the results there); ``data_oracle(frame, domain)`` is the single-table marginal
+    engine (a ``privcube.oracle.MarginalOracle`` counting a dask DataFrame of codes where it lives; None: not
+    available, the caller counts with ``compute``)."""
 
     client: Any = None
     checkpoint: Any = None  # an object with save(round, state) / load() (see privcube.storage.checkpoint)

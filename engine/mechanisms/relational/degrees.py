@@ -51,10 +51,13 @@ def links_with_degrees(deg1: np.ndarray, deg2: np.ndarray, rng: np.random.Genera
 
 def bad_pairs(i: np.ndarray, j: np.ndarray, n2: int, no_diagonal: bool) -> np.ndarray:
     """Positions of repeated pairs (all but the first) and, with ``no_diagonal``, of self-loops."""
-    flat = i * n2 + j
+    flat = i * np.int64(n2)
+    flat += j
     order = np.argsort(flat, kind="stable")
+    flat = flat[order]  # sorted: neighbours compared on views (no 10^7-long copies)
     dup = np.zeros(flat.size, dtype=bool)
-    dup[order[1:]] = flat[order[1:]] == flat[order[:-1]]
+    dup[order[1:]] = flat[1:] == flat[:-1]
+    del flat, order
     if no_diagonal:
         dup |= i == j
     return np.flatnonzero(dup)

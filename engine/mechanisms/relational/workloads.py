@@ -107,6 +107,52 @@ class CrossTables:
         return c / max(len(i), 1)
 
 
+class FixedLinkCounts:
+    """Cross marginals of one fixed set of synthetic links (the shrinkage prior's random start) without keeping
+    the links: the count table over all attributes of both tables (one bincount; every workload's counts are
+    its sums) when it has at most ``max_cells`` cells, else a copy of the links. Same values as
+    ``CrossTables.marginal`` (sums of integer counts are exact)."""
+
+    def __init__(self, syn: CrossTables, i: np.ndarray, j: np.ndarray, max_cells: int = 1 << 22) -> None:
+        """Count (i, j) over the full domains of ``syn`` (or keep a copy of the links when that is too large)."""
+        self.m = int(len(i))
+        s1, s2 = syn.dom1.size(), syn.dom2.size()
+        self.full: np.ndarray | None = None
+        self.links: tuple[np.ndarray, np.ndarray] | None = None
+        if s1 * s2 <= max_cells:
+            full = cross_counts(syn.index(1, syn.dom1.attributes), syn.index(2, syn.dom2.attributes), s1, s2, i, j)
+            self.full = full.reshape(*syn.dom1.shape, *syn.dom2.shape)
+        else:
+            self.links = (np.array(i, copy=True), np.array(j, copy=True))
+
+    @classmethod
+    def restore(cls, full: np.ndarray | None, links: tuple[np.ndarray, np.ndarray] | None, m: int) -> FixedLinkCounts:
+        """From what ``arrays`` returned (a checkpoint)."""
+        out = cls.__new__(cls)
+        out.m, out.full, out.links = int(m), full, links
+        return out
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What a checkpoint keeps: the full count table, or the links."""
+        if self.full is not None:
+            return {"prior_counts": self.full}
+        assert self.links is not None
+        return {"si0": self.links[0], "sj0": self.links[1]}
+
+    def marginal(self, syn: CrossTables, w: CrossWorkload) -> np.ndarray:
+        """P_w of the fixed links (``syn.marginal(w, i, j)`` of the links counted)."""
+        if self.links is not None:
+            return syn.marginal(w, *self.links)
+        assert self.full is not None
+        d1, d2 = syn.dom1, syn.dom2
+        axes = [d1.index(a) for a in w.left] + [len(d1) + d2.index(b) for b in w.right]
+        rest = tuple(k for k in range(self.full.ndim) if k not in axes)
+        c = self.full.sum(axis=rest) if rest else self.full
+        kept = sorted(axes)
+        c = np.transpose(c, [kept.index(a) for a in axes])
+        return np.ascontiguousarray(c).ravel() / max(self.m, 1)
+
+
 @runtime_checkable
 class RealCross(Protocol):
     """The real side of stage 2, as selection, measurement and evaluation read it: count tables of cross
@@ -161,5 +207,5 @@ def _check_codes(codes: np.ndarray, dom: Domain, what: str) -> np.ndarray:
     return codes.astype(np.int64, copy=False)
 
 
-__all__ = ["CrossWorkload", "cross_workloads", "cell_index", "cross_counts", "CrossTables", "RealCross", "LinkedCodes",
+__all__ = ["CrossWorkload", "cross_workloads", "cell_index", "cross_counts", "CrossTables", "FixedLinkCounts", "RealCross", "LinkedCodes",
            "average_error"]

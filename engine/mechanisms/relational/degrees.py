@@ -49,18 +49,26 @@ def links_with_degrees(deg1: np.ndarray, deg2: np.ndarray, rng: np.random.Genera
     return i, j
 
 
-def bad_pairs(i: np.ndarray, j: np.ndarray, n2: int, no_diagonal: bool) -> np.ndarray:
-    """Positions of repeated pairs (all but the first) and, with ``no_diagonal``, of self-loops."""
+def bad_pairs(i: np.ndarray, j: np.ndarray, n2: int, no_diagonal: bool, *, with_keys: bool = False,
+              chunk: int = 1 << 20) -> Any:
+    """Positions of repeated pairs (all but the first) and, with ``no_diagonal``, of self-loops; with
+    ``with_keys`` also the sorted pair keys i·n2 + j. Neighbours are compared in chunks (at 10^7 links: the
+    keys and their order, no further 10^7-long temporaries)."""
     flat = i * np.int64(n2)
     flat += j
     order = np.argsort(flat, kind="stable")
-    flat = flat[order]  # sorted: neighbours compared on views (no 10^7-long copies)
     dup = np.zeros(flat.size, dtype=bool)
-    dup[order[1:]] = flat[1:] == flat[:-1]
-    del flat, order
+    for s in range(0, max(flat.size - 1, 0), chunk):
+        o = order[s:s + chunk + 1]
+        dup[o[1:]] = flat[o[1:]] == flat[o[:-1]]
+    del order
     if no_diagonal:
         dup |= i == j
-    return np.flatnonzero(dup)
+    bad = np.flatnonzero(dup)
+    if not with_keys:
+        return bad
+    flat.sort()
+    return bad, flat
 
 
 def cap_degrees(si: np.ndarray, sj: np.ndarray, n2: int, d_max: int | np.ndarray, keys2: np.ndarray,

@@ -295,11 +295,12 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     n1s, n2s = pr.n_syn_pair
     si, sj = initial_links(pr.kind, noise, n1s, n2s, pr.m_syn, pr.no_diag, p["degrees"])
     ls = LinkState(si, sj, FixedLinkCounts(syn, si, sj))  # the data-independent start's marginals (the shrinkage prior)
+    del si, sj  # only ls holds the links: each iteration's old links are freed when it replaces them
     report = _base_report(pr, len(all_w))
     cand_w, sched, rho_deg = links_schedule(p, pr.kind, pr.self_ref, doms[0], doms[1], pr.b_links.rho, pr.m)
     real.want([*cand_w, *(all_w if evaluate else [])])  # one pass over the joined links counts them all
     if evaluate:
-        ls.init_err = average_error(real, syn, si, sj, all_w)
+        ls.init_err = average_error(real, syn, ls.si, ls.sj, all_w)
 
     report["privacy"] = sched.report(len(cand_w), {n: pr.tbud[n].rho for n in pr.need})
     report["privacy"]["rho_degrees"] = rho_deg

@@ -163,14 +163,11 @@ def repair_pairs(si: np.ndarray, sj: np.ndarray, t2: SideTypes, rng: np.random.G
     type (degrees and type counts kept), else move it to a free right record (below ``cap`` if given).
     ``copy: False`` repairs ``sj`` in place (a caller's own fresh array: one 10^7-long copy less)."""
     n2 = t2.of.size
-    bad = bad_pairs(si, sj, n2, no_diagonal)
+    bad, keys = bad_pairs(si, sj, n2, no_diagonal, with_keys=True)  # keys: the sorted pair keys
     if not bad.size:
         return si, sj
     if copy:
         sj = sj.copy()
-    keys = si * np.int64(n2)
-    keys += sj
-    keys.sort()
     delta: dict[int, int] = {}  # changes of each pair's multiplicity since ``keys``
 
     def exists(k: int) -> bool:
@@ -182,7 +179,7 @@ def repair_pairs(si: np.ndarray, sj: np.ndarray, t2: SideTypes, rng: np.random.G
         delta[k_new] = delta.get(k_new, 0) + 1
 
     type_of = t2.of.astype(np.int32 if t2.size < 2**31 else np.int64)[sj]
-    by_type = np.argsort(type_of, kind="stable")
+    by_type = np.argsort(type_of, kind="stable").astype(np.int32 if si.size < 2**31 else np.int64)
     tstart = np.concatenate([[0], np.cumsum(np.bincount(type_of, minlength=t2.size))])
     del type_of
     deg2 = np.bincount(sj, minlength=n2)
@@ -208,6 +205,7 @@ def repair_pairs(si: np.ndarray, sj: np.ndarray, t2: SideTypes, rng: np.random.G
                     deg2[j2] += 1
                     sj[e] = j2
                     break
+    del keys, by_type
     if bad_pairs(si, sj, n2, no_diagonal).size:
         raise DataError("internal: repeated links or self-loops remain after the type assignment")
     return si, sj

@@ -178,10 +178,7 @@ def repair_pairs(si: np.ndarray, sj: np.ndarray, t2: SideTypes, rng: np.random.G
         delta[k_old] = delta.get(k_old, 0) - 1
         delta[k_new] = delta.get(k_new, 0) + 1
 
-    type_of = t2.of.astype(np.int32 if t2.size < 2**31 else np.int64)[sj]
-    by_type = np.argsort(type_of, kind="stable").astype(np.int32 if si.size < 2**31 else np.int64)
-    tstart = np.concatenate([[0], np.cumsum(np.bincount(type_of, minlength=t2.size))])
-    del type_of
+    by_type, tstart = _links_by_type(t2.of, sj, t2.size)
     deg2 = np.bincount(sj, minlength=n2)
     for e in bad.tolist():
         i, j = int(si[e]), int(sj[e])
@@ -209,6 +206,27 @@ def repair_pairs(si: np.ndarray, sj: np.ndarray, t2: SideTypes, rng: np.random.G
     if bad_pairs(si, sj, n2, no_diagonal).size:
         raise DataError("internal: repeated links or self-loops remain after the type assignment")
     return si, sj
+
+
+def _links_by_type(of: np.ndarray, sj: np.ndarray, n_types: int, chunk: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
+    """``argsort(of[sj], kind="stable")`` (as int32 when it fits) and each right type's start in it: a counting
+    sort in chunks (no 10^7-long int64 temporaries)."""
+    B = max(int(n_types), int(of.max(initial=-1)) + 1)
+    counts = np.zeros(B, dtype=np.int64)
+    for s in range(0, sj.size, chunk):
+        counts += np.bincount(of[sj[s:s + chunk]], minlength=B)
+    tstart = np.concatenate([[0], np.cumsum(counts)])
+    out = np.empty(sj.size, dtype=np.int32 if sj.size < 2**31 else np.int64)
+    fill = tstart[:-1].copy()
+    for s in range(0, sj.size, chunk):
+        tc = of[sj[s:s + chunk]]
+        o = np.argsort(tc, kind="stable")
+        tb = tc[o]
+        c = np.bincount(tc, minlength=B)
+        rank = np.arange(tc.size) - np.concatenate([[0], np.cumsum(c)[:-1]])[tb]
+        out[fill[tb] + rank] = s + o
+        fill += c
+    return out, tstart
 
 
 __all__ = ["round_type_counts", "balanced_within_types", "assign_links", "assign_incremental", "repair_pairs"]

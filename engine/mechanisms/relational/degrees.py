@@ -49,15 +49,28 @@ def links_with_degrees(deg1: np.ndarray, deg2: np.ndarray, rng: np.random.Genera
     return i, j
 
 
-def bad_pairs(i: np.ndarray, j: np.ndarray, n2: int, no_diagonal: bool) -> np.ndarray:
-    """Positions of repeated pairs (all but the first) and, with ``no_diagonal``, of self-loops."""
-    flat = i * n2 + j
-    order = np.argsort(flat, kind="stable")
-    dup = np.zeros(flat.size, dtype=bool)
-    dup[order[1:]] = flat[order[1:]] == flat[order[:-1]]
+def bad_pairs(i: np.ndarray, j: np.ndarray, n2: int, no_diagonal: bool, *, with_keys: bool = False,
+              chunk: int = 1 << 20) -> Any:
+    """Positions of repeated pairs (all but the first) and, with ``no_diagonal``, of self-loops; with
+    ``with_keys`` also the sorted pair keys i·n2 + j. Memory: the sorted keys, then the repeated keys' links
+    found in chunks (at 10^7 links no further 10^7-long temporaries)."""
+    keys = i * np.int64(n2)
+    keys += j
+    keys.sort()
+    rep = np.unique(keys[1:][keys[1:] == keys[:-1]])  # the keys that occur more than once
+    dup = np.zeros(keys.size, dtype=bool)
+    if rep.size:
+        cand = np.concatenate([s + np.flatnonzero(np.isin(i[s:s + chunk] * np.int64(n2) + j[s:s + chunk], rep))
+                               for s in range(0, keys.size, chunk)])
+        ck = i[cand] * np.int64(n2) + j[cand]
+        o = np.argsort(ck, kind="stable")  # a key's links in position order: all but the first are repeats
+        later = np.zeros(cand.size, dtype=bool)
+        later[1:] = ck[o][1:] == ck[o][:-1]
+        dup[cand[o[later]]] = True
     if no_diagonal:
         dup |= i == j
-    return np.flatnonzero(dup)
+    bad = np.flatnonzero(dup)
+    return (bad, keys) if with_keys else bad
 
 
 def cap_degrees(si: np.ndarray, sj: np.ndarray, n2: int, d_max: int | np.ndarray, keys2: np.ndarray,

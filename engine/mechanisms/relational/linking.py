@@ -28,7 +28,7 @@ from privcube.mechanisms.relational.slicing import (
     sparse_block,
 )
 from privcube.mechanisms.relational.type_linking import type_pairs, type_step
-from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, RealCross
+from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, FixedLinkCounts, RealCross
 from privcube.privacy.noise import NoiseSource
 
 
@@ -135,12 +135,12 @@ def dp_fit_report(syn: CrossTables, si: np.ndarray, sj: np.ndarray, selected: li
 
 @dataclass
 class LinkState:
-    """The links stage's state (what a checkpoint holds): current and initial links, releases, history."""
+    """The links stage's state (what a checkpoint holds): current links, the initial links' marginals (``prior``:
+    the shrinkage prior with 'initial'; their count table, not a copy of the links), releases, history."""
 
     si: np.ndarray
     sj: np.ndarray
-    si0: np.ndarray
-    sj0: np.ndarray
+    prior: FixedLinkCounts
     selected: list[CrossWorkload] = field(default_factory=list)
     released: list[np.ndarray] = field(default_factory=list)  # raw Gaussian releases (before any shrinkage)
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -153,7 +153,7 @@ class LinkState:
     def checkpoint_arrays(self) -> dict[str, np.ndarray]:
         """The arrays a checkpoint commits after an iteration."""
         extra = {} if self.degree_hist is None else {"degree_hist": self.degree_hist}
-        return {"si": self.si, "sj": self.sj, "si0": self.si0, "sj0": self.sj0, **extra,
+        return {"si": self.si, "sj": self.sj, **self.prior.arrays(), **extra,
                 **{f"released.{q}": y for q, y in enumerate(self.released)}}
 
 
@@ -163,8 +163,13 @@ def restore_link_state(state: Mapping[str, Any], by_label: Mapping[str, CrossWor
     meta, arrs = state["meta"], state["arrays"]
     try:
         selected = [by_label[lab] for lab in meta["selected"]]
-        ls = LinkState(*(np.asarray(arrs[k], dtype=np.int64) for k in ("si", "sj", "si0", "sj0")),
-                       selected=selected,
+        si, sj = (np.asarray(arrs[k], dtype=np.int64) for k in ("si", "sj"))
+        if "prior_counts" in arrs:
+            prior = FixedLinkCounts.restore(np.asarray(arrs["prior_counts"], dtype=float), None, m_syn)
+        else:
+            prior = FixedLinkCounts.restore(None, tuple(np.asarray(arrs[k], dtype=np.int64) for k in ("si0", "sj0")),
+                                            m_syn)
+        ls = LinkState(si, sj, prior, selected=selected,
                        released=[np.asarray(arrs[f"released.{q}"], dtype=float) for q in range(len(selected))],
                        history=list(meta["history"]), t_start=int(meta["iteration"]) + 1,
                        init_err=meta.get("init_err", init_err), sigmas=[float(x) for x in meta["sigmas"]],
@@ -184,11 +189,13 @@ def fit_targets(p: Mapping[str, Any], sched: Schedule, syn: CrossTables, ls: Lin
     (``by_components``) shrinks each ANOVA component of a release on its own (``shrink``). Post-processing."""
     if not sched.shrinkage:
         return list(ls.released)
-    pi, pj = (ls.si0, ls.sj0) if p["shrink_towards"] == "initial" else (ls.si, ls.sj)
+    def prior(w: CrossWorkload) -> np.ndarray:
+        return ls.prior.marginal(syn, w) if p["shrink_towards"] == "initial" else syn.marginal(w, ls.si, ls.sj)
+
     if p["shrink_by"] == "pooled":
         return pooled_targets(syn, ls.selected, ls.released, ls.sigmas,
-                              [syn.marginal(w, pi, pj) for w in ls.selected], float(p["shrinkage_margin"]))
-    return [shrink(y, syn.marginal(w, pi, pj), sg, float(p["shrinkage_margin"]),
+                              [prior(w) for w in ls.selected], float(p["shrinkage_margin"]))
+    return [shrink(y, prior(w), sg, float(p["shrinkage_margin"]),
                    (*syn.dom1.shape_of(w.left), *syn.dom2.shape_of(w.right))
                    if by_components(p["shrink_by"], sg, y.size) else None)
             for w, y, sg in zip(ls.selected, ls.released, ls.sigmas)]

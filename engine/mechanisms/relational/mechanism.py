@@ -132,7 +132,13 @@ from privcube.mechanisms.relational.selection import (  # noqa: F401 (selection_
     selection_count,
 )
 from privcube.mechanisms.relational.tables import restore_tables, synthesize_tables
-from privcube.mechanisms.relational.workloads import CrossTables, RealCross, average_error, cross_workloads
+from privcube.mechanisms.relational.workloads import (
+    CrossTables,
+    FixedLinkCounts,
+    RealCross,
+    average_error,
+    cross_workloads,
+)
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
 
@@ -175,7 +181,8 @@ def _evaluating(p: Mapping[str, Any]) -> bool:
 
 
 def _outputs(pr: Problem, syn_codes: list[np.ndarray], si: np.ndarray, sj: np.ndarray) -> tuple[dict, pd.DataFrame]:
-    """The synthetic tables (key column first; a one-to-many child also gets its FK) and the link table."""
+    """The synthetic tables (key column first; a one-to-many child also gets its FK) and the link table (links
+    sorted by the caller; the frame holds these arrays without copying them)."""
     lk, names, doms = pr.lk, pr.names, pr.doms
     n1s, n2s = pr.n_syn_pair
     key1, key2 = lk.left_key or "id", lk.right_key or "id"
@@ -183,8 +190,6 @@ def _outputs(pr: Problem, syn_codes: list[np.ndarray], si: np.ndarray, sj: np.nd
     t1.insert(0, key1, np.arange(n1s, dtype=np.int64))
     t2 = pd.DataFrame(syn_codes[1], columns=list(doms[1].attributes))
     t2.insert(0, key2, np.arange(n2s, dtype=np.int64))
-    order = np.lexsort((sj, si))
-    si, sj = si[order], sj[order]
     if pr.no_diag and np.any(si == sj):
         raise DataError("internal: a self-loop was drawn although self_loops is false")
     if lk.kind == "one_to_many":
@@ -193,8 +198,8 @@ def _outputs(pr: Problem, syn_codes: list[np.ndarray], si: np.ndarray, sj: np.nd
         t1[lk.fk or f"{names[1]}_{key2}"] = fk
     if pr.self_ref:
         c1, c2 = lk.columns or ("source", "target")
-        return {names[0]: t1}, pd.DataFrame({c1: si, c2: sj})
-    return {names[0]: t1, names[1]: t2}, pd.DataFrame({f"{names[0]}.{key1}": si, f"{names[1]}.{key2}": sj})
+        return {names[0]: t1}, pd.DataFrame({c1: si, c2: sj}, copy=False)
+    return {names[0]: t1, names[1]: t2}, pd.DataFrame({f"{names[0]}.{key1}": si, f"{names[1]}.{key2}": sj}, copy=False)
 
 
 def _stage1(pr: Problem, state: Mapping[str, Any] | None, tables: Mapping[str, tuple[Any, Domain]], ledger: Any,
@@ -289,12 +294,13 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     evaluate = _evaluating(p)
     n1s, n2s = pr.n_syn_pair
     si, sj = initial_links(pr.kind, noise, n1s, n2s, pr.m_syn, pr.no_diag, p["degrees"])
-    ls = LinkState(si, sj, si.copy(), sj.copy())  # the data-independent start (the shrinkage prior with 'initial')
+    ls = LinkState(si, sj, FixedLinkCounts(syn, si, sj))  # the data-independent start's marginals (the shrinkage prior)
+    del si, sj  # only ls holds the links: each iteration's old links are freed when it replaces them
     report = _base_report(pr, len(all_w))
     cand_w, sched, rho_deg = links_schedule(p, pr.kind, pr.self_ref, doms[0], doms[1], pr.b_links.rho, pr.m)
     real.want([*cand_w, *(all_w if evaluate else [])])  # one pass over the joined links counts them all
     if evaluate:
-        ls.init_err = average_error(real, syn, si, sj, all_w)
+        ls.init_err = average_error(real, syn, ls.si, ls.sj, all_w)
 
     report["privacy"] = sched.report(len(cand_w), {n: pr.tbud[n].rho for n in pr.need})
     report["privacy"]["rho_degrees"] = rho_deg
@@ -329,6 +335,11 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
                              "note": "post-processing of DP outputs"}
     if evaluate:
         report["nonprivate_evaluation"] = _nonprivate_evaluation(pr, real, syn, syn_codes, ls, si, sj, all_w)
+    ls.si = ls.sj = np.empty(0, dtype=np.int64)  # drop the learned links before degree repair: not needed now
+    order = np.lexsort((sj, si))  # the output's row order; each unsorted array is freed once sorted
+    si = si[order]
+    sj = sj[order]
+    del order
     out_tables, links_df = _outputs(pr, syn_codes, si, sj)
     return RelationalResult(out_tables, links_df, report)
 

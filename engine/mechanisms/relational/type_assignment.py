@@ -91,7 +91,7 @@ def assign_links(t1: SideTypes, t2: SideTypes, Lint: np.ndarray, deg1: np.ndarra
     used = got_b > 0
     if not no_diagonal and (not used.any() or int(deg1.max(initial=0)) <= int(per_b[used].min())):
         return si, sj  # a record's ≤ deg_i stubs into a type with ≥ deg_i records meet distinct records
-    return repair_pairs(si, sj, t2, rng, no_diagonal=no_diagonal, cap=cap)
+    return repair_pairs(si, sj, t2, rng, no_diagonal=no_diagonal, cap=cap, copy=False)
 
 
 def _row_labels(counts: np.ndarray, rng: np.random.Generator, dtype: Any) -> np.ndarray:
@@ -115,44 +115,59 @@ def assign_incremental(t1: SideTypes, t2: SideTypes, Lint: np.ndarray, si: np.nd
     current ones) take the missing right types in random order and go to the least-linked records of that
     type (round-robin). Left degrees are kept; a record's links stay distinct (``repair_pairs``)."""
     A, B = Lint.shape
-    key = t1.of[si] * B + t2.of[sj]
+    kt = np.int32 if A * B < 2**31 else np.int64  # type-pair keys: half the memory at 10^7 links
+    key = t1.of.astype(kt)[si]
+    key *= kt(B)
+    key += t2.of.astype(kt)[sj]
     if not np.array_equal(np.bincount(key, minlength=A * B).reshape(A, B).sum(axis=1), Lint.sum(axis=1)):
         raise DataError("internal: the type rows changed their totals")
     perm = np.lexsort((rng.random(key.size), key))
     starts = np.concatenate([[0], np.cumsum(np.bincount(key, minlength=A * B))[:-1]])
-    rank = np.arange(key.size) - starts[key[perm]]
+    # a link stays iff its rank inside its type pair (in random order) is below the new count: rank < Lint ⟺
+    # position < start + Lint (one temporary instead of ranks)
+    nt = np.int32 if key.size < 2**31 else np.int64
+    limit = (starts + Lint.ravel()).astype(nt)[key[perm]]
     keep = np.empty(key.size, dtype=bool)
-    keep[perm] = rank < Lint.ravel()[key[perm]]
-    del perm, rank
+    keep[perm] = limit > np.arange(key.size, dtype=nt)
+    del perm, limit
     cur = np.bincount(key[keep], minlength=A * B).reshape(A, B)
+    del key
     deficit = Lint - cur
     free = np.flatnonzero(~keep)
     free = free[np.lexsort((si[free], t1.of[si[free]]))]  # type-major, a record's stubs adjacent
-    labels = _row_labels(deficit, rng, np.int64)
+    labels = _row_labels(deficit, rng, np.int32 if B < 2**31 else np.int64)
     order = np.argsort(labels, kind="stable")
     new_i = si[free[order]]
+    del free
     b_sorted = labels[order]
+    del labels, order
     got_b = np.bincount(b_sorted, minlength=B)
     deg_keep = np.bincount(sj[keep], minlength=t2.of.size)
     rights = np.lexsort((rng.random(t2.of.size), deg_keep, t2.of))  # type-major, least linked first
     per_b = np.bincount(t2.of, minlength=B)
     q = np.arange(new_i.size, dtype=np.int64) - np.repeat(np.concatenate([[0], np.cumsum(got_b)[:-1]]), got_b)
-    q = q % np.maximum(per_b, 1)[b_sorted] + np.concatenate([[0], np.cumsum(per_b)[:-1]])[b_sorted]
+    q %= np.maximum(per_b, 1)[b_sorted]
+    q += np.concatenate([[0], np.cumsum(per_b)[:-1]])[b_sorted]
+    del b_sorted
     ni = np.concatenate([si[keep], new_i])
+    del new_i
     nj = np.concatenate([sj[keep], rights[q]]).astype(np.int64)
-    return repair_pairs(ni, nj, t2, rng, no_diagonal=no_diagonal, cap=cap)
+    del q, keep
+    return repair_pairs(ni, nj, t2, rng, no_diagonal=no_diagonal, cap=cap, copy=False)
 
 
 def repair_pairs(si: np.ndarray, sj: np.ndarray, t2: SideTypes, rng: np.random.Generator, *,
-                 no_diagonal: bool = False, cap: int | None = None, tries: int = 30) -> tuple[np.ndarray, np.ndarray]:
+                 no_diagonal: bool = False, cap: int | None = None, tries: int = 30,
+                 copy: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Repeated pairs and (``no_diagonal``) self-loops: swap the right end with a link into the same right
-    type (degrees and type counts kept), else move it to a free right record (below ``cap`` if given)."""
+    type (degrees and type counts kept), else move it to a free right record (below ``cap`` if given).
+    ``copy: False`` repairs ``sj`` in place (a caller's own fresh array: one 10^7-long copy less)."""
     n2 = t2.of.size
-    bad = bad_pairs(si, sj, n2, no_diagonal)
+    bad, keys = bad_pairs(si, sj, n2, no_diagonal, with_keys=True)  # keys: the sorted pair keys
     if not bad.size:
         return si, sj
-    sj = sj.copy()
-    keys = np.sort(si * n2 + sj)
+    if copy:
+        sj = sj.copy()
     delta: dict[int, int] = {}  # changes of each pair's multiplicity since ``keys``
 
     def exists(k: int) -> bool:
@@ -163,8 +178,7 @@ def repair_pairs(si: np.ndarray, sj: np.ndarray, t2: SideTypes, rng: np.random.G
         delta[k_old] = delta.get(k_old, 0) - 1
         delta[k_new] = delta.get(k_new, 0) + 1
 
-    by_type = np.argsort(t2.of[sj], kind="stable")
-    tstart = np.concatenate([[0], np.cumsum(np.bincount(t2.of[sj], minlength=t2.size))])
+    by_type, tstart = _links_by_type(t2.of, sj, t2.size)
     deg2 = np.bincount(sj, minlength=n2)
     for e in bad.tolist():
         i, j = int(si[e]), int(sj[e])
@@ -188,9 +202,31 @@ def repair_pairs(si: np.ndarray, sj: np.ndarray, t2: SideTypes, rng: np.random.G
                     deg2[j2] += 1
                     sj[e] = j2
                     break
+    del keys, by_type
     if bad_pairs(si, sj, n2, no_diagonal).size:
         raise DataError("internal: repeated links or self-loops remain after the type assignment")
     return si, sj
+
+
+def _links_by_type(of: np.ndarray, sj: np.ndarray, n_types: int, chunk: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
+    """``argsort(of[sj], kind="stable")`` (as int32 when it fits) and each right type's start in it: a counting
+    sort in chunks (no 10^7-long int64 temporaries)."""
+    B = max(int(n_types), int(of.max(initial=-1)) + 1)
+    counts = np.zeros(B, dtype=np.int64)
+    for s in range(0, sj.size, chunk):
+        counts += np.bincount(of[sj[s:s + chunk]], minlength=B)
+    tstart = np.concatenate([[0], np.cumsum(counts)])
+    out = np.empty(sj.size, dtype=np.int32 if sj.size < 2**31 else np.int64)
+    fill = tstart[:-1].copy()
+    for s in range(0, sj.size, chunk):
+        tc = of[sj[s:s + chunk]]
+        o = np.argsort(tc, kind="stable")
+        tb = tc[o]
+        c = np.bincount(tc, minlength=B)
+        rank = np.arange(tc.size) - np.concatenate([[0], np.cumsum(c)[:-1]])[tb]
+        out[fill[tb] + rank] = s + o
+        fill += c
+    return out, tstart
 
 
 __all__ = ["round_type_counts", "balanced_within_types", "assign_links", "assign_incremental", "repair_pairs"]

@@ -64,8 +64,9 @@ def cell_index(codes: np.ndarray, domain: Domain, attrs: Sequence[str]) -> np.nd
 def cross_counts(c1: np.ndarray, c2: np.ndarray, size1: int, size2: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
     """Count table (flattened size1·size2) of the cells of linked pairs (i, j)."""
     dt = np.int32 if size1 * size2 < 2**31 else np.int64  # 10^7 links: 40 MB per temporary instead of 80
-    flat = c1[i].astype(dt, copy=False) * dt(size2)
-    flat += c2[j].astype(dt, copy=False)
+    flat = c1[i].astype(dt)  # (compact indices: a 1–2-byte gather, then one int32 array, updated in place)
+    flat *= dt(size2)
+    flat += c2[j]
     return np.bincount(flat, minlength=size1 * size2).astype(float)
 
 
@@ -77,6 +78,7 @@ class CrossTables:
         self.codes1, self.dom1 = _check_codes(codes1, dom1, "table 1"), dom1
         self.codes2, self.dom2 = _check_codes(codes2, dom2, "table 2"), dom2
         self._cache: dict[tuple[int, tuple[str, ...]], np.ndarray] = {}
+        self._compact: dict[tuple[int, tuple[str, ...]], np.ndarray] = {}
 
     @property
     def n1(self) -> int:
@@ -96,15 +98,76 @@ class CrossTables:
             self._cache[key] = cell_index(codes, dom, attrs)
         return self._cache[key]
 
+    def compact_index(self, side: int, attrs: tuple[str, ...]) -> np.ndarray:
+        """``index(side, attrs)`` in the smallest unsigned dtype that holds its cells (cached apart: the count
+        tables' cache of every workload's indices then takes 1–2 bytes per record instead of 4)."""
+        key = (side, attrs)
+        if key not in self._compact:
+            dom = self.dom1 if side == 1 else self.dom2
+            dt = np.min_scalar_type(max(dom.size(attrs) - 1, 0))
+            idx = self._cache.get(key)
+            if idx is None:
+                codes = self.codes1 if side == 1 else self.codes2
+                idx = cell_index(codes, dom, attrs)
+            self._compact[key] = idx.astype(dt)
+        return self._compact[key]
+
     def counts(self, w: CrossWorkload, i: np.ndarray, j: np.ndarray) -> np.ndarray:
         """Count table of workload ``w`` over links (i, j) (flattened, C order, left cells major)."""
         s1, s2 = w.sizes(self.dom1, self.dom2)
-        return cross_counts(self.index(1, w.left), self.index(2, w.right), s1, s2, i, j)
+        return cross_counts(self.compact_index(1, w.left), self.compact_index(2, w.right), s1, s2, i, j)
 
     def marginal(self, w: CrossWorkload, i: np.ndarray, j: np.ndarray) -> np.ndarray:
         """P_w: the count table divided by the number of links (zeros when there are none)."""
         c = self.counts(w, i, j)
         return c / max(len(i), 1)
+
+
+class FixedLinkCounts:
+    """Cross marginals of one fixed set of synthetic links (the shrinkage prior's random start) without keeping
+    the links: the count table over all attributes of both tables (one bincount; every workload's counts are
+    its sums) when it has at most ``max_cells`` cells, else a copy of the links. Same values as
+    ``CrossTables.marginal`` (sums of integer counts are exact)."""
+
+    def __init__(self, syn: CrossTables, i: np.ndarray, j: np.ndarray, max_cells: int = 1 << 22) -> None:
+        """Count (i, j) over the full domains of ``syn`` (or keep a copy of the links when that is too large)."""
+        self.m = int(len(i))
+        s1, s2 = syn.dom1.size(), syn.dom2.size()
+        self.full: np.ndarray | None = None
+        self.links: tuple[np.ndarray, np.ndarray] | None = None
+        if s1 * s2 <= max_cells:
+            full = cross_counts(syn.compact_index(1, syn.dom1.attributes), syn.compact_index(2, syn.dom2.attributes),
+                                s1, s2, i, j)
+            self.full = full.reshape(*syn.dom1.shape, *syn.dom2.shape)
+        else:
+            self.links = (np.array(i, copy=True), np.array(j, copy=True))
+
+    @classmethod
+    def restore(cls, full: np.ndarray | None, links: tuple[np.ndarray, np.ndarray] | None, m: int) -> FixedLinkCounts:
+        """From what ``arrays`` returned (a checkpoint)."""
+        out = cls.__new__(cls)
+        out.m, out.full, out.links = int(m), full, links
+        return out
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What a checkpoint keeps: the full count table, or the links."""
+        if self.full is not None:
+            return {"prior_counts": self.full}
+        assert self.links is not None
+        return {"si0": self.links[0], "sj0": self.links[1]}
+
+    def marginal(self, syn: CrossTables, w: CrossWorkload) -> np.ndarray:
+        """P_w of the fixed links (``syn.marginal(w, i, j)`` of the links counted)."""
+        if self.links is not None:
+            return syn.marginal(w, *self.links)
+        assert self.full is not None
+        d1, d2 = syn.dom1, syn.dom2
+        axes = [d1.index(a) for a in w.left] + [len(d1) + d2.index(b) for b in w.right]
+        rest = tuple(k for k in range(self.full.ndim) if k not in axes)
+        c = self.full.sum(axis=rest) if rest else self.full
+        kept = sorted(axes)
+        c = np.transpose(c, [kept.index(a) for a in axes])
+        return np.ascontiguousarray(c).ravel() / max(self.m, 1)
 
 
 @runtime_checkable
@@ -161,5 +224,5 @@ def _check_codes(codes: np.ndarray, dom: Domain, what: str) -> np.ndarray:
     return codes.astype(np.int64, copy=False)
 
 
-__all__ = ["CrossWorkload", "cross_workloads", "cell_index", "cross_counts", "CrossTables", "RealCross", "LinkedCodes",
+__all__ = ["CrossWorkload", "cross_workloads", "cell_index", "cross_counts", "CrossTables", "FixedLinkCounts", "RealCross", "LinkedCodes",
            "average_error"]

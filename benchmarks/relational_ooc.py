@@ -11,11 +11,12 @@ report.json), the driver's peak RSS and each worker's (sampled every 0.1 s by pi
 load average, and the NON-private errors: learned links, the initial random links, the floor (real links
 moved onto the synthetic tables). Targets of issue 17: driver ≤ 1 GB, whole run ≤ 10 min.
 
-Measured (2026-11-25, 2 shared cores, load average 6–15 from other jobs, ε_rel 1, 2 workers, seeds 0/1/2):
-run 285 / 300 / 241 s (checks 13 / 12 / 14 s, tables 1.5 / 1.2 / 1.4 s, links 265 / 281 / 221 s, nearly all
-in the slice optimiser); driver peak 1.29 GB for seed 0 (checks 0.40, tables 0.60, links 1.29 GB; seeds 1, 2
-run in the same process: 1.39 GB); largest worker 1.61 GB; NON-private learned 9.58 / 9.55 / 9.55 %, random
-links 9.58 / 9.55 / 9.56 %, floor 0.00 % (every code combination of these small domains has a synthetic twin).
+Measured (2026-11-25, 2 shared cores, ε_rel 1, 2 workers, seeds 0/1/2, seeds 1 and 2 in the same process as 0),
+record-type optimiser and the memory work of that day, load 1.1–1.4: run 62.1 / 57.5 / 58.5 s (links stage
+53.7 / 50.2 / 51.0 s); driver peak per stage: links 0.85 / 0.92 / 0.93 GB (checks ≤ 0.53, tables ≤ 0.66, write
+≤ 0.61 GB); largest worker ≈ 1.5 GB; NON-private learned 3.75 / 0.85 / 1.26 %, random links 9.58 / 9.55 / 9.56 %,
+floor 0.00 % (every code combination of these small domains has a synthetic twin). With the slice optimiser
+(before): 241–300 s at load 6–15, learned ≈ random, driver 1.29 GB.
 """
 from __future__ import annotations
 

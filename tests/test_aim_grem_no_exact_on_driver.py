@@ -100,7 +100,7 @@ def cluster():
         yield client
 
 
-def test_driver_receives_only_noisy_arrays_and_scores(cluster, monkeypatch):
+def test_driver_receives_only_noisy_arrays_and_scores(cluster, monkeypatch, gathered):
     from privcube.graphs import marginals as gm
 
     client = cluster
@@ -123,15 +123,8 @@ def test_driver_receives_only_noisy_arrays_and_scores(cluster, monkeypatch):
     monkeypatch.setattr(gm.DataOracle, "prefetch", forbidden)
     monkeypatch.setattr(gm, "compute_marginals", forbidden)
 
-    received: list = []
-    real_gather = distributed.Client._gather
-
-    async def recording_gather(self, futures, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        out = await real_gather(self, futures, *args, **kwargs)
-        received.append(out)
-        return out
-
-    monkeypatch.setattr(distributed.Client, "_gather", recording_gather)
+    received = gathered  # from here on (conftest's `gathered` records every gather)
+    received.clear()
     ledger = PrivacyLedger(BUDGET)
     res = AIMGReM(params).run(oracle, workload, BUDGET, ledger, NoiseSource(7), run_context(client))
 

@@ -126,7 +126,7 @@ def _arrays_in(obj, depth: int = 0) -> list:  # noqa: ANN001
     return []
 
 
-def test_driver_receives_no_record_level_real_data(ml: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_driver_receives_no_record_level_real_data(ml: dict, tmp_path: Path, gathered: list) -> None:
     """On a LocalCluster, everything the client gathers is searched: no array (or frame) as long as a real
     table or the real link table; what comes back is sizes, histograms, count tables and synthetic data."""
     distributed = pytest.importorskip("distributed")
@@ -135,15 +135,8 @@ def test_driver_receives_no_record_level_real_data(ml: dict, tmp_path: Path, mon
     tables, links = _lazy(ml, tmp_path)
     n1, n2, m = len(ml["tables"]["users"][0]), len(ml["tables"]["movies"][0]), len(ml["links"]["pairs"])
     params = {**FAST, "synthetic_rows": {"users": 97, "movies": 83}, "m_syn": 301, "chunk_size": 40}
-    received: list = []
-    real_gather = distributed.Client._gather
-
-    async def recording_gather(self, futures, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        out = await real_gather(self, futures, *args, **kwargs)
-        received.append(out)
-        return out
-
-    monkeypatch.setattr(distributed.Client, "_gather", recording_gather)
+    received = gathered  # from here on (conftest's `gathered` records every gather)
+    received.clear()
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cl, \
             distributed.Client(cl) as client:
         res = run_relational(tables, links, params, BUDGETS, noise=NoiseSource(6), context=run_context(client))

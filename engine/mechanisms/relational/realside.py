@@ -178,15 +178,8 @@ class RealSide:
 
     def table_frame(self, name: str) -> Any:
         """Table ``name``'s (kept) codes as a dask DataFrame in chunks (a single-table job's input)."""
-        import dask.dataframe as dd
-        from dask import delayed
-
-        dom = self.doms[self.names.index(name)]
-        n = self.n_real[self.names.index(name)]
-        attrs = list(dom.attributes)
-        codes = self._table_codes(name)
-        chunks = [delayed(F.code_chunk)(codes, a, b, attrs) for a, b in F.chunk_bounds(n, F.chunk_rows(len(attrs)))]
-        return dd.from_delayed(chunks, meta=F.meta_frame(attrs, [F.code_dtype(dom)] * len(attrs)), verify_meta=False)
+        k = self.names.index(name)
+        return _codes_frame(self._table_codes(name), self.n_real[k], self.doms[k])
 
     def table_oracle(self, name: str) -> Any:
         """The marginal engine over table ``name`` (stage 1's ResidualPlanner measures through it)."""
@@ -227,16 +220,22 @@ class RealSide:
 def table_oracle(data: Any, domain: Domain, name: str, ctx: RunContext | None) -> tuple[Any, int]:
     """One table alone (a schema graph's stage 1): its codes checked and kept on the cluster, and (the run's
     marginal engine over them, its public row count)."""
-    import dask.dataframe as dd
     from dask import delayed
 
     ctx = ctx if ctx is not None else RunContext()
     (codes,) = ctx.persist(delayed(F.stack_codes)(name, domain, *F.partitions(data, domain, name)))
     (n,) = ctx.compute(delayed(len)(codes))
+    return _oracle(ctx, _codes_frame(codes, int(n), domain), domain), int(n)
+
+
+def _codes_frame(codes: Any, n: int, domain: Domain) -> Any:
+    """A codes array held on the cluster (``n`` rows) as a dask DataFrame in chunks of about 8 MB."""
+    import dask.dataframe as dd
+    from dask import delayed
+
     attrs = list(domain.attributes)
-    chunks = [delayed(F.code_chunk)(codes, a, b, attrs) for a, b in F.chunk_bounds(int(n), F.chunk_rows(len(attrs)))]
-    frame = dd.from_delayed(chunks, meta=F.meta_frame(attrs, [F.code_dtype(domain)] * len(attrs)), verify_meta=False)
-    return _oracle(ctx, frame, domain), int(n)
+    chunks = [delayed(F.code_chunk)(codes, a, b, attrs) for a, b in F.chunk_bounds(n, F.chunk_rows(len(attrs)))]
+    return dd.from_delayed(chunks, meta=F.meta_frame(attrs, [F.code_dtype(domain)] * len(attrs)), verify_meta=False)
 
 
 def public_codes(data: Any, domain: Domain, name: str, ctx: RunContext | None) -> np.ndarray:

@@ -2,6 +2,7 @@
 (non-negative, consistent) and synthetic records. Post-processing only: nothing is charged."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +23,10 @@ def postprocess(cfg: Any, mech: Any, result: Any, context: Any = None) -> dict[s
     groups = marginal_answers(result.answers)
     if cfg.postprocess is None or not groups:
         return None
-    mapper = serial_map
+    mapper: Any = serial_map
     if context is not None and context.client is not None \
             and sum(np.size(a.estimate) for a in groups) > POSTPROCESS_TASK_CELLS:
-        def mapper(fn: Any, items: Any) -> list[Any]:
-            return context.map(fn, items, label="postprocess")
+        mapper = functools.partial(context.map, label="postprocess")
     return publish(result.answers, cfg.domain, cfg.postprocess, map=mapper)
 
 

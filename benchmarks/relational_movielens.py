@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             e, r = ev["average_cross_error_pct"], ev["initial_random_links_error_pct"]
             f = transplant_floor(ds, res, np.random.default_rng(seed))
             rows[eps].append((e, r, f))
-            print(f"{seed:4d} {eps:8.2f} {e:8.2f} {r:8.2f} {f:8.2f} {e / r:7.3f} {e / f:8.3f} "
+            print(f"{seed:4d} {eps:8.2f} {e:8.2f} {r:8.2f} {f:8.2f} {e / r:7.3f} {e / f if f else float('nan'):8.3f} "
                   f"{res.report['privacy']['selections']:5d} {dt:8.1f} {os.getloadavg()[0]:6.2f}", flush=True)
     print("summary over seeds (mean ± std; 'wins' = seeds with learned < random)")
     for eps, rs in rows.items():

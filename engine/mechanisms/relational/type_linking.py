@@ -79,7 +79,8 @@ def type_step(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray,
     op = type_operator([t1.cells(syn.dom1, w.left) for w in ws], [t2.cells(syn.dom2, w.right) for w in ws], sizes,
                        cons.W)
     targets = [m_syn * np.asarray(a, dtype=float) for a in answers]
-    x0 = np.divide(type_pair_counts(t1, t2, si, sj), cons.W)
+    current = type_pair_counts(t1, t2, si, sj)
+    x0 = np.divide(current, cons.W)
     iters = int(p["type_iters"])
     x = solve_types(op, targets, float(m_syn), cons, x0, iters=iters, rng=rng)
     capped = False
@@ -93,8 +94,11 @@ def type_step(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray,
     if cons.row_caps is not None:  # left degrees learned: integer type totals (≤ n_a·d_max), shared evenly
         totals = round_type_counts((cons.W * x).sum(axis=1)[None, :], cons.row_caps[None, :], None, m_syn, rng)[0]
         Lint = round_type_counts(cons.W * x, U, totals, m_syn, rng)
-        ni, nj = assign_links(t1, t2, Lint, balanced_within_types(t1, totals, rng), rng,
-                              no_diagonal=no_diagonal, cap=cap)
+        if np.array_equal(Lint, current):  # the fit keeps every type-pair count: keep the links as they are
+            ni, nj = si, sj
+        else:
+            ni, nj = assign_links(t1, t2, Lint, balanced_within_types(t1, totals, rng), rng,
+                                  no_diagonal=no_diagonal, cap=cap)
     elif deg1 is None:  # degrees: free — each left type's links shared evenly by its records, all dealt anew
         Lint = round_type_counts(cons.W * x, U, cons.rows, m_syn, rng)
         ni, nj = assign_links(t1, t2, Lint, balanced_within_types(t1, Lint.sum(axis=1), rng), rng,

@@ -108,6 +108,7 @@ class TypeConstraints:
         X = np.array(Z, dtype=float)
         incs = [np.zeros_like(X) for _ in range(len(steps) + 1)]
         for _ in range(self.dykstra):
+            before = X
             for k, f in enumerate(steps):
                 Y = f(X + incs[k])
                 incs[k] = X + incs[k] - Y
@@ -115,8 +116,8 @@ class TypeConstraints:
             Y = self._rows(X + incs[-1])
             incs[-1] = X + incs[-1] - Y
             X = Y
-            if self._violation(X) <= 1e-9:
-                break  # the row-feasible iterate meets the caps too
+            if self._violation(X) <= 1e-9 and float(np.abs(X - before).max()) <= 1e-12:
+                break  # the row-feasible iterate meets the caps and has stopped moving: the projection
         return X
 
 

@@ -107,11 +107,11 @@ def test_one_to_many_degrees_are_released_charged_and_respected(pc: dict) -> Non
 
 def test_many_to_many_keeps_row_degrees_and_d_max(ml: dict) -> None:
     b = {"links": {"epsilon": 2.0, "delta": 1e-6}}
-    res = run_relational(ml["tables"], ml["links"], {**FAST, "d_max": 10}, b, noise=NoiseSource(4),
-                         synthetic_tables=_identity(ml))
+    res = run_relational(ml["tables"], ml["links"], {**FAST, "d_max": 10, "left_degrees": "kept"}, b,
+                         noise=NoiseSource(4), synthetic_tables=_identity(ml))
     u, m = res.links.iloc[:, 0].to_numpy(), res.links.iloc[:, 1].to_numpy()
     assert not res.links.duplicated().any()
-    # users keep the balanced start's degrees (⌊m/n⌋ or ⌈m/n⌉), movies are capped at d_max
+    # left_degrees: kept — users keep the balanced start's degrees (⌊m/n⌋ or ⌈m/n⌉), movies are capped at d_max
     du = np.bincount(u, minlength=len(res.tables["users"]))
     assert du.max() - du.min() <= 1 and np.bincount(m).max() <= 10
 

@@ -50,8 +50,10 @@ def _record_optimum(syn: CrossTables, ws: list[CrossWorkload], targets: list[np.
     def f(b: np.ndarray) -> float:
         return float(sum(np.sum(((Q @ b - t) / scale) ** 2) for Q, t in zip(Qs, targets)))
 
-    if kind == "total":
+    if kind in ("total", "learned"):
         cons = [{"type": "eq", "fun": lambda b: b.sum() - m}]
+        if kind == "learned":  # every record's degree at most d = deg (its cap), the total m
+            cons.append({"type": "ineq", "fun": lambda b: deg - b.reshape(n1, n2).sum(axis=1)})
         x0 = np.full(n1 * n2, m / (n1 * n2))
     else:
         rs = np.ones(n1) if kind == "one_to_many" else deg
@@ -65,25 +67,28 @@ def _record_optimum(syn: CrossTables, ws: list[CrossWorkload], targets: list[np.
     return best
 
 
-@pytest.mark.parametrize("kind", ["total", "one_to_many", "preserve"])
+@pytest.mark.parametrize("kind", ["total", "one_to_many", "preserve", "learned"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_type_optimum_equals_record_level_optimum(kind: str, seed: int) -> None:
-    """The optimum over type-pair counts equals the record-level one (brute force over all n1·n2 cells)."""
+    """The optimum over type-pair counts equals the record-level one (brute force over all n1·n2 cells);
+    ``learned``: left degrees free up to a cap of 2 per record (row caps n_a·2 on the types)."""
     syn, ws, targets = _tiny(seed)
     t1, t2 = link_types(syn, ws)
     W = np.outer(t1.count, t2.count).astype(float)
     deg = np.array([2, 1, 2, 1, 2, 1])  # kept left degrees (many-to-many, degrees: preserve)
     m = int(deg.sum()) if kind != "one_to_many" else syn.n1
-    rows = {"total": None, "one_to_many": t1.count.astype(float),
+    rows = {"total": None, "one_to_many": t1.count.astype(float), "learned": None,
             "preserve": np.bincount(t1.of, weights=deg, minlength=t1.size)}[kind]
-    cons = TypeConstraints(W, np.ones_like(W), rows, float(m))
+    if kind == "learned":
+        deg = np.full(syn.n1, 2)
+    cons = TypeConstraints(W, np.ones_like(W), rows, float(m),
+                           row_caps=t1.count * 2.0 if kind == "learned" else None, dykstra=200)
     sizes = [w.sizes(syn.dom1, syn.dom2) for w in ws]
     op = type_operator([t1.cells(syn.dom1, w.left) for w in ws], [t2.cells(syn.dom2, w.right) for w in ws], sizes, W)
     scale = float(m)
     x = solve_types(op, targets, scale, cons, np.full(W.shape, 0.5), iters=20000, tol=1e-13)
     f_types = objective(op, x, targets, scale)
-    f_rec = _record_optimum(syn, ws, targets, scale, "total" if kind == "total" else
-                            ("one_to_many" if kind == "one_to_many" else "preserve"), m, deg.astype(float))
+    f_rec = _record_optimum(syn, ws, targets, scale, kind, m, deg.astype(float))
     assert t1.size * t2.size < syn.n1 * syn.n2  # the aggregation is a real reduction here
     assert f_types == pytest.approx(f_rec, rel=1e-5, abs=1e-9)
     # and the type solution is feasible for the aggregated constraints
@@ -91,6 +96,8 @@ def test_type_optimum_equals_record_level_optimum(kind: str, seed: int) -> None:
     assert np.all(L >= -1e-12) and np.all(L <= W + 1e-9)
     if rows is not None:
         np.testing.assert_allclose(L.sum(axis=1), rows, rtol=1e-10)
+    if kind == "learned":
+        assert np.all(L.sum(axis=1) <= t1.count * 2.0 + 1e-6) and L.sum() == pytest.approx(m, rel=1e-10)
 
 
 def test_weighted_projection_matches_a_qp_solver() -> None:
@@ -146,8 +153,8 @@ def test_assignment_meets_type_counts_degrees_and_no_repeats() -> None:
 def test_many_to_many_run_on_types_keeps_degrees_and_reports_relinking() -> None:
     ml = movielens_like(n_users=120, n_movies=80, n_genres=4, d_max=10, seed=2)
     syn = {n: v[0] for n, v in ml["tables"].items()}
-    r = run_relational(ml["tables"], ml["links"], FAST, {"links": {"epsilon": 4.0, "delta": 1e-6}},
-                       noise=NoiseSource(0), synthetic_tables=syn)
+    r = run_relational(ml["tables"], ml["links"], {**FAST, "left_degrees": "kept"},
+                       {"links": {"epsilon": 4.0, "delta": 1e-6}}, noise=NoiseSource(0), synthetic_tables=syn)
     hist = r.report["iterations"]
     assert hist and all(h["optimiser"] == "types" and h["relinked_share"] == 1.0 for h in hist)
     assert all(0.0 <= h["links_changed_share"] <= 1.0 for h in hist)
@@ -155,10 +162,51 @@ def test_many_to_many_run_on_types_keeps_degrees_and_reports_relinking() -> None
     m_syn = r.report["m_syn"]
     assert si.size == m_syn and np.unique(si * 80 + sj).size == m_syn
     deg1 = np.bincount(si, minlength=120)
-    assert deg1.max() - deg1.min() <= 1  # the balanced left degrees are kept through learning
+    assert deg1.max() - deg1.min() <= 1  # the balanced left degrees are kept through learning (left_degrees: kept)
     assert np.bincount(sj, minlength=80).max() <= 10 and r.report["degrees"]["d_max_respected"]
     ev = r.report["nonprivate_evaluation"]
     assert ev["average_cross_error_pct"] < ev["initial_random_links_error_pct"]
+
+
+def test_many_to_many_learned_left_degrees_follow_the_data_within_d_max() -> None:
+    """left_degrees: learned (the default): links move towards the user types the releases ask for; every
+    record keeps ≤ d_max links on both sides, the link count and distinct pairs are kept."""
+    ml = movielens_like(n_users=120, n_movies=80, n_genres=4, d_max=10, seed=2)
+    users = ml["tables"]["users"][0]
+    syn = {n: v[0] for n, v in ml["tables"].items()}
+    r = run_relational(ml["tables"], ml["links"], FAST, {"links": {"epsilon": 4.0, "delta": 1e-6}},
+                       noise=NoiseSource(0), synthetic_tables=syn)
+    hist = r.report["iterations"]
+    assert hist and all(h["optimiser"] == "types" and h["left_degrees"] == "learned" for h in hist)
+    si, sj = r.links.iloc[:, 0].to_numpy(), r.links.iloc[:, 1].to_numpy()
+    m_syn = r.report["m_syn"]
+    assert si.size == m_syn and np.unique(si * 80 + sj).size == m_syn
+    deg1, deg2 = np.bincount(si, minlength=120), np.bincount(sj, minlength=80)
+    assert deg1.max() <= 10 and deg2.max() <= 10 and r.report["degrees"]["d_max_respected"]
+    assert deg1.max() - deg1.min() > 1  # no longer the balanced start
+    ev = r.report["nonprivate_evaluation"]
+    assert ev["average_cross_error_pct"] < ev["initial_random_links_error_pct"]
+    kept = run_relational(ml["tables"], ml["links"], {**FAST, "left_degrees": "kept"},
+                          {"links": {"epsilon": 4.0, "delta": 1e-6}}, noise=NoiseSource(0), synthetic_tables=syn)
+    assert ev["average_cross_error_pct"] < kept.report["nonprivate_evaluation"]["average_cross_error_pct"]
+    assert len(users) == 120
+
+
+def test_row_capped_projection_is_feasible() -> None:
+    """Dykstra over the total, the row caps and the column caps: the total exact, the caps met."""
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        A, B = int(rng.integers(2, 6)), int(rng.integers(2, 6))
+        W = np.outer(rng.integers(1, 9, A), rng.integers(1, 9, B)).astype(float)
+        hi = np.ones((A, B))
+        total = float(W.sum()) * 0.3
+        cons = TypeConstraints(W, hi, None, total, caps=W.sum(axis=0) * 0.6, row_caps=W.sum(axis=1) * 0.5,
+                               dykstra=200)
+        X = cons.project(rng.normal(size=(A, B)))
+        L = W * X
+        assert L.sum() == pytest.approx(total, rel=1e-9)
+        assert np.all(X >= -1e-12) and np.all(X <= hi + 1e-12)
+        assert np.all(L.sum(axis=1) <= cons.row_caps * (1 + 1e-6)) and np.all(L.sum(axis=0) <= cons.caps * (1 + 1e-6))
 
 
 def test_one_to_many_run_on_types_one_parent_per_child_within_d_max() -> None:

@@ -41,6 +41,12 @@ def type_pairs(syn: CrossTables, ws: Sequence[CrossWorkload]) -> int:
     return t1.size * t2.size
 
 
+def learned_left_degrees(p: Mapping[str, Any], kind: str) -> bool:
+    """Many-to-many with ``degrees: preserve`` and ``left_degrees: learned``: each left type's link total is
+    a variable of the problem, capped at d_max per record (the right side is capped as before)."""
+    return kind == "many_to_many" and p["degrees"] == "preserve" and p["left_degrees"] == "learned"
+
+
 def _constraints(p: Mapping[str, Any], kind: str, t1: SideTypes, t2: SideTypes, si: np.ndarray, m_syn: int,
                  no_diagonal: bool) -> tuple[TypeConstraints, np.ndarray, np.ndarray | None]:
     """The aggregated feasible set (without column caps), the integer bounds U and the left degrees kept."""
@@ -48,15 +54,18 @@ def _constraints(p: Mapping[str, Any], kind: str, t1: SideTypes, t2: SideTypes, 
     U = W - (shared_records(t1, t2) if no_diagonal else 0.0)
     hi = np.divide(U, W, out=np.zeros_like(W), where=W > 0)
     deg1: np.ndarray | None = None
+    row_caps: np.ndarray | None = None
     if kind == "one_to_many":
         rows: np.ndarray | None = t1.count.astype(float)
         deg1 = np.ones(t1.of.size, dtype=np.int64)
+    elif learned_left_degrees(p, kind):
+        rows, row_caps = None, t1.count.astype(float) * int(p["d_max"])
     elif p["degrees"] == "preserve":
         deg1 = np.bincount(si, minlength=t1.of.size).astype(np.int64)
         rows = np.bincount(t1.of, weights=deg1, minlength=t1.size).astype(float)
     else:
         rows = None
-    return TypeConstraints(W, hi, rows, float(m_syn)), U, deg1
+    return TypeConstraints(W, hi, rows, float(m_syn), row_caps=row_caps), U, deg1
 
 
 def type_step(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray, sj: np.ndarray, m_syn: int,
@@ -70,7 +79,8 @@ def type_step(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray,
     op = type_operator([t1.cells(syn.dom1, w.left) for w in ws], [t2.cells(syn.dom2, w.right) for w in ws], sizes,
                        cons.W)
     targets = [m_syn * np.asarray(a, dtype=float) for a in answers]
-    x0 = np.divide(type_pair_counts(t1, t2, si, sj), cons.W)
+    current = type_pair_counts(t1, t2, si, sj)
+    x0 = np.divide(current, cons.W)
     iters = int(p["type_iters"])
     x = solve_types(op, targets, float(m_syn), cons, x0, iters=iters, rng=rng)
     capped = False
@@ -80,17 +90,27 @@ def type_step(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray,
         if np.any((cons.W * x).sum(axis=0) > caps * (1 + 1e-9)) and caps.sum() >= m_syn:
             cons.caps, capped = caps, True  # the right cap binds: solve again with it (Dykstra projection)
             x = solve_types(op, targets, float(m_syn), cons, x, iters=iters, rng=rng)
-    Lint = round_type_counts(cons.W * x, U, cons.rows, m_syn, rng)
     cap = d_max if p["degrees"] == "preserve" else None
-    if deg1 is None:  # degrees: free — each left type's links shared evenly by its records, all dealt anew
+    if cons.row_caps is not None:  # left degrees learned: integer type totals (≤ n_a·d_max), shared evenly
+        totals = round_type_counts((cons.W * x).sum(axis=1)[None, :], cons.row_caps[None, :], None, m_syn, rng)[0]
+        Lint = round_type_counts(cons.W * x, U, totals, m_syn, rng)
+        if np.array_equal(Lint, current):  # the fit keeps every type-pair count: keep the links as they are
+            ni, nj = si, sj
+        else:
+            ni, nj = assign_links(t1, t2, Lint, balanced_within_types(t1, totals, rng), rng,
+                                  no_diagonal=no_diagonal, cap=cap)
+    elif deg1 is None:  # degrees: free — each left type's links shared evenly by its records, all dealt anew
+        Lint = round_type_counts(cons.W * x, U, cons.rows, m_syn, rng)
         ni, nj = assign_links(t1, t2, Lint, balanced_within_types(t1, Lint.sum(axis=1), rng), rng,
                               no_diagonal=no_diagonal, cap=cap)
     else:  # row totals fixed: keep the current links the new counts allow, deal only the difference
+        Lint = round_type_counts(cons.W * x, U, cons.rows, m_syn, rng)
         ni, nj = assign_incremental(t1, t2, Lint, si, sj, rng, no_diagonal=no_diagonal, cap=cap)
     if ni.size != m_syn:
         raise DataError(f"internal: link count changed from {m_syn} to {ni.size} in the type assignment")
     kept = _kept_links(si, sj, ni, nj)
     info = {"optimiser": "types", "types": [t1.size, t2.size], "right_cap_in_problem": capped,
+            "left_degrees": "learned" if cons.row_caps is not None else "kept" if deg1 is not None else "free",
             "links_changed_share": 1.0 - kept / max(m_syn, 1)}
     return TypeStep(ni, nj, info)
 

@@ -62,7 +62,8 @@ def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.nd
 @dataclass
 class TypeConstraints:
     """The aggregated feasible set, in densities x = L/W: 0 ≤ x ≤ hi, row totals of L = ``rows`` (or, when
-    ``rows`` is None, the grand total ``total``), optional column caps Σ_a L_ab ≤ ``caps``_b."""
+    ``rows`` is None, the grand total ``total``), optional column caps Σ_a L_ab ≤ ``caps``_b and row caps
+    Σ_b L_ab ≤ ``row_caps``_a (left degrees learned up to d_max)."""
 
     W: np.ndarray
     hi: np.ndarray
@@ -70,6 +71,7 @@ class TypeConstraints:
     total: float
     caps: np.ndarray | None = None
     dykstra: int = 10
+    row_caps: np.ndarray | None = None
 
     def _rows(self, Z: np.ndarray) -> np.ndarray:
         if self.rows is not None:
@@ -80,30 +82,52 @@ class TypeConstraints:
 
     def _caps(self, Z: np.ndarray) -> np.ndarray:
         """Onto {0 ≤ x ≤ hi, column totals ≤ caps}: columns under their cap are only clipped."""
-        X = np.clip(Z, 0.0, self.hi)
         assert self.caps is not None
-        over = np.flatnonzero((self.W * X).sum(axis=0) > self.caps)
-        if over.size:
-            X[:, over] = project_weighted_rows(Z[:, over].T, self.W[:, over].T, self.caps[over],
-                                               self.hi[:, over].T).T
-        return X
+        return _capped(Z.T, self.W.T, self.caps, self.hi.T).T
+
+    def _row_caps(self, Z: np.ndarray) -> np.ndarray:
+        """Onto {0 ≤ x ≤ hi, row totals ≤ row_caps}: rows under their cap are only clipped."""
+        assert self.row_caps is not None
+        return _capped(Z, self.W, self.row_caps, self.hi)
+
+    def _violation(self, X: np.ndarray) -> float:
+        """The largest cap excess of a row-feasible iterate, relative to the largest cap."""
+        worst = 0.0
+        for cap, axis in ((self.caps, 0), (self.row_caps, 1)):
+            if cap is not None:
+                worst = max(worst, float(np.max((self.W * X).sum(axis=axis) - cap, initial=0.0))
+                            / max(1.0, float(cap.max())))
+        return worst
 
     def project(self, Z: np.ndarray) -> np.ndarray:
-        """The projection (Dykstra's alternating projections when column caps are present; the result
-        always meets the row totals exactly, the caps up to the last Dykstra round)."""
-        if self.caps is None:
+        """The projection (Dykstra's alternating projections when caps are present; the result always meets
+        the row totals / grand total exactly, the caps up to the last Dykstra round)."""
+        steps = [f for f, c in ((self._caps, self.caps), (self._row_caps, self.row_caps)) if c is not None]
+        if not steps:
             return self._rows(Z)
         X = np.array(Z, dtype=float)
-        P = np.zeros_like(X)
-        Qd = np.zeros_like(X)
+        incs = [np.zeros_like(X) for _ in range(len(steps) + 1)]
         for _ in range(self.dykstra):
-            Y = self._caps(X + P)
-            P = X + P - Y
-            X = self._rows(Y + Qd)
-            Qd = Y + Qd - X
-            if float(np.max((self.W * X).sum(axis=0) - self.caps, initial=0.0)) <= 1e-9 * max(1.0, float(self.caps.max())):
-                break  # the row-feasible iterate meets the caps too
+            before = X
+            for k, f in enumerate(steps):
+                Y = f(X + incs[k])
+                incs[k] = X + incs[k] - Y
+                X = Y
+            Y = self._rows(X + incs[-1])
+            incs[-1] = X + incs[-1] - Y
+            X = Y
+            if self._violation(X) <= 1e-9 and float(np.abs(X - before).max()) <= 1e-12:
+                break  # the row-feasible iterate meets the caps and has stopped moving: the projection
         return X
+
+
+def _capped(Z: np.ndarray, W: np.ndarray, cap: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Rows of Z onto {0 ≤ x ≤ hi, Σ_b W_b x_b ≤ cap_row}: rows under their cap are only clipped."""
+    X = np.clip(Z, 0.0, hi)
+    over = np.flatnonzero((W * X).sum(axis=1) > cap)
+    if over.size:
+        X[over] = project_weighted_rows(Z[over], W[over], cap[over], hi[over])
+    return X
 
 
 @dataclass

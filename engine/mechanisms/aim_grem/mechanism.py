@@ -21,7 +21,10 @@ the measured ones instead of zero, in the answers and, per ``selection_on``, in 
 Checkpoints: the first is a small base (the initial measurements); each later round appends an
 O(change) record (its noisy measurements, trace row, ledger charges, next budget), with a full
 snapshot only when the log outgrows the state. A resume replays the records through the same
-combine and lazy update, so it continues bit-identically and never charges a round twice.
+combine and lazy update, so it continues bit-identically and never charges a round twice. Under a
+``RunCheckpoint`` the commits are written by its writer thread (``background()``) while the next rounds
+run, and the run waits for them before it returns: a crash leaves the last commit written, from which a
+resume repeats the later rounds with the same keyed noise.
 """
 from __future__ import annotations
 

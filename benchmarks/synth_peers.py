@@ -9,15 +9,24 @@ privcube: ``privcube run --quiet --no-report``, which writes the whole run folde
 memory to records (privcube: report.json's mechanism + postprocess + synthesize stages; a peer: its fit and
 sample calls).
 
-Our configuration is chosen per (data, ε) by a rule fixed in advance, never by speed: every candidate in
-``OURS`` runs once on a held-out seed (HOLDOUT_SEED, used by no timed run) and the one with the lowest mean
-of 2- and 3-way TVD is timed and scored on ``--seeds``, interleaved seed by seed with ``--peers``
-(smartnoise-MST, the fastest peer); the peers that take minutes per run here (dpmm-MST, both AIMs) run on
-``--slow-seeds`` only, under the same cap. Prints the quality table (mean [min–max] over seeds) and, per peer, the
+Our configuration is chosen per (data, ε) by a rule fixed in advance, on held-out seeds only
+(HOLDOUT_SEEDS = 100, 101, 102; no timed or scored run uses them). Every candidate in ``OURS`` runs once per
+held-out seed (interleaved seed by seed); its score on a seed is the mean of its 2- and 3-way TVD, and its
+held-out score the mean over the seeds. The candidate with the lowest held-out score is the best; a
+candidate whose held-out score is within the held-out seed-to-seed spread of the best's -- exactly:
+score − best ≤ max(TIE_RELATIVE × best, SE of the best), TIE_RELATIVE = 2 % and SE the standard error of
+the best's mean over the held-out seeds (sample standard deviation / √3) -- is tied with it, and among
+tied candidates the one with the lowest median held-out core time is chosen (of configurations the seeds
+cannot tell apart on quality, a user picks the faster). Quality first: a candidate outside the spread
+is never chosen for speed. The held-out TVDs, scores, spreads and core times of every candidate are
+printed (and kept in ``--json``, so ``--merge`` prints the choice again). The chosen configuration is then
+timed and scored on ``--seeds``, interleaved seed by seed with ``--peers`` (smartnoise-MST, the fastest
+peer); the peers that take minutes per run here (dpmm-MST, both AIMs) run on ``--slow-seeds`` only (those
+of ``--slow-peers``), under the same cap. Prints the quality table (mean [min–max] over seeds) and, per peer, the
 time ratios peer / ours per seed with their min and mean, and ``uptime`` before and after each block.
 
     python benchmarks/synth_peers.py [--datasets nltcs adult] [--eps 1 3] [--seeds 0 1 2 3 4] [--slow-seeds 0]
-                                     [--timeout 300] [--json OUT.json]
+                                     [--slow-peers dpmm-mst ...] [--timeout 300] [--json OUT.json]
     python benchmarks/synth_peers.py --merge A.json B.json     # tables of saved results
 
 Run with ``--peer-worker SPEC.json`` by the script itself inside a peer's venv (imports no privcube).
@@ -175,20 +184,60 @@ OURS = {  # label -> (mechanism, workload, estimator); aim-grem synthesizes from
     "privcube rp+jt": ({"name": "residual-planner"}, [{"kway": 1}, {"kway": 2}], "junction-tree"),
     "privcube aim-grem+jt": ({"name": "aim-grem"}, [{"kway": 1}, {"kway": 2}], "junction-tree"),
 }
-HOLDOUT_SEED = 100  # the configuration is chosen on this seed, which no timed or scored run uses
+HOLDOUT_SEEDS = (100, 101, 102)  # the configuration is chosen on these seeds, which no timed or scored run uses
+TIE_RELATIVE = 0.02  # held-out scores within max(2 % of the best, the best's standard error) are tied
 MST_PEERS = ["smartnoise-mst"]  # on every seed
 SLOW_PEERS = ["dpmm-mst", "smartnoise-aim", "dpmm-aim"]  # minutes per run here (or DNF): on --slow-seeds only
 
 
+def decide(held: dict[str, list[dict]]) -> tuple[str, dict[str, dict]]:
+    """The rule on held-out runs ``{label: [{"tvd": [t1, t2, t3], "core_s": s}, ...]}``: lowest mean (over
+    seeds) of the mean 2-/3-way TVD; candidates within max(TIE_RELATIVE x best, the best's standard error)
+    of it are tied, and the tie goes to the lowest median held-out core time. Returns (choice, summary)."""
+    summary = {}
+    for label, runs in held.items():
+        scores = [(r["tvd"][1] + r["tvd"][2]) / 2 for r in runs]
+        cores = [r["core_s"] for r in runs if r.get("core_s") is not None]
+        se = float(np.std(scores, ddof=1) / np.sqrt(len(scores))) if len(scores) > 1 else 0.0
+        summary[label] = {"score": float(np.mean(scores)), "se": se, "scores": scores,
+                          "core_median": float(np.median(cores)) if cores else float("inf")}
+    best = min(summary, key=lambda c: summary[c]["score"])
+    margin = max(TIE_RELATIVE * summary[best]["score"], summary[best]["se"])
+    for label, sm in summary.items():
+        sm["tied"] = sm["score"] - summary[best]["score"] <= margin
+        sm["margin"] = margin
+    choice = min((c for c in summary if summary[c]["tied"]), key=lambda c: (summary[c]["core_median"], c))
+    return choice, summary
+
+
 def choose_ours(name: str, eps: float, delta: float, real: np.ndarray, sizes: list[int],
-                candidates: list[str]) -> tuple[str, dict[str, list[float]]]:
-    """The rule, fixed before any timing: run every candidate once on HOLDOUT_SEED and take the one with the
-    lowest mean of its 2- and 3-way TVD (the target's quality measure); speed plays no part."""
-    scores = {}
-    for label in candidates:
-        syn, _ = run_ours(name, eps, delta, HOLDOUT_SEED, *OURS[label])
-        scores[label] = [tvd(real, syn, sizes, k) for k in (1, 2, 3)]
-    return min(candidates, key=lambda c: (scores[c][1] + scores[c][2]) / 2), scores
+                candidates: list[str]) -> tuple[str, dict[str, list[dict]], dict[str, dict]]:
+    """The rule, fixed before any timing: every candidate on every held-out seed (interleaved), then
+    :func:`decide`. Returns (choice, held-out runs per candidate, summary)."""
+    held: dict[str, list[dict]] = {c: [] for c in candidates}
+    for seed in HOLDOUT_SEEDS:
+        for label in candidates:
+            syn, secs = run_ours(name, eps, delta, seed, *OURS[label])
+            held[label].append({"seed": seed, "tvd": [tvd(real, syn, sizes, k) for k in (1, 2, 3)], "seconds": secs,
+                                "core_s": run_ours.stages["core_s"]})
+    choice, summary = decide(held)
+    return choice, held, summary
+
+
+def print_choice(name: str, eps: float, held: dict[str, list[dict]], summary: dict[str, dict], choice: str) -> None:
+    """Every candidate's held-out TVDs per seed, score ± SE, median core time, and the rule's verdict."""
+    margin = next(iter(summary.values()))["margin"]
+    print(f"   rule ({name} eps={eps:g}): score = mean over held-out seeds of mean(TVD2, TVD3); tied if within "
+          f"max({TIE_RELATIVE:.0%} of best, best's SE) = {margin:.5f} of the best; a tie goes to the lower median "
+          "held-out core time", flush=True)
+    for label, runs in held.items():
+        sm = summary[label]
+        per = "  ".join(f"s{r['seed']}: {r['tvd'][1]:.4f}/{r['tvd'][2]:.4f}"
+                        + (f" {r['core_s']:.2f}s" if r.get("core_s") is not None else "") for r in runs)
+        core = "-" if sm["core_median"] == float("inf") else f"{sm['core_median']:.2f} s"
+        verdict = "<- chosen" if label == choice else ("tied, slower" if sm["tied"] else "worse")
+        print(f"   held-out {label:22} tvd2/3 {per}  score {sm['score']:.5f} ± {sm['se']:.5f}  median core {core}  "
+              f"{verdict}", flush=True)
 
 
 def measure(system: str, name: str, eps: float, delta: float, seed: int, timeout: float, real: np.ndarray,
@@ -240,7 +289,7 @@ def main() -> None:
         print_tables([r for f in args.merge for r in json.loads(Path(f).read_text())])
         return
     print(f"cores: {os.cpu_count()}  cap per peer run: {args.timeout:.0f} s  seeds {args.seeds}  "
-          f"held-out seed {HOLDOUT_SEED}", flush=True)
+          f"held-out seeds {list(HOLDOUT_SEEDS)}", flush=True)
     rows: list[dict] = []
 
     def keep(row: dict) -> None:
@@ -254,12 +303,12 @@ def main() -> None:
         print(f"\n== {name} eps={eps:g}  uptime before: {uptime()}", flush=True)
         chosen = None
         if args.ours:
-            chosen, scores = choose_ours(name, eps, args.delta, real, sizes, args.ours)
-            for label, sc in scores.items():
-                print(f"   held-out seed {HOLDOUT_SEED}: {label:22} tvd1/2/3 " + " ".join(f"{v:.4f}" for v in sc)
-                      + ("  <- chosen" if label == chosen else ""), flush=True)
-                keep({"data": name, "eps": eps, "system": label, "seed": HOLDOUT_SEED, "tvd": sc, "holdout": True,
-                      "chosen": label == chosen})
+            chosen, held, summary = choose_ours(name, eps, args.delta, real, sizes, args.ours)
+            print_choice(name, eps, held, summary, chosen)
+            for label, runs in held.items():
+                for r in runs:
+                    keep({"data": name, "eps": eps, "system": label, **r, "holdout": True, "load": os.getloadavg()[0],
+                          "chosen": label == chosen})
         for seed in args.seeds:
             for system in ([chosen] if chosen else []) + args.peers:
                 keep({**measure(system, name, eps, args.delta, seed, args.timeout, real, sizes),
@@ -286,9 +335,19 @@ def _core(r: dict) -> float | None:
 
 
 def print_tables(rows: list[dict]) -> None:
-    """Quality (TVD per k, mean [min–max] over seeds) and time of every system, then per peer the time
-    ratios peer / ours per seed (whole process and core) with their min and mean."""
+    """The rule's choice per block (from the held-out rows), quality (TVD per k, mean [min–max] over seeds)
+    and time of every system, then per peer the time ratios peer / ours per seed (whole process and core)
+    with their min and mean."""
     timed = [r for r in rows if not r.get("holdout")]
+    for data, eps in sorted({(r["data"], r["eps"]) for r in rows if r.get("holdout")}):
+        held: dict[str, list[dict]] = {}
+        for r in rows:
+            if r.get("holdout") and r["data"] == data and r["eps"] == eps:
+                held.setdefault(r["system"], []).append(r)
+        choice, summary = decide(held)
+        print(f"\n{data} eps={eps:g}: the rule's choice on held-out seeds "
+              f"{sorted({r['seed'] for v in held.values() for r in v})}")
+        print_choice(data, eps, held, summary, choice)
     print("\nwhole s: a fresh subprocess, wall clock (interpreter, imports, CSV in, fit, sample, output written; "
           "privcube: `privcube run --quiet --no-report`, the whole run folder). core s: data in memory to records "
           "(privcube: mechanism + postprocess + synthesize stages; peers: fit + sample). load: 1-min load average.")

@@ -9,7 +9,9 @@ arrays are not zarr nodes, so this module never lists the subgroup through zarr)
     meta-<base>-<hash>.json  the base's JSON meta (trace, ledger, ...), BLAKE2-checksummed by the manifest
     log-<round>.rec        one record per appended round: a JSON header line (round, meta, array names,
                            dtypes, shapes, and the checksum of the previous record -- or of the base meta
-                           for the first one) followed by the raw C-order array bytes
+                           for the first one) followed by the raw C-order array bytes; rounds committed
+                           together by ``background()`` are consecutive records of one file (named by
+                           the last round)
     manifest-<round>.json  round, identity, base round, meta file + checksum, log head (round, checksum,
                            count), and per base array: version, shape, dtype, checksum
     CURRENT                the name of the committed manifest (replaced atomically with os.replace)
@@ -27,6 +29,14 @@ past ``max_log`` records. ``load`` validates the pointer, the manifest, the iden
 (pointer, manifest, identity) so a resume can be refused before any data is read. Checkpoints written in
 the v1 format (a full snapshot per round, meta inline) are still loaded.
 
+``background()`` (a context manager, opt-in) moves the file writes of ``append`` -- and of ``save`` of
+arrays the caller promises not to modify (``frozen=True``) -- to one writer thread, in order: the
+record, its checksum chain and the bookkeeping ``should_compact`` reads are still computed by the caller,
+so decisions and file contents are exactly those of the synchronous path; only the fsyncs overlap the
+caller's next round. A commit is still atomic, and a crash leaves the last commit the thread finished
+(a resume then repeats the later rounds with the same keyed noise, as after any crash between rounds).
+Leaving the context waits for every queued commit and raises the first write error; so does ``wait``.
+
 Checkpoints hold only noisy state (residual estimates, precisions, marginal estimates, noisy
 measurements, synthetic tables and links, the ledger and the trace); exact counts are recomputed from the
 data on resume. Both job kinds use it: a single-table run under ``<run>/store.zarr/checkpoint``, a relational
@@ -34,12 +44,15 @@ run under ``<run>/checkpoint`` (a zarr group of its own: that run writes no tens
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +156,29 @@ def encode_record(round: int, prev: Mapping[str, Any], meta: Mapping[str, Any],
     return RECORD_MAGIC + header.encode("utf-8") + b"\n" + b"".join(parts)
 
 
+def split_records(data: bytes, where: str) -> list[tuple[bytes, dict[str, Any]]]:
+    """The records of one log file, in order, each with its own bytes: one record, or the records of
+    rounds committed together (written back to back by ``background()``'s writer)."""
+    out = []
+    start = 0
+    while True:
+        end = data.find(b"\n", start + len(RECORD_MAGIC)) if data.startswith(RECORD_MAGIC, start) else -1
+        if end < 0:
+            return [(data[start:], decode_record(data[start:], where))]  # raises the precise error
+        try:
+            spec = json.loads(data[start + len(RECORD_MAGIC):end].decode("utf-8"))["arrays"]
+            size = sum((int(np.prod(shape, dtype=np.int64)) if shape else 1) * np.dtype(dt).itemsize
+                       for _, dt, shape in spec)
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"checkpoint log record {where!r} is corrupt: {e}") from None
+        stop = min(end + 1 + size, len(data))
+        one = data[start:stop]
+        out.append((one, decode_record(one, where)))
+        if stop >= len(data):
+            return out
+        start = stop
+
+
 def decode_record(data: bytes, where: str) -> dict[str, Any]:
     """Parse a record written by :func:`encode_record` (CheckpointError naming ``where`` if malformed)."""
     if not data.startswith(RECORD_MAGIC):
@@ -170,6 +206,99 @@ def decode_record(data: bytes, where: str) -> dict[str, Any]:
     except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
         raise CheckpointError(f"checkpoint log record {where!r} is corrupt: {e}") from None
     return {"round": rnd, "prev": prev, "meta": meta, "arrays": arrays}
+
+
+@dataclass
+class _Append:
+    """The file writes of one ``append``: its record, its manifest, and the manifest it supersedes."""
+
+    record: tuple[Path, bytes]
+    manifest: tuple[Path, bytes]
+    pointer: Path
+    old: Path | None
+
+
+def _commit_appends(batch: list[_Append]) -> None:
+    """Commit consecutive appends as one: their records back to back in one file named by the last round
+    (``load`` splits it; each record keeps its own checksum and back link), the last manifest, one
+    pointer switch, the superseded manifest removed: three fsyncs however many rounds. The intermediate
+    manifests are never referenced, so they are not written."""
+    last = batch[-1]
+    records = last.record if len(batch) == 1 else (last.record[0], b"".join(j.record[1] for j in batch))
+    _write_unreferenced([records, last.manifest])
+    atomic_write_text(last.pointer, last.manifest[0].name)  # the commit point
+    first = batch[0].old
+    if first is not None and first != last.manifest[0]:
+        first.unlink(missing_ok=True)
+
+
+class _Committer:
+    """One writer thread running queued commit jobs in order; appends queued back to back are committed
+    together (fewer fsyncs when the caller is faster than the disk). The first error skips the rest."""
+
+    COALESCE = True
+
+    def __init__(self) -> None:
+        self.jobs: collections.deque[Callable[[], None] | _Append] = collections.deque()
+        self.cond = threading.Condition()
+        self.busy = False
+        self.closing = False
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._work, name="privcube-checkpoint-writer", daemon=True)
+        self.thread.start()
+
+    def _take(self) -> list[Callable[[], None] | _Append] | None:
+        with self.cond:
+            while not self.jobs and not self.closing:
+                self.cond.wait()
+            if not self.jobs:
+                return None
+            batch = [self.jobs.popleft()]
+            while self.COALESCE and isinstance(batch[0], _Append) and self.jobs and isinstance(self.jobs[0], _Append):
+                batch.append(self.jobs.popleft())
+            self.busy = True
+            return batch
+
+    def _work(self) -> None:
+        while (batch := self._take()) is not None:
+            try:
+                if self.error is None:
+                    if isinstance(batch[0], _Append):
+                        _commit_appends(batch)  # type: ignore[arg-type]
+                    else:
+                        batch[0]()  # type: ignore[operator]
+            except BaseException as e:  # noqa: BLE001 - handed to the caller by check()
+                self.error = e
+            finally:
+                with self.cond:
+                    self.busy = False
+                    self.cond.notify_all()
+
+    def check(self) -> None:
+        """Raise the first error of a finished job (the caller's next checkpoint call sees it)."""
+        if self.error is not None:
+            raise self.error
+
+    def submit(self, job: Callable[[], None] | _Append) -> None:
+        """Queue ``job`` after every job submitted before it."""
+        self.check()
+        with self.cond:
+            self.jobs.append(job)
+            self.cond.notify_all()
+
+    def wait(self) -> None:
+        """Block until every queued job has run; raise the first error."""
+        with self.cond:
+            while self.jobs or self.busy:
+                self.cond.wait()
+        self.check()
+
+    def close(self) -> None:
+        """Run what is queued, then stop the thread (errors stay in ``error``)."""
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
+        self.thread.join()
 
 
 class RunCheckpoint:
@@ -202,6 +331,7 @@ class RunCheckpoint:
         self._store: TensorStore | None = None
         self._known: dict[str, dict[str, Any]] | None = None  # name -> manifest entry of the last save
         self._head: dict[str, Any] | None = None  # what append needs about the committed checkpoint
+        self._writer: _Committer | None = None  # set inside background()
 
     # ------------------------------------------------------------------------------------ helpers
     @property
@@ -213,6 +343,42 @@ class RunCheckpoint:
                 TensorStore(self.root)  # make sure the parent group exists
             self._store = TensorStore(self.dir)
         return self._store
+
+    @contextlib.contextmanager
+    def background(self) -> Iterator[RunCheckpoint]:
+        """Within the block, commits are written on a writer thread, in order (see the module docstring).
+
+        Leaving it waits for every queued commit, then raises the first write error (if the block itself
+        raised, that exception propagates and a write error is chained to nothing: the block's wins). After
+        a write error the in-memory bookkeeping is dropped, so the next call re-reads the committed state.
+        """
+        if self._writer is not None:  # nested: the outer block owns the thread
+            yield self
+            return
+        self._writer = _Committer()
+        failed = True
+        try:
+            yield self
+            failed = False
+        finally:
+            writer, self._writer = self._writer, None
+            writer.close()
+            if writer.error is not None:
+                self._known, self._head = None, None
+                if not failed:
+                    raise writer.error
+
+    def wait(self) -> None:
+        """Wait until every commit queued by ``background()`` is on disk; raise the first write error."""
+        if self._writer is not None:
+            self._writer.wait()
+
+    def _run(self, job: Callable[[], None]) -> None:
+        """Run a commit job now, or queue it on the writer thread inside ``background()``."""
+        if self._writer is None:
+            job()
+        else:
+            self._writer.submit(job)
 
     def _pointer(self) -> Path:
         return self.dir / "CURRENT"
@@ -293,18 +459,28 @@ class RunCheckpoint:
         return mname
 
     # -------------------------------------------------------------------------------- save / load
-    def save(self, round: int, state: Mapping[str, Any]) -> None:
-        """Commit ``state`` = {"meta": JSON mapping, "arrays": {name: ndarray}} as checkpoint ``round`` (a new base)."""
+    def save(self, round: int, state: Mapping[str, Any], frozen: bool = False) -> None:
+        """Commit ``state`` = {"meta": JSON mapping, "arrays": {name: ndarray}} as checkpoint ``round`` (a new base).
+
+        ``frozen``: the caller will not modify the arrays afterwards, so inside ``background()`` they may be
+        written on the writer thread; otherwise queued commits are awaited and the save runs here.
+        """
         if isinstance(round, bool) or not isinstance(round, (int, np.integer)) or round < 0:
             raise CheckpointError(f"checkpoint round must be a non-negative integer, got {round!r}")
         round = int(round)
+        if not frozen:
+            self.wait()
+        elif self._writer is not None:
+            self._writer.check()
         arrays = state.get("arrays", {})
         meta = state.get("meta", {})
         store = self.store
         if self._known is None:
+            self.wait()
             old = self._read_manifest() if self.exists() else None
             self._known = dict(old["arrays"]) if old else {}
         entries: dict[str, dict[str, Any]] = {}
+        writes: list[tuple[str, np.ndarray]] = []
         for name, arr in arrays.items():
             if not isinstance(name, str) or not name or "/" in name:
                 raise CheckpointError(f"checkpoint array name {name!r} must be a non-empty string without '/'")
@@ -315,19 +491,30 @@ class RunCheckpoint:
                 entries[name] = prev
                 continue
             version = f"{name}-v{round}"
-            store.write(version, a)
+            writes.append((version, a))
             entries[name] = {"version": version, "shape": list(a.shape), "dtype": a.dtype.str, "checksum": digest}
         meta_bytes = json.dumps(meta, allow_nan=True).encode("utf-8")
         digest = _digest(meta_bytes)  # content in the name: never overwrites a committed meta file
         meta_ref = {"file": f"meta-{round}-{digest[:12]}.json", "checksum": digest}
-        atomic_write_bytes(self.dir / meta_ref["file"], meta_bytes)
         manifest = {"format": FORMAT, "round": round, "identity": self.identity, "base": round,
                     "meta_file": meta_ref, "log": {"head": None, "checksum": None, "count": 0}, "arrays": entries}
-        mname = self._commit(round, json.dumps(manifest, allow_nan=True))
+        manifest_text = json.dumps(manifest, allow_nan=True)
+        mname = f"manifest-{round}.json"
+
+        def commit() -> None:
+            for version, a in writes:
+                store.write(version, a)
+            atomic_write_bytes(self.dir / meta_ref["file"], meta_bytes)
+            self._commit(round, manifest_text)
+            self._collect(entries, keep_manifest=mname, keep_meta=meta_ref["file"])
+
+        if frozen:
+            self._run(commit)
+        else:
+            commit()
         self._known = entries
         manifest["_file"] = mname
         self._set_head(manifest, log_bytes=0)
-        self._collect(entries, keep_manifest=mname, keep_meta=meta_ref["file"])
 
     def should_compact(self, extra_bytes: int = 0, state_bytes: int | None = None) -> bool:
         """Whether the next round should be a ``save`` (new base) rather than an ``append``.
@@ -338,6 +525,7 @@ class RunCheckpoint:
         Compacting then costs at most ``1/compact_ratio`` x the log written since the last one.
         """
         if self._head is None:
+            self.wait()
             manifest = self._read_manifest() if self.exists() else None
             if manifest is None:
                 return True
@@ -360,6 +548,7 @@ class RunCheckpoint:
             raise CheckpointError(f"checkpoint round must be a non-negative integer, got {round!r}")
         round = int(round)
         if self._head is None:
+            self.wait()
             manifest = self._read_manifest() if self.exists() else None
             if manifest is not None:
                 self._set_head(manifest)
@@ -377,14 +566,15 @@ class RunCheckpoint:
         small = json.dumps({"format": FORMAT, "round": round, "identity": self.identity, "base": h["base"],
                             "meta_file": h["meta_file"], "log": log}, allow_nan=True)
         mname = f"manifest-{round}.json"  # a later round than the committed one: not referenced yet
-        _write_unreferenced([(self.dir / f"log-{round}.rec", data),
-                             (self.dir / mname, (small[:-1] + ', "arrays": ' + h["arrays_json"] + "}").encode())])
-        atomic_write_text(self._pointer(), mname)  # the commit point
-        old = h["file"]
+        job = _Append((self.dir / f"log-{round}.rec", data),
+                      (self.dir / mname, (small[:-1] + ', "arrays": ' + h["arrays_json"] + "}").encode()),
+                      self._pointer(), self.dir / h["file"])
+        if self._writer is None:
+            _commit_appends([job])
+        else:
+            self._writer.submit(job)
         h.update(round=round, file=mname, log_head=round, log_checksum=digest, log_count=log["count"],
                  log_bytes=h["log_bytes"] + len(data))
-        if old != mname:
-            (self.dir / old).unlink(missing_ok=True)
 
     def _collect(self, entries: Mapping[str, Mapping[str, Any]], keep_manifest: str, keep_meta: str | None = None) -> None:
         """Remove array versions, meta files, log records and manifests the committed checkpoint no longer references."""
@@ -409,6 +599,7 @@ class RunCheckpoint:
 
     def check_identity(self) -> int | None:
         """Round of the committed checkpoint after checking pointer, manifest and identity; None if none."""
+        self.wait()
         manifest = self._read_manifest()
         if manifest is None:
             return None
@@ -435,17 +626,27 @@ class RunCheckpoint:
         records: list[dict[str, Any]] = []
         nbytes = 0
         r, want = log.get("head"), log.get("checksum")
+        pending: list[tuple[bytes, dict[str, Any]]] = []  # the earlier records of the file being walked
+        path = self.dir
         for _ in range(log["count"]):
-            path = self.dir / f"log-{r}.rec"
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                raise CheckpointError(f"checkpoint log record {str(path)!r} is missing") from None
-            except OSError as e:
-                raise CheckpointError(f"checkpoint log record {str(path)!r} cannot be read: {e}") from None
+            if not pending:
+                path = self.dir / f"log-{r}.rec"
+                try:
+                    data = path.read_bytes()
+                except FileNotFoundError:
+                    raise CheckpointError(f"checkpoint log record {str(path)!r} is missing") from None
+                except OSError as e:
+                    raise CheckpointError(f"checkpoint log record {str(path)!r} cannot be read: {e}") from None
+                try:
+                    pending = split_records(data, str(path))
+                except CheckpointError:
+                    if _digest(data) == want:  # written like this: the parse error says more
+                        raise
+                    raise CheckpointError(f"checkpoint log record {str(path)!r} fails its checksum (corrupt data)") \
+                        from None
+            data, rec = pending.pop()
             if _digest(data) != want:
                 raise CheckpointError(f"checkpoint log record {str(path)!r} fails its checksum (corrupt data)")
-            rec = decode_record(data, str(path))
             if rec["round"] != r:
                 raise CheckpointError(f"checkpoint log record {str(path)!r} is corrupt: it holds round {rec['round']}")
             nbytes += len(data)
@@ -454,6 +655,8 @@ class RunCheckpoint:
             r, want = prev.get("round"), prev.get("checksum")
             if not isinstance(r, int) or r >= rec["round"]:
                 raise CheckpointError(f"checkpoint log record {str(path)!r} is corrupt: bad back link {prev!r}")
+        if pending:
+            raise CheckpointError(f"checkpoint log record {str(path)!r} is corrupt: it holds more records than the log")
         if log["count"] and (r != manifest["base"] or want != mf.get("checksum")):
             raise CheckpointError(f"checkpoint log in {str(self.dir)!r} does not lead back to its base "
                                   f"(round {manifest['base']}): corrupt")
@@ -466,6 +669,7 @@ class RunCheckpoint:
         ``meta``/``arrays`` are the base (the last ``save``); ``log`` lists the records appended since,
         in round order, each {"round", "meta", "arrays"} (empty for a checkpoint just saved).
         """
+        self.wait()
         manifest = self._read_manifest()
         if manifest is None:
             return None
@@ -498,6 +702,7 @@ class RunCheckpoint:
 
     def clear(self) -> None:
         """Delete every checkpoint of this run."""
+        self.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
         self._store = None
         self._known = None
@@ -505,4 +710,4 @@ class RunCheckpoint:
 
 
 __all__ = ["DEFAULT_COMPACT_RATIO", "DEFAULT_MAX_LOG", "FORMAT", "FORMAT_V1", "RECORD_MAGIC", "RunCheckpoint",
-           "checksum", "decode_record", "describe_mismatch", "encode_record"]
+           "checksum", "decode_record", "describe_mismatch", "encode_record", "split_records"]

@@ -1,7 +1,8 @@
 """Test-only: act right after a checkpoint round is committed (production code carries no test hook).
 
 ``after_commit(monkeypatch, fn)`` calls ``fn(round)`` right after every commit of
-``storage.checkpoint.RunCheckpoint`` (``save`` and ``append``; the relational job's checkpoint is one too)
+``storage.checkpoint.RunCheckpoint`` (``save`` and ``append``, once the commit is on disk: under
+``background()`` the hook waits for the writer thread; the relational job's checkpoint is one too)
 in this process. Run as a script, ``python tests/checkpoint_kill.py K ARGS...`` is the ``privcube`` command
 with ARGS, SIGKILLed right after it commits checkpoint round K: a deterministic stand-in for a driver killed
 between two rounds, used by the resume tests.
@@ -26,6 +27,7 @@ def _wrap(method: Callable[..., Any], fn: Callable[[int], None]) -> Callable[...
     @functools.wraps(method)
     def committed(self: RunCheckpoint, round: int, *args: Any, **kwargs: Any) -> Any:
         out = method(self, round, *args, **kwargs)
+        self.wait()  # inside ``background()`` the commit is written on the writer thread: wait until it is
         fn(int(round))
         return out
 

@@ -151,9 +151,11 @@ def test_a_round_appends_one_record_and_a_constant_size_manifest(tmp_path):
     real = RunCheckpoint.append
 
     def spy(self, rnd, record):  # noqa: ANN001, ANN202
+        self.wait()  # the run writes on the checkpoint's writer thread: compare what is on disk
         before = {p.name: p.stat().st_mtime_ns for p in _ckdir(tmp_path).iterdir() if not p.name.startswith("log-")
                   and not p.name.startswith("manifest-") and p.name != "CURRENT"}
         real(self, rnd, record)
+        self.wait()
         after = {p.name: p.stat().st_mtime_ns for p in _ckdir(tmp_path).iterdir() if not p.name.startswith("log-")
                  and not p.name.startswith("manifest-") and p.name != "CURRENT"}
         assert after == before  # base arrays and meta untouched
@@ -189,7 +191,7 @@ def test_damaged_log_is_refused(tmp_path, damage):
     ck = RunCheckpoint(tmp_path / "store.zarr")
     _run({"max_rounds": 3}, RunContext(checkpoint=ck))
     d = _ckdir(tmp_path)
-    rec = d / "log-2.rec"
+    rec = min(d.glob("log-*.rec"), key=lambda p: int(p.stem[4:]))  # rounds committed together share a file
     if damage == "flip":
         data = bytearray(rec.read_bytes())
         data[-3] ^= 0xFF
@@ -304,3 +306,73 @@ def test_compaction_policy(tmp_path):
     ck.append(2, {"meta": {}, "arrays": {}})
     ck.append(3, {"meta": {}, "arrays": {}})
     assert ck.should_compact(0, state_bytes=10**9)  # max_log records
+
+
+# ------------------------------------------------------------------- background commits (writer thread)
+def _rounds(ck, n):  # noqa: ANN001, ANN202
+    ck.save(0, {"meta": {"m": 0}, "arrays": {"a": np.arange(3.0)}}, frozen=True)
+    for r in range(1, n + 1):
+        ck.append(r, {"meta": {"r": r}, "arrays": {"y": np.full(r, float(r)), "s": np.array(r)}})
+
+
+def test_background_commits_load_like_synchronous_ones_and_coalesce(tmp_path, monkeypatch):
+    """Appends queued faster than the disk are committed together (fewer files, one pointer switch) and load
+    exactly as synchronous per-round commits do; leaving the block waits for every queued commit."""
+    import threading
+
+    from privcube.storage import checkpoint as ckmod
+
+    _rounds(RunCheckpoint(tmp_path / "sync.zarr"), 12)
+    gate = threading.Event()
+    real = ckmod._commit_appends
+    batches = []
+
+    def slow(batch):  # noqa: ANN001, ANN202 - the first commit waits until every round is queued
+        gate.wait(10)
+        batches.append(len(batch))
+        real(batch)
+
+    monkeypatch.setattr(ckmod, "_commit_appends", slow)
+    bg = RunCheckpoint(tmp_path / "bg.zarr")
+    with bg.background():
+        _rounds(bg, 12)
+        assert bg.should_compact() is False and bg._head["log_count"] == 12  # bookkeeping is not deferred
+        gate.set()
+    assert sum(batches) == 12 and len(batches) < 12  # committed together
+    assert len(list(_ckdir_of(tmp_path / "bg.zarr").glob("log-*.rec"))) == len(batches)
+    want, got = RunCheckpoint(tmp_path / "sync.zarr").load(), RunCheckpoint(tmp_path / "bg.zarr").load()
+    assert want[0] == got[0] == 12 and want[1]["meta"] == got[1]["meta"]
+    assert [r["round"] for r in got[1]["log"]] == list(range(1, 13))
+    for a, b in zip(want[1]["log"], got[1]["log"]):
+        assert a["meta"] == b["meta"] and a["arrays"].keys() == b["arrays"].keys()
+        assert all(np.array_equal(a["arrays"][k], b["arrays"][k]) for k in a["arrays"])
+
+
+def _ckdir_of(store):  # noqa: ANN001, ANN202
+    return store / "checkpoint"
+
+
+def test_background_write_error_is_raised_and_the_last_commit_kept(tmp_path, monkeypatch):
+    """A commit failing on the writer thread (disk full at the pointer switch) is raised to the caller when
+    it leaves the block; what was committed before stays committed and loads; nothing after it is written."""
+    import errno
+    import os
+
+    ck = RunCheckpoint(tmp_path / "s.zarr")
+    _rounds(ck, 2)
+    real = os.replace
+
+    def full(src, dst, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if os.fsdecode(dst).endswith("CURRENT"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError, match="No space"):
+        with ck.background():
+            ck.append(3, {"meta": {"r": 3}, "arrays": {}})
+    monkeypatch.setattr(os, "replace", real)
+    rnd, state = RunCheckpoint(tmp_path / "s.zarr").load()
+    assert rnd == 2 and [r["round"] for r in state["log"]] == [1, 2]
+    ck.append(3, {"meta": {"r": 3}, "arrays": {}})  # the bookkeeping was dropped: re-read, then commit
+    assert RunCheckpoint(tmp_path / "s.zarr").load()[0] == 3

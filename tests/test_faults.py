@@ -24,6 +24,7 @@ from checkpoint_kill import after_commit
 from privcube import api
 from privcube.errors import CheckpointError, RunDirectoryError
 from privcube.storage.zarr_store import TensorStore
+from privcube.storage.checkpoint import RunCheckpoint
 
 DOMAIN = {"a": 3, "b": 4, "c": 2, "d": 5, "e": 3}
 SEED = 21
@@ -198,8 +199,8 @@ def test_corrupt_checkpoint_is_refused_and_outputs_kept(tmp_path, job, monkeypat
             api.run(cfg, out, seed=SEED, quiet=True)
     ck = out / "store.zarr" / "checkpoint"
     manifest = json.loads((ck / "manifest-3.json").read_text())
-    if damage == "array":  # flip bytes in one stored chunk of a residual estimate
-        version = manifest["arrays"]["z.3"]["version"]
+    if damage == "array":  # flip bytes in the stored chunk of the residual estimates (packed in the first base)
+        version = manifest["arrays"]["zs"]["version"]
         chunk = next(p for p in (ck / version).rglob("*") if p.is_file() and p.name != "zarr.json")
         target, original = chunk, chunk.read_bytes()
         TensorStore(ck).write(version, TensorStore(ck).read(version) + 1.0)
@@ -272,12 +273,15 @@ def test_disk_full_while_checkpointing_keeps_the_last_checkpoint(tmp_path, job, 
     out = tmp_path / "run"
     with monkeypatch.context() as m:
         commits = iter(range(100))
-        # the 4th commit (round 3) fails: rounds 0-2 are committed, round 3 is not
-        hits = _enospc_on(m, lambda p: p.name == "CURRENT" and next(commits) == 3)
+        # the 2nd commit (rounds after the base) fails: the first, the base of round 0, is kept. (Commits are
+        # written on the checkpoint's writer thread and rounds queued back to back are committed together,
+        # so a commit is not one round: count commits, not rounds.)
+        hits = _enospc_on(m, lambda p: p.name == "CURRENT" and next(commits) == 1)
         with pytest.raises(RunDirectoryError) as info:
             api.run(cfg, out, seed=SEED, quiet=True)
     assert hits and "\n" not in str(info.value) and "checkpoint" in str(info.value)
-    assert (out / "store.zarr" / "checkpoint" / "CURRENT").read_text() == "manifest-2.json"
+    assert (out / "store.zarr" / "checkpoint" / "CURRENT").read_text() == "manifest-0.json"
+    assert RunCheckpoint(out / "store.zarr").load()[0] == 0
     assert not list((out / "store.zarr" / "checkpoint").glob(".CURRENT.*"))  # temp pointer cleaned up
     api.run(cfg, out, seed=SEED, resume=True, quiet=True)
     assert_same_outputs(ref, out)

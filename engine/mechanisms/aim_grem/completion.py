@@ -56,21 +56,90 @@ def clip_total(mu: np.ndarray, total: float) -> np.ndarray:
     return m * (total / s)
 
 
+class AxesView:
+    """Fast marginals of, and scaling along, a subset of axes of one C-order array shape.
+
+    numpy's multi-axis reductions and broadcast multiplies over a 16-axis array spend most of their time
+    in iterator overhead (inner loops of length 2). Here runs of adjacent summed-out axes are merged
+    into one block: a leading or trailing block is summed by a matrix-vector product with ones, a
+    middle block by a batched one; scaling multiplies a view whose inner axis is the trailing ≥ ``INNER``
+    cells, with the factor broadcast over them once. Same sums up to float round-off (order differs).
+    """
+
+    INNER = 256
+
+    def __init__(self, shape: tuple[int, ...], axes: Sequence[int]) -> None:
+        """``axes`` in increasing order: the kept axes (the target's layout)."""
+        keep = set(axes)
+        self.shape, self.axes = shape, tuple(axes)
+        self.kshape = tuple(shape[i] for i in self.axes)
+        blocks: list[list[int]] = []  # [size, kept] per merged run
+        for i, n in enumerate(shape):
+            kept = i in keep
+            if blocks and not kept and not blocks[-1][1]:
+                blocks[-1][0] *= n
+            else:
+                blocks.append([n, kept])
+        self.blocks = [(n, bool(k)) for n, k in blocks]
+        s, inner = len(shape), 1  # scaling: trailing original axes of at least INNER cells form the inner loop
+        while s > 0 and inner < self.INNER:
+            s -= 1
+            inner *= shape[s]
+        self.split, self.inner = s, inner
+        lead = []
+        for i in range(s):
+            if i in keep or not lead or lead[-1][1]:
+                lead.append([shape[i], i in keep])
+            else:
+                lead[-1][0] *= shape[i]
+        self.lead_view = tuple(n for n, _ in lead) + (inner,)
+        self.lead_f = tuple(n if k else 1 for n, k in lead)
+        self.fshape = tuple(shape[i] if i in keep else 1 for i in range(len(shape)))
+
+    def marginal(self, q: np.ndarray) -> np.ndarray:
+        """Sum of ``q`` over every axis not kept, shaped as the kept axes (increasing order)."""
+        view = [n for n, _ in self.blocks]
+        kept = [k for _, k in self.blocks]
+        w = q.reshape(-1)
+        if not kept[0] and view[0] > 1:
+            w = np.ones(view[0]) @ w.reshape(view[0], -1)
+        if not kept[0]:
+            view, kept = view[1:], kept[1:]
+        if view and not kept[-1]:
+            if view[-1] > 1:
+                w = w.reshape(-1, view[-1]) @ np.ones(view[-1])
+            view, kept = view[:-1], kept[:-1]
+        p = 0
+        while p < len(view):  # middle blocks, first to last: the batch (kept cells before) stays small
+            if kept[p]:
+                p += 1
+                continue
+            before = math.prod(view[:p])
+            w = np.matmul(np.ones(view[p]), w.reshape(before, view[p], -1))
+            view, kept = view[:p] + view[p + 1:], kept[:p] + kept[p + 1:]
+        return w.reshape(self.kshape)
+
+    def scale(self, q: np.ndarray, f: np.ndarray) -> None:
+        """``q`` times ``f`` (shaped as the kept axes) broadcast over the other axes, in place."""
+        full = f.reshape(self.fshape)
+        g = np.broadcast_to(full, self.fshape[:self.split] + self.shape[self.split:])
+        q.reshape(self.lead_view)[...] *= g.reshape(self.lead_f + (self.inner,))
+
+
 def ipf(shape: tuple[int, ...], targets: Sequence[tuple[tuple[int, ...], np.ndarray]], total: float,
         iters: int = IPF_ITERS, tol: float = IPF_TOL) -> np.ndarray:
     """Max-entropy array of ``shape`` summing to ``total`` whose marginals on the given axes match the
     targets (each target laid out in increasing axis order), by IPF from uniform."""
     q = np.full(shape, total / math.prod(shape))
-    nd = len(shape)
+    views = [(AxesView(shape, axes), np.asarray(tgt, dtype=float).reshape(tuple(shape[i] for i in axes)))
+             for axes, tgt in targets]
     for _ in range(iters):
         worst = 0.0
-        for axes, tgt in targets:
-            drop = tuple(i for i in range(nd) if i not in axes)
-            m = q.sum(axis=drop, keepdims=True)
-            t = tgt.reshape(m.shape)
+        for view, t in views:
+            m = view.marginal(q)
             with np.errstate(divide="ignore", invalid="ignore"):
                 f = np.where(m > 0, t / m, 0.0)
-            q *= f
+            view.scale(q, f)
             worst = max(worst, float(np.abs(m - t).max()))
         if worst <= tol * max(total, 1.0):
             break
@@ -218,7 +287,7 @@ def global_values(attrs: Sequence[str], z: Mapping[Clique, np.ndarray], lam: Map
     for t in unmeasured:
         axes = tuple(pos[a] for a in t)
         order = sorted(range(len(t)), key=lambda i: axes[i])
-        m = q.sum(axis=tuple(i for i in range(len(attrs)) if i not in axes))  # axes in increasing order
+        m = AxesView(shape, sorted(axes)).marginal(q)  # axes in increasing order
         m = np.transpose(m, np.argsort(order))  # back to τ's attribute order
         out[t] = decomp(m, t, t)
     return out

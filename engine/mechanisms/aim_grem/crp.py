@@ -53,11 +53,24 @@ def measurable_subsets(gamma: Sequence[str], sizes: Sizes) -> list[Clique]:
 
 
 def coefficients(gamma: Sequence[str], sizes: Sizes) -> tuple[list[Clique], np.ndarray, np.ndarray]:
-    """(τ list, p_τ, v_τ w.r.t. γ) over the measurable subsets of γ."""
-    taus = measurable_subsets(gamma, sizes)
-    p = np.array([p_coef(t, sizes) for t in taus], dtype=float)
-    v = np.array([v_coef(t, tuple(gamma), sizes) for t in taus], dtype=float)
-    return taus, p, v
+    """(τ list, p_τ, v_τ w.r.t. γ) over the measurable subsets of γ (public constants of γ's attribute
+    sizes: computed once per (γ, sizes) and shared; the arrays are read-only)."""
+    g = tuple(gamma)
+    key = (g, tuple(size_of(sizes, a) for a in g))
+    got = _COEFFICIENTS.get(key)
+    if got is None:
+        local = dict(zip(g, key[1]))
+        taus = measurable_subsets(g, local)
+        p = np.array([p_coef(t, local) for t in taus], dtype=float)
+        v = np.array([v_coef(t, g, local) for t in taus], dtype=float)
+        p.flags.writeable = v.flags.writeable = False
+        if len(_COEFFICIENTS) > 100_000:
+            _COEFFICIENTS.clear()
+        got = _COEFFICIENTS[key] = (taus, p, v)
+    return list(got[0]), got[1], got[2]
+
+
+_COEFFICIENTS: dict[tuple[Clique, tuple[int, ...]], tuple[list[Clique], np.ndarray, np.ndarray]] = {}
 
 
 def _check(v: np.ndarray, p: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -40,8 +40,15 @@ MIN_SHARE = 1e-9  # residuals whose budget share p_τ x_τ falls below this are 
 
 def eligible(residuals: Iterable[Clique], selected: Iterable[Sequence[str]]) -> list[Clique]:
     """The residuals τ (in ``residuals`` order, ∅ included) contained in some selected clique."""
-    sets = [frozenset(g) for g in selected]
-    return [tuple(t) for t in residuals if any(frozenset(t) <= s for s in sets)]
+    sets = {frozenset(g) for g in selected}
+    if any(len(g) > 12 for g in sets):  # too many subsets to list: test each residual against each clique
+        return [tuple(t) for t in residuals if any(frozenset(t) <= s for s in sets)]
+    covered: set[frozenset[str]] = set()  # every subset of a selected clique
+    for g in sets:
+        items = sorted(g, key=str)
+        for mask in range(1 << len(items)):
+            covered.add(frozenset(a for i, a in enumerate(items) if mask >> i & 1))
+    return [tuple(t) for t in residuals if frozenset(t) in covered]
 
 
 def workload_coefficients(taus: Sequence[Clique], cliques: Sequence[Clique], weights: Mapping[Clique, float],

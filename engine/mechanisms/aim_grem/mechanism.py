@@ -21,7 +21,10 @@ the measured ones instead of zero, in the answers and, per ``selection_on``, in 
 Checkpoints: the first is a small base (the initial measurements); each later round appends an
 O(change) record (its noisy measurements, trace row, ledger charges, next budget), with a full
 snapshot only when the log outgrows the state. A resume replays the records through the same
-combine and lazy update, so it continues bit-identically and never charges a round twice.
+combine and lazy update, so it continues bit-identically and never charges a round twice. Under a
+``RunCheckpoint`` the commits are written by its writer thread (``background()``) while the next rounds
+run, and the run waits for them before it returns: a crash leaves the last commit written, from which a
+resume repeats the later rounds with the same keyed noise.
 """
 from __future__ import annotations
 
@@ -321,38 +324,45 @@ class AIMGReM(Mechanism):
 
         table = self._table(oracle, prob, ctx)
         try:
-            grem = GReMState(prob.domain, prob.closure, table, self.params["update"])
-            if self.params["completion"] == "maxent" and self.params["selection_on"] == "completed":  # from the start
-                grem.use_completion(LocalCompletion(prob.domain, grem.residuals))
-            if payload is not None:
-                st, saved_ledger = AIMState.restore(
-                    payload, grem, identity,
-                    lambda init, snapshot: self._start_completion(prob, grem, init.get("selection_on"), snapshot))
-                self._restore_ledger(ledger, saved_ledger)
-            else:
-                if ledger.remaining_rho < rho_total * (1 - 1e-12):
-                    rho_total = ledger.remaining_rho
-                    identity = self._identity(prob, rho_total, noise)
-                if ctx.checkpoint is not None:
-                    grem.journal = []
-                st = self._initialise(prob, grem, ledger, noise, rho_total)
-                st.init["selection_on"] = self._choose_selection(workload, rho_total, grem)
-                st.init["final_share"] = self._choose_final_share(workload, rho_total, grem)
-                st.budget = annealing.final_check(annealing.initial_budget(rho_total, len(prob.candidates)),
-                                                  self._loop_budget(st) - st.rho_used) \
-                    if prob.candidates else st.budget
-                self._start_completion(prob, grem, st.init["selection_on"], snapshot=False)
-                self._save(ctx, st, grem, ledger, identity, first=True)
-            if ctx.checkpoint is not None:
-                grem.journal = []
-            self._loop(prob, grem, st, ledger, noise, ctx, identity)
-            completion = self._complete_globally(prob, grem)
-            result = self._result(workload, prob, grem, st)
-            result.report["completion"] = {**completion, "selection_on": st.init.get("selection_on")}
-            result.report["strategy"] = self._strategy_report(workload, st.rho_total, float(grem.z[()]))
-            return result
+            with _background(ctx.checkpoint):
+                return self._adaptive(prob, workload, table, ledger, noise, ctx, identity, payload, rho_total)
         finally:
             table.close()
+
+    def _adaptive(self, prob: Problem, workload: Workload, table: MarginalTable, ledger: Any, noise: Any,
+                  ctx: RunContext, identity: Mapping[str, Any], payload: Mapping[str, Any] | None,
+                  rho_total: float) -> MechanismResult:
+        """Restore or initialise, run the rounds, complete and release (the checkpoints of ``run``)."""
+        grem = GReMState(prob.domain, prob.closure, table, self.params["update"])
+        if self.params["completion"] == "maxent" and self.params["selection_on"] == "completed":  # from the start
+            grem.use_completion(LocalCompletion(prob.domain, grem.residuals))
+        if payload is not None:
+            st, saved_ledger = AIMState.restore(
+                payload, grem, identity,
+                lambda init, snapshot: self._start_completion(prob, grem, init.get("selection_on"), snapshot))
+            self._restore_ledger(ledger, saved_ledger)
+        else:
+            if ledger.remaining_rho < rho_total * (1 - 1e-12):
+                rho_total = ledger.remaining_rho
+                identity = self._identity(prob, rho_total, noise)
+            if ctx.checkpoint is not None:
+                grem.journal = []
+            st = self._initialise(prob, grem, ledger, noise, rho_total)
+            st.init["selection_on"] = self._choose_selection(workload, rho_total, grem)
+            st.init["final_share"] = self._choose_final_share(workload, rho_total, grem)
+            st.budget = annealing.final_check(annealing.initial_budget(rho_total, len(prob.candidates)),
+                                              self._loop_budget(st) - st.rho_used) \
+                if prob.candidates else st.budget
+            self._start_completion(prob, grem, st.init["selection_on"], snapshot=False)
+            self._save(ctx, st, grem, ledger, identity, first=True)
+        if ctx.checkpoint is not None:
+            grem.journal = []
+        self._loop(prob, grem, st, ledger, noise, ctx, identity)
+        completion = self._complete_globally(prob, grem)
+        result = self._result(workload, prob, grem, st)
+        result.report["completion"] = {**completion, "selection_on": st.init.get("selection_on")}
+        result.report["strategy"] = self._strategy_report(workload, st.rho_total, float(grem.z[()]))
+        return result
 
     def _choose_selection(self, workload: Workload, rho: float, grem: GReMState) -> str:
         """What the loop scores: ``completed`` or ``measured`` estimates. ``auto`` decides after the initial
@@ -472,7 +482,8 @@ class AIMGReM(Mechanism):
         Usually an O(change) log record (the round's noisy measurements, trace row, charges and next
         budget); a full snapshot when the checkpoint asks for compaction (its log has outgrown the
         state) or cannot append. The ``first`` checkpoint of a run stores the journal instead of W↓'s
-        estimates.
+        estimates (arrays never modified afterwards: under ``background()`` it is written on the
+        checkpoint's writer thread, like the records; a snapshot holds the live estimates and is not).
         """
         ck = ctx.checkpoint
         if ck is None:
@@ -480,7 +491,11 @@ class AIMGReM(Mechanism):
         grem.flush()
         journal = grem.take_journal()
         if first:  # everything since the start is in the journal: a small base, estimates rebuilt by replay
-            ck.save(st.round, st.to_checkpoint(grem, ledger, identity, journal=journal))
+            payload = st.to_checkpoint(grem, ledger, identity, journal=journal)
+            if callable(getattr(ck, "background", None)):
+                ck.save(st.round, payload, frozen=True)
+            else:
+                ck.save(st.round, payload)
         elif callable(getattr(ck, "append", None)) and callable(getattr(ck, "should_compact", None)) \
                 and not ck.should_compact(sum(np.asarray(y).nbytes for _, y, _ in journal), _snapshot_cost(grem)):
             ck.append(st.round, st.to_record(journal, ledger))
@@ -676,6 +691,14 @@ class AIMGReM(Mechanism):
 
 
 __all__ = ["AIMGReM", "Problem"]
+
+
+def _background(ck: Any) -> Any:
+    """The checkpoint's background-commit block (``RunCheckpoint.background``), or a no-op context."""
+    import contextlib
+
+    start = getattr(ck, "background", None)
+    return start() if callable(start) else contextlib.nullcontext()
 
 
 def prob_sizes(grem: GReMState) -> Any:

@@ -4,7 +4,9 @@ All noise is keyed by (round, clique), so the round number is the whole RNG posi
 a *base* ``{"meta": JSON, "arrays": {name: ndarray}}`` -- residual estimates ``z.<i>`` (i indexes the
 tracked residual list), the precision vector ``lam``, and the kept marginal estimates ``mu.<j>``
 (stored so a resumed run continues from bit-identical estimates instead of a re-summed
-reconstruction) -- plus a log of per-round *records* (:meth:`AIMState.to_record`): the round's noisy
+reconstruction); a run's first base holds instead its initial measurements to replay, packed with the
+residual estimates into ``ys`` / ``zs`` (few stored arrays; bases written before hold ``y.<k>``, ``z.<i>``) --
+plus a log of per-round *records* (:meth:`AIMState.to_record`): the round's noisy
 measurements ``y.<i>`` with their residual and variance, its trace row, its ledger charges and the
 next round's budget. Restoring replays the records' measurements through the same inverse-variance
 combine and lazy update, so the state equals the uninterrupted run's bit for bit. Nothing exact
@@ -71,17 +73,21 @@ class AIMState:
         Residual estimates are stored for measured residuals only (λ_τ > 0; the others are zero). With
         ``journal`` -- every measurement combined since the start, i.e. at the first checkpoint of a
         run -- the marginal estimates are not stored but rebuilt on restore by replaying the journal
-        from zero (far smaller than W↓'s estimates), and the stored z_τ, λ_τ are checked against it.
+        from zero (far smaller than W↓'s estimates), and the stored z_τ, λ_τ are checked against it;
+        the many small arrays of that base are packed into two (``zs``, ``ys``: raveled, concatenated in
+        residual / journal order; their shapes are the tracked residuals'), one stored array each.
         """
-        arrays: dict[str, np.ndarray] = {f"z.{i}": grem.z[t] for i, t in enumerate(grem.residuals) if grem.lam[t] > 0}
-        arrays["lam"] = np.array([grem.lam[t] for t in grem.residuals], dtype=float)
+        measured = [t for t in grem.residuals if grem.lam[t] > 0]
+        arrays: dict[str, np.ndarray] = {}
         if journal is None:
+            arrays.update({f"z.{i}": grem.z[t] for i, t in enumerate(grem.residuals) if grem.lam[t] > 0})
             mu = grem.table.snapshot()
             for j, c in enumerate(grem.table.cliques):
                 arrays[f"mu.{j}"] = mu[c]
         else:
-            for k, (_, y, _) in enumerate(journal):
-                arrays[f"y.{k}"] = np.asarray(y, dtype=float)
+            arrays["zs"] = _pack([grem.z[t] for t in measured])
+            arrays["ys"] = _pack([y for _, y, _ in journal])
+        arrays["lam"] = np.array([grem.lam[t] for t in grem.residuals], dtype=float)
         meta = {
             "round": self.round,
             "budget": self._budget_meta(),
@@ -121,6 +127,8 @@ class AIMState:
             lam = np.asarray(arrays["lam"], dtype=float)
             if lam.shape != (len(grem.residuals),):
                 raise CheckpointError(f"checkpoint precision vector has shape {lam.shape}")
+            if "zs" in arrays:  # a packed first base: the same arrays, raveled and concatenated
+                arrays = _unpacked(arrays, meta, lam, grem)
             zs: dict[tuple[str, ...], np.ndarray] = {}
             for i, t in enumerate(grem.residuals):
                 name = f"z.{i}"
@@ -177,6 +185,37 @@ class AIMState:
             raise CheckpointError(f"checkpoint lacks entry {e}") from None
         except (TypeError, ValueError) as e:
             raise CheckpointError(f"checkpoint is malformed: {e}") from None
+
+
+def _pack(arrays: list[np.ndarray]) -> np.ndarray:
+    """Raveled float arrays, concatenated (an empty list gives an empty array)."""
+    return np.concatenate([np.asarray(a, dtype=float).ravel() for a in arrays]) if arrays else np.zeros(0)
+
+
+def _unpacked(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any], lam: np.ndarray,
+              grem: GReMState) -> dict[str, np.ndarray]:
+    """A packed first base's ``zs`` / ``ys`` split back into ``z.<i>`` (measured residuals) and ``y.<k>``."""
+    measured = [(i, t) for i, t in enumerate(grem.residuals) if lam[i] > 0]
+    taus = [tuple(t) for t, _ in meta.get("replay", [])]
+    out = dict(arrays)
+    out.update(_unpack(arrays["zs"], [f"z.{i}" for i, _ in measured], [grem.z[t].shape for _, t in measured],
+                       "residual estimates"))
+    out.update(_unpack(arrays["ys"], [f"y.{k}" for k in range(len(taus))],
+                       [grem.z[t].shape if t in grem.z else (0,) for t in taus], "measurements"))
+    return out
+
+
+def _unpack(flat: np.ndarray, names: list[str], shapes: list[tuple[int, ...]], what: str) -> dict[str, np.ndarray]:
+    """Inverse of :func:`_pack` given the names and shapes (CheckpointError if the sizes disagree)."""
+    flat = np.asarray(flat, dtype=float)
+    sizes = [int(np.prod(sh, dtype=np.int64)) for sh in shapes]
+    if flat.ndim != 1 or flat.size != sum(sizes):
+        raise CheckpointError(f"checkpoint packed {what} hold {flat.size} values, this run expects {sum(sizes)}")
+    out, off = {}, 0
+    for name, sh, n in zip(names, shapes, sizes):
+        out[name] = flat[off:off + n].reshape(sh).copy()
+        off += n
+    return out
 
 
 def _entries(spec: Any, arrays: Mapping[str, np.ndarray], grem: GReMState,

@@ -208,6 +208,16 @@ def decode_record(data: bytes, where: str) -> dict[str, Any]:
     return {"round": rnd, "prev": prev, "meta": meta, "arrays": arrays}
 
 
+def _read_bytes(path: Path, what: str) -> bytes:
+    """The bytes of checkpoint file ``path``; a missing or unreadable one is a CheckpointError naming it."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {what} {str(path)!r} is missing") from None
+    except OSError as e:
+        raise CheckpointError(f"checkpoint {what} {str(path)!r} cannot be read: {e}") from None
+
+
 @dataclass
 class _Append:
     """The file writes of one ``append``: its record, its manifest, and the manifest it supersedes."""
@@ -610,12 +620,7 @@ class RunCheckpoint:
         """(base meta, log records in round order, log bytes) of a v2 manifest, every checksum verified."""
         mf = manifest["meta_file"]
         mpath = self.dir / mf["file"]
-        try:
-            raw = mpath.read_bytes()
-        except FileNotFoundError:
-            raise CheckpointError(f"checkpoint meta file {str(mpath)!r} is missing") from None
-        except OSError as e:
-            raise CheckpointError(f"checkpoint meta file {str(mpath)!r} cannot be read: {e}") from None
+        raw = _read_bytes(mpath, "meta file")
         if _digest(raw) != mf.get("checksum"):
             raise CheckpointError(f"checkpoint meta file {str(mpath)!r} fails its checksum (corrupt data)")
         try:
@@ -631,12 +636,7 @@ class RunCheckpoint:
         for _ in range(log["count"]):
             if not pending:
                 path = self.dir / f"log-{r}.rec"
-                try:
-                    data = path.read_bytes()
-                except FileNotFoundError:
-                    raise CheckpointError(f"checkpoint log record {str(path)!r} is missing") from None
-                except OSError as e:
-                    raise CheckpointError(f"checkpoint log record {str(path)!r} cannot be read: {e}") from None
+                data = _read_bytes(path, "log record")
                 try:
                     pending = split_records(data, str(path))
                 except CheckpointError:

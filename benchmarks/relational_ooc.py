@@ -17,7 +17,7 @@ record-type optimiser and the memory work of that day, load 1.1–1.4: run 62.1 
 ≤ 0.61 GB); largest worker ≈ 1.5 GB; NON-private learned 3.75 / 0.85 / 1.26 %, random links 9.58 / 9.55 / 9.56 %,
 floor 0.00 % (every code combination of these small domains has a synthetic twin). With the slice optimiser
 (before): 241–300 s at load 6–15, learned ≈ random, driver 1.29 GB. With left degrees learned per record type
-(``left_degrees: learned``, the default since; same day, load 3.3–5.4 with another benchmark beside it): run
+(``left_degrees: learned``, an option; same day, load 3.3–5.4 with another benchmark beside it): run
 99.9 / 98.7 / 89.1 s, driver 0.83 / 0.91 / 0.92 GB, learned 4.34 / 0.81 / 1.09 % vs random 9.58 / 9.55 / 9.56 %.
 """
 from __future__ import annotations

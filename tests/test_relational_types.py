@@ -169,13 +169,13 @@ def test_many_to_many_run_on_types_keeps_degrees_and_reports_relinking() -> None
 
 
 def test_many_to_many_learned_left_degrees_follow_the_data_within_d_max() -> None:
-    """left_degrees: learned (the default): links move towards the user types the releases ask for; every
-    record keeps ≤ d_max links on both sides, the link count and distinct pairs are kept."""
+    """left_degrees: learned: links move towards the user types the releases ask for; every record keeps
+    ≤ d_max links on both sides, the link count and distinct pairs are kept."""
     ml = movielens_like(n_users=120, n_movies=80, n_genres=4, d_max=10, seed=2)
     users = ml["tables"]["users"][0]
     syn = {n: v[0] for n, v in ml["tables"].items()}
-    r = run_relational(ml["tables"], ml["links"], FAST, {"links": {"epsilon": 4.0, "delta": 1e-6}},
-                       noise=NoiseSource(0), synthetic_tables=syn)
+    r = run_relational(ml["tables"], ml["links"], {**FAST, "left_degrees": "learned"},
+                       {"links": {"epsilon": 4.0, "delta": 1e-6}}, noise=NoiseSource(0), synthetic_tables=syn)
     hist = r.report["iterations"]
     assert hist and all(h["optimiser"] == "types" and h["left_degrees"] == "learned" for h in hist)
     si, sj = r.links.iloc[:, 0].to_numpy(), r.links.iloc[:, 1].to_numpy()

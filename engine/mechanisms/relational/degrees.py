@@ -2,9 +2,10 @@
 
 Learning moves links between records; without a constraint it piles links onto the records whose codes
 fit the releases best, which distorts every marginal read over the links (a record's attributes count
-once per link). ``degrees: preserve`` bounds each synthetic record's degree on the left side (the slices
-keep the start's row sums; record types learn each type's total up to n_a·d_max and share it evenly,
-``type_linking``) and repairs the right side to d_max at the end, moving surplus links
+once per link). ``degrees: preserve`` fixes each synthetic record's degree on the left side from the
+start (the slices and the record types keep row sums; with ``left_degrees: learned`` the record types learn
+each type's total up to n_a·d_max and share it evenly, ``type_linking``) and repairs the right side to d_max
+at the end, moving surplus links
 to records with the same codes, so the cross-table marginals are unchanged by the repair when such a
 record has room. All of this is data-independent given DP inputs (post-processing).
 """

@@ -68,9 +68,10 @@ schedule is ``candidate_orders: k, max_noise: null, noise_penalty: false, shrink
   0.080 on the MovieLens-like data, 0.050 of 0.064 on Airbnb): there, measuring them all at an equal
   split is noisier than the adaptive schedule (diagnostic (d) of benchmarks/relational_diagnose.py:
   42.0 % vs 37.8 %, MovieLens-like, seed 0, ε_rel 2).
-- ``degrees: preserve`` (``degrees``): many-to-many rows start from balanced, data-independent degrees;
-  on record types each left type's link total is learned up to n_a·d_max (``left_degrees: learned``; with
-  ``kept`` or slices every row keeps its start degree) and right records are capped at d_max; one-to-many parents get a degree sequence from a noisy count of
+- ``degrees: preserve`` (``degrees``): many-to-many rows keep their (balanced, data-independent) degrees
+  (``left_degrees: kept``; ``learned``: on record types each left type's link total is learned up to
+  n_a·d_max — closer with exact releases, a wash under the noise of the benchmarks' budgets, see the README)
+  and right records are capped at d_max; one-to-many parents get a degree sequence from a noisy count of
   childless parents (``degree_share`` of the links budget). ``free`` is the earlier behaviour.
 - ``shrink_towards: initial``: the shrinkage prior is the marginal of the data-independent random start
   (fixed), not the current synthetic marginal (``current``, the earlier default): re-shrinking towards
@@ -377,7 +378,7 @@ def _nonprivate_evaluation(pr: Problem, real: RealCross, syn: CrossTables, syn_c
 
 
 def _degree_repair(pr: Problem, syn2: np.ndarray, ls: LinkState, noise: NoiseSource) -> tuple[np.ndarray, np.ndarray]:
-    """``degrees: preserve``: right-side degrees to d_max (many-to-many; left degrees are ≤ d_max already), or
+    """``degrees: preserve``: right-side degrees to d_max (many-to-many; left degrees are kept, or learned ≤ d_max), or
     (one-to-many) children per parent to a degree sequence drawn from the noisy histogram, matched by rank.
     Surplus links move to parents with the same codes first. Post-processing of DP outputs."""
     p = pr.p

@@ -79,12 +79,7 @@ def assign_links(t1: SideTypes, t2: SideTypes, Lint: np.ndarray, deg1: np.ndarra
     del recs, order
     per_b = np.bincount(t2.of, minlength=B)  # right records per type
     got_b = Lint.sum(axis=0)  # stubs per right type
-    b_sorted = np.repeat(np.arange(B, dtype=np.int32), got_b)
-    q = np.arange(si.size, dtype=np.int64)
-    q -= np.repeat(np.concatenate([[0], np.cumsum(got_b)[:-1]]), got_b)
-    q %= np.maximum(per_b, 1)[b_sorted]
-    q += np.concatenate([[0], np.cumsum(per_b)[:-1]])[b_sorted]
-    del b_sorted
+    q = _round_robin(np.repeat(np.arange(B, dtype=np.int32), got_b), got_b, per_b)
     rights = np.lexsort((rng.random(t2.of.size), t2.of))  # right records, type-major, random inside
     sj = rights[q].astype(np.int64)
     del q
@@ -92,6 +87,16 @@ def assign_links(t1: SideTypes, t2: SideTypes, Lint: np.ndarray, deg1: np.ndarra
     if not no_diagonal and (not used.any() or int(deg1.max(initial=0)) <= int(per_b[used].min())):
         return si, sj  # a record's ≤ deg_i stubs into a type with ≥ deg_i records meet distinct records
     return repair_pairs(si, sj, t2, rng, no_diagonal=no_diagonal, cap=cap, copy=False)
+
+
+def _round_robin(b_sorted: np.ndarray, got_b: np.ndarray, per_b: np.ndarray) -> np.ndarray:
+    """For stubs sorted by right type (``b_sorted``; ``got_b`` of them per type), their positions in the
+    type-major list of right records (``per_b`` per type): dealt round-robin over each type's records."""
+    q = np.arange(b_sorted.size, dtype=np.int64)
+    q -= np.repeat(np.concatenate([[0], np.cumsum(got_b)[:-1]]), got_b)
+    q %= np.maximum(per_b, 1)[b_sorted]
+    q += np.concatenate([[0], np.cumsum(per_b)[:-1]])[b_sorted]
+    return q
 
 
 def _row_labels(counts: np.ndarray, rng: np.random.Generator, dtype: Any) -> np.ndarray:
@@ -144,10 +149,7 @@ def assign_incremental(t1: SideTypes, t2: SideTypes, Lint: np.ndarray, si: np.nd
     got_b = np.bincount(b_sorted, minlength=B)
     deg_keep = np.bincount(sj[keep], minlength=t2.of.size)
     rights = np.lexsort((rng.random(t2.of.size), deg_keep, t2.of))  # type-major, least linked first
-    per_b = np.bincount(t2.of, minlength=B)
-    q = np.arange(new_i.size, dtype=np.int64) - np.repeat(np.concatenate([[0], np.cumsum(got_b)[:-1]]), got_b)
-    q %= np.maximum(per_b, 1)[b_sorted]
-    q += np.concatenate([[0], np.cumsum(per_b)[:-1]])[b_sorted]
+    q = _round_robin(b_sorted, got_b, np.bincount(t2.of, minlength=B))
     del b_sorted
     ni = np.concatenate([si[keep], new_i])
     del new_i

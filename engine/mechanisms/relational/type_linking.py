@@ -91,20 +91,17 @@ def type_step(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray,
             cons.caps, capped = caps, True  # the right cap binds: solve again with it (Dykstra projection)
             x = solve_types(op, targets, float(m_syn), cons, x, iters=iters, rng=rng)
     cap = d_max if p["degrees"] == "preserve" else None
-    if cons.row_caps is not None:  # left degrees learned: integer type totals (≤ n_a·d_max), shared evenly
-        totals = round_type_counts((cons.W * x).sum(axis=1)[None, :], cons.row_caps[None, :], None, m_syn, rng)[0]
-        Lint = round_type_counts(cons.W * x, U, totals, m_syn, rng)
-        if np.array_equal(Lint, current):  # the fit keeps every type-pair count: keep the links as they are
-            ni, nj = si, sj
-        else:
-            ni, nj = assign_links(t1, t2, Lint, balanced_within_types(t1, totals, rng), rng,
-                                  no_diagonal=no_diagonal, cap=cap)
-    elif deg1 is None:  # degrees: free — each left type's links shared evenly by its records, all dealt anew
-        Lint = round_type_counts(cons.W * x, U, cons.rows, m_syn, rng)
+    L = cons.W * x
+    totals = cons.rows
+    if cons.row_caps is not None:  # left degrees learned: integer type totals (≤ n_a·d_max) first
+        totals = round_type_counts(L.sum(axis=1)[None, :], cons.row_caps[None, :], None, m_syn, rng)[0]
+    Lint = round_type_counts(L, U, totals, m_syn, rng)
+    if cons.row_caps is not None and np.array_equal(Lint, current):  # every type-pair count kept: keep the links
+        ni, nj = si, sj
+    elif deg1 is None:  # learned or free degrees: each left type's links shared evenly by its records, dealt anew
         ni, nj = assign_links(t1, t2, Lint, balanced_within_types(t1, Lint.sum(axis=1), rng), rng,
                               no_diagonal=no_diagonal, cap=cap)
     else:  # row totals fixed: keep the current links the new counts allow, deal only the difference
-        Lint = round_type_counts(cons.W * x, U, cons.rows, m_syn, rng)
         ni, nj = assign_incremental(t1, t2, Lint, si, sj, rng, no_diagonal=no_diagonal, cap=cap)
     if ni.size != m_syn:
         raise DataError(f"internal: link count changed from {m_syn} to {ni.size} in the type assignment")

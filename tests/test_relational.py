@@ -271,6 +271,42 @@ def test_pgd_monotone_and_sensitivity_bound() -> None:
             assert tv <= d_max / m + 1e-12
 
 
+@pytest.mark.parametrize("mode", [{"score": "gain"}, {"score": "aim"}, {"noise_penalty": False}])
+def test_selection_scores_keep_the_tv_sensitivity(mode: dict) -> None:
+    # every score the exponential mechanism may use moves by at most d_max/m between neighbours (one row of
+    # table 1 changed and all its links rewired), so the EM's ε/(2Δ) with Δ = d_max/m is the right scale
+    from privcube.mechanisms.relational.parameters import check_params
+    from privcube.mechanisms.relational.selection import _scores, candidate_workloads, privacy_schedule
+    from privcube.mechanisms.relational.workloads import LinkedCodes
+
+    ct, d1, d2, i, j = _tiny(2)
+    m = len(i)
+    d_max = int(max(np.bincount(i).max(), np.bincount(j).max()))
+    p = check_params({"d_max": d_max, "candidate_orders": "closure", **mode})
+    pool = list(candidate_workloads(d1, d2, 3, "closure"))
+    sched = privacy_schedule(p, pool, d1, d2, 0.5, m, d_max)
+    cost = np.array([sched.rho_measure(int(np.prod(w.sizes(d1, d2)))) for w in pool])
+    assert cost.max() > cost.min()  # workloads of different sizes cost different ρ: the gain's scaling is exercised
+    rng = np.random.default_rng(4)
+    syn = CrossTables(rng.integers(0, [2, 3], (7, 2)), d1, rng.integers(0, 2, (5, 2)), d2)
+    si, sj = np.divmod(rng.choice(35, m, replace=False), 5)
+    base = _scores(pool, sched, p, LinkedCodes(ct, i, j), syn, si, sj, cost)
+    assert np.all(np.isfinite(base))
+    if mode.get("score") == "gain":
+        assert np.all(base >= 0)
+    worst = 0.0
+    for _ in range(40):
+        r = int(rng.integers(7))
+        x1 = ct.codes1.copy()
+        x1[r] = rng.integers(0, [2, 3])
+        keep = i != r
+        k = int((~keep).sum())
+        ni, nj = np.r_[i[keep], np.full(k, r)], np.r_[j[keep], rng.choice(5, size=k, replace=False)]
+        nb = LinkedCodes(CrossTables(x1, d1, ct.codes2, d2), ni, nj)
+        worst = max(worst, float(np.abs(_scores(pool, sched, p, nb, syn, si, sj, cost) - base).max()))
+    assert 0 < worst <= d_max / m + 1e-12
+
+
 def test_slice_solve_preserves_count_and_outside() -> None:
     rng = np.random.default_rng(3)
     n1, n2 = 12, 9

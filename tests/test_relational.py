@@ -222,6 +222,18 @@ def _tiny(seed: int = 0) -> tuple[CrossTables, Domain, Domain, np.ndarray, np.nd
     return CrossTables(x1, d1, x2, d2), d1, d2, i, j
 
 
+def _neighbours(ct: CrossTables, i: np.ndarray, j: np.ndarray, rng: np.random.Generator, n: int):
+    """``n`` neighbours of the ``_tiny`` data (Def. 1): one row of table 1 changed and all its links rewired."""
+    for _ in range(n):
+        r = int(rng.integers(ct.codes1.shape[0]))
+        x1 = ct.codes1.copy()
+        x1[r] = rng.integers(0, [2, 3])
+        keep = i != r
+        k = int((~keep).sum())
+        new_j = rng.choice(ct.codes2.shape[0], size=k, replace=False)
+        yield CrossTables(x1, ct.dom1, ct.codes2, ct.dom2), np.r_[i[keep], np.full(k, r)], np.r_[j[keep], new_j]
+
+
 def test_lemma1_counts_equal_dense_query_matrix() -> None:
     ct, d1, d2, i, j = _tiny()
     B = np.zeros((7, 5))
@@ -257,18 +269,39 @@ def test_pgd_monotone_and_sensitivity_bound() -> None:
     # TV sensitivity d_max/m under a neighbour: rewire all links of one row of table 1 and change it
     m = len(i)
     d_max = int(max(np.bincount(i).max(), np.bincount(j).max()))
-    for trial in range(20):
-        r = int(rng.integers(7))
-        x1 = ct.codes1.copy()
-        x1[r] = rng.integers(0, [2, 3])
-        keep = i != r
-        k = int((~keep).sum())
-        new_j = rng.choice(5, size=k, replace=False)
-        ni, nj = np.r_[i[keep], np.full(k, r)], np.r_[j[keep], new_j]
-        nb = CrossTables(x1, d1, ct.codes2, d2)
+    for nb, ni, nj in _neighbours(ct, i, j, rng, 20):
         for w in ws:
             tv = 0.5 * np.abs(ct.marginal(w, i, j) - nb.marginal(w, ni, nj)).sum()
             assert tv <= d_max / m + 1e-12
+
+
+@pytest.mark.parametrize("mode", [{"score": "gain"}, {"score": "aim"}, {"noise_penalty": False}])
+def test_selection_scores_keep_the_tv_sensitivity(mode: dict) -> None:
+    # every score the exponential mechanism may use moves by at most d_max/m between neighbours (one row of
+    # table 1 changed and all its links rewired), so the EM's ε/(2Δ) with Δ = d_max/m is the right scale
+    from privcube.mechanisms.relational.parameters import check_params
+    from privcube.mechanisms.relational.selection import _scores, candidate_workloads, privacy_schedule
+    from privcube.mechanisms.relational.workloads import LinkedCodes
+
+    ct, d1, d2, i, j = _tiny(2)
+    m = len(i)
+    d_max = int(max(np.bincount(i).max(), np.bincount(j).max()))
+    p = check_params({"d_max": d_max, "candidate_orders": "closure", **mode})
+    pool = list(candidate_workloads(d1, d2, 3, "closure"))
+    sched = privacy_schedule(p, pool, d1, d2, 0.5, m, d_max)
+    cost = np.array([sched.rho_measure(int(np.prod(w.sizes(d1, d2)))) for w in pool])
+    assert cost.max() > cost.min()  # workloads of different sizes cost different ρ: the gain's scaling is exercised
+    rng = np.random.default_rng(4)
+    syn = CrossTables(rng.integers(0, [2, 3], (7, 2)), d1, rng.integers(0, 2, (5, 2)), d2)
+    si, sj = np.divmod(rng.choice(35, m, replace=False), 5)
+    base = _scores(pool, sched, p, LinkedCodes(ct, i, j), syn, si, sj, cost)
+    assert np.all(np.isfinite(base))
+    if mode.get("score") == "gain":
+        assert np.all(base >= 0)
+    worst = 0.0
+    for nb, ni, nj in _neighbours(ct, i, j, rng, 40):
+        worst = max(worst, float(np.abs(_scores(pool, sched, p, LinkedCodes(nb, ni, nj), syn, si, sj, cost) - base).max()))
+    assert 0 < worst <= d_max / m + 1e-12
 
 
 def test_slice_solve_preserves_count_and_outside() -> None:

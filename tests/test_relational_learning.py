@@ -166,4 +166,6 @@ def test_new_parameters_are_validated() -> None:
         check_params({"degrees": "keep"})
     with pytest.raises(ConfigError, match="'degree_share'"):
         check_params({"degree_share": 1.5})
-    assert check_params({})["degrees"] == "preserve"
+    with pytest.raises(ConfigError, match="'score' must be 'gain' or 'aim', got 'best'"):
+        check_params({"score": "best"})
+    assert check_params({})["degrees"] == "preserve" and check_params({})["score"] == "gain"

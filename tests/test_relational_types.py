@@ -118,6 +118,39 @@ def test_weighted_projection_matches_a_qp_solver() -> None:
             assert float(((X[a] - Z[a]) ** 2).sum()) <= res.fun + 1e-9
 
 
+def _bisection_projection(z: np.ndarray, w: np.ndarray, r: float, hi: np.ndarray) -> np.ndarray:
+    """Reference for one row: the KKT shift y by plain bisection (300 halvings), x = clip(z + y·w, 0, hi)."""
+    live = (w > 0) & (hi > 0)
+    if not live.any() or r <= 0:
+        return np.where(live, 0.0, np.clip(z, 0, hi))
+    lo, up = float(np.min(-z[live] / w[live])), float(np.max((hi[live] - z[live]) / w[live]))
+    for _ in range(300):
+        mid = 0.5 * (lo + up)
+        if float((w * np.clip(z + mid * w, 0, hi)).sum()) < r:
+            lo = mid
+        else:
+            up = mid
+    return np.clip(z + 0.5 * (lo + up) * w, 0, hi)
+
+
+def test_weighted_projection_matches_bisection_on_hard_rows() -> None:
+    # totals at 0 and at capacity, zero weights and zero bounds, badly scaled inputs: the Newton/bisection
+    # solver equals a plain bisection of the KKT shift, and entries with W = 0 (which do not count in the
+    # total) stay at clip(z, 0, hi)
+    rng = np.random.default_rng(11)
+    for trial in range(200):
+        A, B = int(rng.integers(1, 12)), int(rng.integers(1, 40))
+        W = np.outer(rng.integers(0, 9, A), rng.integers(0, 9, B)).astype(float)
+        hi = np.where(rng.random((A, B)) < 0.2, rng.random((A, B)), 1.0)
+        hi[rng.random((A, B)) < 0.05] = 0.0
+        r = (W * hi).sum(axis=1) * rng.choice([0.0, 1.0, 0.5, 0.999, 1e-3], A)
+        Z = rng.normal(size=(A, B)) * rng.choice([1e-2, 1.0, 100.0])
+        X = project_weighted_rows(Z, W, r, hi)
+        np.testing.assert_allclose((W * X).sum(axis=1), r, rtol=1e-10, atol=1e-9)
+        for a in range(A):
+            np.testing.assert_allclose(X[a], _bisection_projection(Z[a], W[a], r[a], hi[a]), atol=1e-7)
+
+
 def test_rounding_keeps_row_totals_bounds_and_is_unbiased() -> None:
     rng = np.random.default_rng(0)
     U = np.array([[3.0, 1.0, 2.0], [1.0, 4.0, 1.0]])

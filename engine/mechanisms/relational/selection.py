@@ -248,13 +248,21 @@ def select_and_measure(t: int, kt: int, sched: Schedule, p: Mapping[str, Any], r
 
 def _scores(pool: list[CrossWorkload], sched: Schedule, p: Mapping[str, Any], real: RealCross, syn: CrossTables,
             si: np.ndarray, sj: np.ndarray, cost: np.ndarray) -> np.ndarray:
-    """EM scores: TV error of the current links on each pool member (sensitivity d_max/m), minus (AIM's
-    penalty, data-independent) the expected TV noise of measuring it, ½·√(2/π)·σ_w·|cells|."""
-    scores = np.array([0.5 * np.abs(real.marginal(w) - syn.marginal(w, si, sj)).sum() for w in pool])
-    if p["noise_penalty"]:
-        scores = scores - np.array([0.5 * math.sqrt(2 / math.pi) * sched.sigma_of(float(c)) *
-                                    np.prod(w.sizes(syn.dom1, syn.dom2)) for w, c in zip(pool, cost)])
-    return scores
+    """EM scores from each pool member's TV error e_w of the current links (sensitivity d_max/m) and the
+    expected TV of its measurement noise n_w = ½·√(2/π)·σ_w·|cells| (public). ``noise_penalty: false``: e_w
+    (the paper). ``score: aim``: e_w − n_w (AIM's penalty). ``score: gain`` (default): e_w²/(e_w + n_w)·ρ_min/ρ_w,
+    what a shrunk release is expected to remove from the error (a Wiener-shrunk estimate keeps e²/(e + n) of
+    an error e against noise n) per unit of ρ (ρ_w: the measurement's cost, ρ_min: the cheapest in the pool).
+    Its derivative in e_w lies in [0, ρ_min/ρ_w] ⊆ [0, 1], so the sensitivity stays d_max/m."""
+    err = np.array([0.5 * np.abs(real.marginal(w) - syn.marginal(w, si, sj)).sum() for w in pool])
+    if not p["noise_penalty"]:
+        return err
+    pen = np.array([0.5 * math.sqrt(2 / math.pi) * sched.sigma_of(float(c)) * np.prod(w.sizes(syn.dom1, syn.dom2))
+                    for w, c in zip(pool, cost)])
+    if p["score"] == "aim":
+        return err - pen
+    gain = np.divide(err * err, err + pen, out=np.zeros_like(err), where=err + pen > 0)
+    return gain * (float(cost.min()) / cost)
 
 
 def measure_first(sched: Schedule, real: RealCross, m: int, ledger: Any,

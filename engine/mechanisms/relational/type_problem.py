@@ -22,14 +22,16 @@ import numpy as np
 from privcube.errors import DataError
 
 
-def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.ndarray, *,
+                          max_iter: int = 200) -> np.ndarray:
     """Euclidean projection of every row z of ``Z`` onto {0 ≤ x ≤ hi, Σ_b W_b x_b = r_row} (W ≥ 0).
 
     KKT: x = clip(z + y·W, 0, hi) with one scalar y per row solving g(y) = Σ_b W_b clip(z_b + y W_b, 0, hi_b)
-    = r. g is piecewise linear and non-decreasing with breakpoints −z_b/W_b (entry b starts to move, slope
-    +W_b²) and (hi_b − z_b)/W_b (it saturates, slope −W_b²): sorting them gives g at every breakpoint by a
-    cumulative sum and the root exactly (vectorised over rows); a last float residual is spread over
-    entries with room (the box is kept).
+    = r; g is piecewise linear and non-decreasing. Each row's root is found by Newton steps on the current
+    free set (slope Σ_free W_b²), safeguarded by bisection of a bracket that always holds the root: once a
+    step lands on the right linear piece it is exact, so a row ends after a few passes over it (vectorised
+    over the rows still open; no sort). A last float residual is spread over entries with room (the box is
+    kept).
     """
     Z, W, hi = np.asarray(Z, dtype=float), np.asarray(W, dtype=float), np.asarray(hi, dtype=float)
     r = np.asarray(r, dtype=float)
@@ -38,22 +40,41 @@ def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.nd
         raise DataError("type projection: a row total lies outside [0, its capacity]")
     live = (W > 0) & (hi > 0)
     Wl = np.where(live, W, 1.0)
-    enter = np.where(live, -Z / Wl, 0.0)
-    sat = np.where(live, (hi - Z) / Wl, 0.0)
-    bp = np.concatenate([enter, sat], axis=1)
+    # bracket: below y_lo every live entry sits at 0 (g = 0 ≤ r), above y_hi at hi (g = cap ≥ r)
+    y_lo = np.where(live, -Z / Wl, np.inf).min(axis=1, initial=np.inf)
+    y_hi = np.where(live, (hi - Z) / Wl, -np.inf).max(axis=1, initial=-np.inf)
+    y_lo = np.where(np.isfinite(y_lo), y_lo, 0.0)
+    y_hi = np.where(np.isfinite(y_hi), np.maximum(y_hi, y_lo), y_lo)
+    y = np.clip(np.zeros(Z.shape[0]), y_lo, y_hi)  # warm start: z itself (PGD iterates are near feasible)
+    y = np.where(r <= 0, y_lo, np.where(r >= cap, y_hi, y))  # the ends: every live entry at 0, or at hi
+    tol = 1e-13 * np.maximum(1.0, cap)
     w2 = np.where(live, W * W, 0.0)
-    ds = np.concatenate([w2, -w2], axis=1)
-    order = np.argsort(bp, axis=1, kind="stable")
-    bp = np.take_along_axis(bp, order, axis=1)
-    slope = np.cumsum(np.take_along_axis(ds, order, axis=1), axis=1)
-    g = np.concatenate([np.zeros((bp.shape[0], 1)), np.cumsum(slope[:, :-1] * np.diff(bp, axis=1), axis=1)], axis=1)
-    k = np.clip((g <= r[:, None]).sum(axis=1) - 1, 0, bp.shape[1] - 1)
-    rows = np.arange(bp.shape[0])
-    sk, gk = slope[rows, k], g[rows, k]
-    y = bp[rows, k] + np.where(sk > 0, (r - gk) / np.where(sk > 0, sk, 1.0), 0.0)
+    open_ = np.flatnonzero((y_hi > y_lo) & (r > 0) & (r < cap))
+    for _ in range(max_iter):
+        if open_.size == 0:
+            break
+        every = open_.size == Z.shape[0]  # all rows still open: views, no gathered copies
+        Zo, Wo, ho, w2o = (Z, W, hi, w2) if every else (Z[open_], W[open_], hi[open_], w2[open_])
+        V = Wo * y[open_, None]
+        V += Zo
+        g = np.einsum("ij,ij->i", Wo, np.clip(V, 0.0, ho))
+        diff = r[open_] - g
+        lo, up = y_lo[open_], y_hi[open_]
+        below = diff > 0
+        lo = np.where(below, y[open_], lo)
+        up = np.where(below, up, y[open_])
+        y_lo[open_], y_hi[open_] = lo, up
+        slope = np.einsum("ij,ij->i", w2o, (V > 0.0) & (V < ho))
+        step = np.divide(diff, slope, out=np.zeros_like(diff), where=slope > 0)
+        y_new = y[open_] + step
+        bad = ~((y_new > lo) & (y_new < up)) | (slope <= 0)
+        y_new = np.where(bad, 0.5 * (lo + up), y_new)
+        done = (np.abs(diff) <= tol[open_]) | (up - lo <= 1e-15 * np.maximum(1.0, np.maximum(np.abs(lo), np.abs(up))))
+        y[open_] = np.where(done, y[open_], y_new)
+        open_ = open_[~done]
     X = np.clip(Z + y[:, None] * W, 0.0, hi)
     res = r - (W * X).sum(axis=1)
-    room = np.where(res[:, None] > 0, hi - X, X)
+    room = np.where(live, np.where(res[:, None] > 0, hi - X, X), 0.0)  # entries with W = 0 do not count in the total
     wroom = (W * room).sum(axis=1)
     frac = np.where(wroom > 0, np.minimum(np.abs(res) / np.where(wroom > 0, wroom, 1.0), 1.0), 0.0)
     return X + np.sign(res)[:, None] * room * frac[:, None]

@@ -168,4 +168,4 @@ def test_new_parameters_are_validated() -> None:
         check_params({"degree_share": 1.5})
     with pytest.raises(ConfigError, match="'score' must be 'gain' or 'aim', got 'best'"):
         check_params({"score": "best"})
-    assert check_params({})["degrees"] == "preserve" and check_params({})["score"] == "gain"
+    assert check_params({})["degrees"] == "preserve" and check_params({})["score"] == "aim"

@@ -23,7 +23,7 @@ PARAMS: dict[str, Any] = {
     "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.2,
     "self_loops": False, "shrink_towards": "initial", "refit": True, "degrees": "preserve",
     "degree_share": 0.05, "uninformative": "warn", "optimiser": "auto", "type_cells": 50_000, "type_iters": 500,
-    "shrink_by": "pooled", "strategy": "auto", "left_degrees": "kept", "score": "gain",
+    "shrink_by": "pooled", "strategy": "auto", "left_degrees": "kept", "score": "aim",
 }
 
 _WHO = "mechanism 'relational'"

@@ -250,7 +250,7 @@ def _scores(pool: list[CrossWorkload], sched: Schedule, p: Mapping[str, Any], re
             si: np.ndarray, sj: np.ndarray, cost: np.ndarray) -> np.ndarray:
     """EM scores from each pool member's TV error e_w of the current links (sensitivity d_max/m) and the
     expected TV of its measurement noise n_w = ½·√(2/π)·σ_w·|cells| (public). ``noise_penalty: false``: e_w
-    (the paper). ``score: aim``: e_w − n_w (AIM's penalty). ``score: gain`` (default): e_w²/(e_w + n_w)·ρ_min/ρ_w,
+    (the paper). ``score: aim`` (default): e_w − n_w (AIM's penalty). ``score: gain``: e_w²/(e_w + n_w)·ρ_min/ρ_w,
     what a shrunk release is expected to remove from the error (a Wiener-shrunk estimate keeps e²/(e + n) of
     an error e against noise n) per unit of ρ (ρ_w: the measurement's cost, ρ_min: the cheapest in the pool).
     Its derivative in e_w lies in [0, ρ_min/ρ_w] ⊆ [0, 1], so the sensitivity stays d_max/m."""

@@ -166,6 +166,31 @@ def test_new_parameters_are_validated() -> None:
         check_params({"degrees": "keep"})
     with pytest.raises(ConfigError, match="'degree_share'"):
         check_params({"degree_share": 1.5})
-    with pytest.raises(ConfigError, match="'score' must be 'gain' or 'aim', got 'best'"):
+    with pytest.raises(ConfigError, match="'score' must be 'auto', 'gain' or 'aim', got 'best'"):
         check_params({"score": "best"})
-    assert check_params({})["degrees"] == "preserve" and check_params({})["score"] == "aim"
+    assert check_params({})["degrees"] == "preserve" and check_params({})["score"] == "auto"
+
+
+def test_auto_score_is_chosen_from_public_sizes_only(ml: dict) -> None:
+    """``score: auto`` picks ``gain`` when m / d_sens ≥ 200 and ``aim`` below (d_sens doubles for a
+    self-referential link); an explicit score is kept; the one-measurement fallback keeps the choice; a run
+    reports the score it used (decided before any private data is read)."""
+    from privcube.mechanisms.relational.selection import links_schedule, one_measurement
+
+    dom1, dom2 = ml["tables"]["users"][1], ml["tables"]["movies"][1]
+
+    def score(m: int, self_ref: bool = False, **kw: object) -> str:
+        p = check_params({**FAST, **kw})
+        return links_schedule(p, "many_to_many", self_ref, dom1, dom2, 0.1, m)[1].score
+
+    assert score(1999) == "aim" and score(2000) == "gain" and score(3053) == "gain"
+    assert score(3999, self_ref=True) == "aim" and score(4000, self_ref=True) == "gain"
+    assert score(10**7, score="aim") == "aim" and score(50, score="gain") == "gain"
+    sched = links_schedule(check_params(FAST), "many_to_many", False, dom1, dom2, 0.1, 5000)[1]
+    assert one_measurement(sched, True).score == "gain"
+    b = {"links": {"epsilon": 1.0, "delta": 1e-6}}
+    noise = NoiseSource(3)
+    res = run_relational(ml["tables"], ml["links"], FAST, b, PrivacyLedger(compose_budgets(b, []), noise=noise),
+                         noise, synthetic_tables=_identity(ml))
+    m = len(ml["links"])
+    assert res.report["privacy"]["score"] == ("gain" if m >= 200 * FAST["d_max"] else "aim")

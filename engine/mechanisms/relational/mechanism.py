@@ -23,17 +23,18 @@ schedule is ``candidate_orders: k, max_noise: null, noise_penalty: false, shrink
 - ``candidate_orders: closure``: candidates are the cross workloads of every order 2..k (AIM's
   downward closure), not only order k; the error is still evaluated on order k. Low-order marginals
   have fewer cells, hence far less total noise for the same ρ.
-- ``noise_penalty: true``, ``score: aim``: the exponential mechanism's score is AIM's, TV error e minus the
-  expected TV of the measurement noise n = ½·√(2/π)·σ_w·cells (public; the sensitivity unchanged).
-  ``score: gain`` (an option): e²/(e + n)·ρ_min/ρ_w, what a shrunk release is expected to remove from the
-  error per unit of the ρ it costs (derivative in e within [0, 1]: sensitivity unchanged). Measured
-  (NON-private, learned ÷ floor): MovieLens-like seeds 0–2 / held-out 3–7 at ε_rel 0.5 / 1 / 2, gain 2.45 /
-  2.11 / 1.98 and 2.21 / 2.04 / 1.98, below random links on all 24 (seed, ε_rel), aim 2.46 / 2.26 / 1.97 and
-  2.21 / 2.15 / 1.94 with one tie; Airbnb ε_rel 2 gain 0.83 / 0.96 / 0.99, aim 0.85 / 1.11 / 1.02. But on
-  the small parent/child (600 links) and
-  self-referential (~680 links) generators, seeds 0–2 at ε_rel 0.5 / 1 / 2, gain is not below random links in
-  11 of 18 cases against aim's 6: where n is large its scores are compressed towards 0, so the draw is
-  nearly uniform and large noisy tables are no longer avoided. Hence ``aim`` is the default.
+- ``noise_penalty: true``, ``score: auto``: the exponential mechanism's score is ``aim`` (AIM's: TV error e
+  minus the expected TV of the measurement noise n = ½·√(2/π)·σ_w·cells, public) or ``gain``
+  (e²/(e + n)·ρ_min/ρ_w, what a shrunk release is expected to remove from the error per unit of the ρ it
+  costs); both keep the sensitivity d_max/m. ``auto`` takes ``gain`` when the public m / d_sens is at least
+  ``selection.GAIN_MIN_LINKS_PER_DEGREE`` (200), else ``aim``. Measured (NON-private, learned ÷ floor):
+  MovieLens-like (m / d_sens 305) seeds 0–2 / held-out 3–7 at ε_rel 0.5 / 1 / 2, gain 2.45 / 2.11 / 1.98 and
+  2.21 / 2.04 / 1.98, below random links on all 24 (seed, ε_rel), aim 2.46 / 2.26 / 1.97 and 2.21 / 2.15 /
+  1.94 with one tie; Airbnb (944) ε_rel 2 gain 0.83 / 0.96 / 0.99, aim 0.85 / 1.11 / 1.02. On the small
+  parent/child (600 links, d_max 10: 60) and self-referential (~680 links, d_sens 8: 85) generators, seeds
+  0–2 at ε_rel 0.5 / 1 / 2, gain is not below random links in 11 of 18 cases against aim's 6: where n is
+  large its scores are compressed towards 0, so the draw is nearly uniform and large noisy tables are no
+  longer avoided. The report's ``privacy.score`` says which one ran.
 - ``max_noise: 0.2`` (τ; 0.1 before issue 17's quality pass): each chosen workload is measured with the ρ
   its cell count needs for an expected noise norm σ·√cells ≤ τ (at least an equal-split share; the split
   is planned for the median

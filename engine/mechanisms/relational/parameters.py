@@ -23,7 +23,7 @@ PARAMS: dict[str, Any] = {
     "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.2,
     "self_loops": False, "shrink_towards": "initial", "refit": True, "degrees": "preserve",
     "degree_share": 0.05, "uninformative": "warn", "optimiser": "auto", "type_cells": 50_000, "type_iters": 500,
-    "shrink_by": "pooled", "strategy": "auto", "left_degrees": "kept", "score": "aim",
+    "shrink_by": "pooled", "strategy": "auto", "left_degrees": "kept", "score": "auto",
 }
 
 _WHO = "mechanism 'relational'"
@@ -79,8 +79,8 @@ def _check_choices(q: Mapping[str, Any]) -> None:
         raise ConfigError(f"{_WHO}: parameter 'uninformative' must be 'warn' or 'random', got {q['uninformative']!r}")
     if q["optimiser"] not in ("auto", "types", "slices"):
         raise ConfigError(f"{_WHO}: parameter 'optimiser' must be 'auto', 'types' or 'slices', got {q['optimiser']!r}")
-    if q["score"] not in ("gain", "aim"):
-        raise ConfigError(f"{_WHO}: parameter 'score' must be 'gain' or 'aim', got {q['score']!r}")
+    if q["score"] not in ("auto", "gain", "aim"):
+        raise ConfigError(f"{_WHO}: parameter 'score' must be 'auto', 'gain' or 'aim', got {q['score']!r}")
     if q["left_degrees"] not in ("learned", "kept"):
         raise ConfigError(f"{_WHO}: parameter 'left_degrees' must be 'learned' or 'kept', got {q['left_degrees']!r}")
     if q["degrees"] not in ("preserve", "free"):

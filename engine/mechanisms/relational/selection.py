@@ -73,6 +73,7 @@ class Schedule:
     informative: bool = True  # the data-independent check: can one measurement beat max_noise at all?
     first: list[CrossWorkload] = field(default_factory=list)  # measure-all: released in iteration 0, no selection
     first_rho: list[float] = field(default_factory=list)  # their ρ each (public)
+    score: str = "aim"  # the EM's score, resolved from ``score`` (``auto``: ``score_for``, public sizes)
 
     @property
     def rho_select(self) -> float:
@@ -98,7 +99,21 @@ class Schedule:
                 "measuring_iterations": sum(1 for k_ in self.ks if k_), "candidates": candidates,
                 "alpha": self.alpha, "rho_tables": dict(rho_tables), "max_noise": self.tau,
                 "informative": self.informative, "measure_all": len(self.first),
-                "rho_measure_all": float(sum(self.first_rho))}
+                "rho_measure_all": float(sum(self.first_rho)), "score": self.score}
+
+
+#: ``score: auto`` uses ``gain`` when the public link count per changed link (m / d_sens) is at least this,
+#: else ``aim``. Measured (benchmarks/relational-quality.md): gain won where m / d_sens was 305 (MovieLens-
+#: shaped) and 944 (Airbnb) and lost where it was 60 and 85 (the small parent/child and self-referential
+#: generators), whose measurement noise n is large enough that e²/(e + n) compresses every score.
+GAIN_MIN_LINKS_PER_DEGREE = 200.0
+
+
+def score_for(p: Mapping[str, Any], m: int, d_sens: int) -> str:
+    """The selection score a run uses: ``score`` as given, or for ``auto`` a choice from public m and d_sens."""
+    if p["score"] != "auto":
+        return str(p["score"])
+    return "gain" if m >= GAIN_MIN_LINKS_PER_DEGREE * d_sens else "aim"
 
 
 def privacy_schedule(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1: Domain, dom2: Domain,
@@ -120,7 +135,7 @@ def privacy_schedule(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1
     sigma = gaussian_sigma((1 - alpha) * eps0 ** 2 / 2, l2) if n_sel else math.inf
     eps_em = 2.0 * math.sqrt(alpha) * eps0 if n_sel else 0.0
     sched = Schedule(T, K, alpha, rho_links, n_sel, [min(K, max(n_sel - K * t, 0)) for t in range(T)], eps0, sigma,
-                     eps_em, d_sens / m, False, l2, tau)
+                     eps_em, d_sens / m, False, l2, tau, score=score_for(p, m, d_sens))
     if n_sel and tau is not None:
         # data-independent check: one measurement of the smallest candidate with the whole budget
         # (less the draw) must keep its expected noise norm within max_noise, or no release can help
@@ -192,7 +207,7 @@ def one_measurement(sched: Schedule, shrinkage: Any) -> Schedule:
     ks = [1 if t == 0 else 0 for t in range(sched.T)]
     return Schedule(sched.T, sched.K, sched.alpha, sched.rho_links, 1 if sched.T else 0, ks, eps0, sigma,
                     2.0 * math.sqrt(sched.alpha) * eps0, sched.sens_tv, shrinkage is not False, sched.l2, None,
-                    informative=False)
+                    informative=False, score=sched.score)
 
 
 def select_and_measure(t: int, kt: int, sched: Schedule, p: Mapping[str, Any], remaining: list[CrossWorkload],
@@ -250,16 +265,17 @@ def _scores(pool: list[CrossWorkload], sched: Schedule, p: Mapping[str, Any], re
             si: np.ndarray, sj: np.ndarray, cost: np.ndarray) -> np.ndarray:
     """EM scores from each pool member's TV error e_w of the current links (sensitivity d_max/m) and the
     expected TV of its measurement noise n_w = ½·√(2/π)·σ_w·|cells| (public). ``noise_penalty: false``: e_w
-    (the paper). ``score: aim`` (default): e_w − n_w (AIM's penalty). ``score: gain``: e_w²/(e_w + n_w)·ρ_min/ρ_w,
+    (the paper). ``score: aim``: e_w − n_w (AIM's penalty). ``score: gain``: e_w²/(e_w + n_w)·ρ_min/ρ_w,
     what a shrunk release is expected to remove from the error (a Wiener-shrunk estimate keeps e²/(e + n) of
     an error e against noise n) per unit of ρ (ρ_w: the measurement's cost, ρ_min: the cheapest in the pool).
-    Its derivative in e_w lies in [0, ρ_min/ρ_w] ⊆ [0, 1], so the sensitivity stays d_max/m."""
+    Its derivative in e_w lies in [0, ρ_min/ρ_w] ⊆ [0, 1], so the sensitivity stays d_max/m. ``score: auto``
+    (default): one of the two, chosen in the schedule from public sizes (``score_for``)."""
     err = np.array([0.5 * np.abs(real.marginal(w) - syn.marginal(w, si, sj)).sum() for w in pool])
     if not p["noise_penalty"]:
         return err
     pen = np.array([0.5 * math.sqrt(2 / math.pi) * sched.sigma_of(float(c)) * np.prod(w.sizes(syn.dom1, syn.dom2))
                     for w, c in zip(pool, cost)])
-    if p["score"] == "aim":
+    if sched.score == "aim":
         return err - pen
     gain = np.divide(err * err, err + pen, out=np.zeros_like(err), where=err + pen > 0)
     return gain * (float(cost.min()) / cost)
@@ -279,4 +295,5 @@ def measure_first(sched: Schedule, real: RealCross, m: int, ledger: Any,
 
 
 __all__ = ["candidate_workloads", "selection_count", "Schedule", "privacy_schedule", "one_measurement",
-           "select_and_measure", "measure_all_plan", "measure_first", "MEASURE_ALL_SHARE"]
+           "select_and_measure", "measure_all_plan", "measure_first", "MEASURE_ALL_SHARE",
+           "GAIN_MIN_LINKS_PER_DEGREE", "score_for"]

@@ -46,6 +46,7 @@ def test_plan_reads_no_data_and_states_every_part(tmp_path: Path) -> None:
     assert link["rho_degrees"] == pytest.approx(0.05 * parts["links"]["rho"], rel=1e-12)
     # without the public link count, max_noise's measurement count is bounded, not claimed
     assert "at most" in link["measurements"] and link["count_noise_std_max"] > 0
+    assert link["score"].startswith("auto: gain from 2000 links")  # 200 · d_max, decided once m is known
 
 
 def test_plan_with_links_is_the_schedule_the_run_follows(tmp_path: Path) -> None:
@@ -62,6 +63,7 @@ def test_plan_with_links_is_the_schedule_the_run_follows(tmp_path: Path) -> None
     assert link["informative"] == priv["informative"]
     assert priv["selections"] <= link["measurements"]
     assert link["rho_degrees"] == pytest.approx(priv["rho_degrees"], rel=1e-12)
+    assert link["score"] == priv["score"] == "aim"  # 160 links < 200 · d_max 10
 
 
 def test_plan_of_a_schema_graph_lists_each_link_with_its_budget(tmp_path: Path) -> None:
@@ -93,6 +95,7 @@ def test_cli_plan_relational_text_and_json(tmp_path: Path) -> None:
     assert text.returncode == 0, text.stderr
     assert "link children.parent_id -> parents.id (one_to_many)" in text.stdout
     assert "table children: 3 marginals" in text.stdout
+    assert "; selection score aim" in text.stdout  # 160 links: m / d_max = 16 < 200
     js = subprocess.run([sys.executable, "-m", "privcube", "plan", str(path), "--json"],
                         capture_output=True, text=True, timeout=120)
     assert js.returncode == 0, js.stderr

@@ -34,7 +34,7 @@ def _table_plan(name: str, job: RelationalJob, p: Mapping[str, Any]) -> PlanSumm
 
 def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, Any], links: int | None) -> dict[str, Any]:
     """The links stage's schedule for one link: candidates, measurements, ρ and count noise per release."""
-    from privcube.mechanisms.relational.selection import links_schedule
+    from privcube.mechanisms.relational.selection import GAIN_MIN_LINKS_PER_DEGREE, links_schedule
 
     self_ref = link.left == link.right
     d_sens = 2 * int(p["d_max"]) if self_ref else int(p["d_max"])
@@ -53,7 +53,7 @@ def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, 
         cells = sorted(int(math.prod(w.sizes(dom1, dom2))) for w in cand)
         rho_each = sched.rho_measure(cells[len(cells) // 2]) if sched.n_sel and sched.T else 0.0  # median-sized
         out.update({"measurements": sched.n_sel if sched.T else 0, "informative": informative,
-                    "rho_per_measurement": rho_each,
+                    "rho_per_measurement": rho_each, "score": sched.score,
                     "count_noise_std": d_sens / math.sqrt(rho_each) if rho_each > 0 else math.inf,
                     **({"links": int(links)} if links else {})})
     else:  # the count depends on m: bound it by the paper's equal split over the most measurements
@@ -62,6 +62,9 @@ def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, 
         out.update({"measurements": f"at most {most}, chosen at run time from the public link count (max_noise "
                                     f"{p['max_noise']}); pass --links M to preview it",
                     "rho_per_measurement_min": rho_min,
+                    "score": p["score"] if p["score"] != "auto" else
+                    f"auto: gain from {math.ceil(GAIN_MIN_LINKS_PER_DEGREE * d_sens)} links (m / d_sens >= "
+                    f"{GAIN_MIN_LINKS_PER_DEGREE:g}), aim below; pass --links M to preview it",
                     "count_noise_std_max": d_sens / math.sqrt(rho_min) if rho_min > 0 else math.inf})
     return out
 

@@ -21,6 +21,7 @@ from privcube.mechanisms.relational.parameters import check_params
 from privcube.mechanisms.relational.projection import project_box_sum, project_rows_box_sum
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
+from privcube.storage.relational_data import movielens_like
 from test_relational import _identity, ml, pc  # noqa: F401 (the same data sets and fixtures)
 
 FAST = {"iterations": 3, "pgd_iters": 30, "d_max": 10}
@@ -189,8 +190,10 @@ def test_auto_score_is_chosen_from_public_sizes_only(ml: dict) -> None:
     sched = links_schedule(check_params(FAST), "many_to_many", False, dom1, dom2, 0.1, 5000)[1]
     assert one_measurement(sched, True).score == "gain"
     b = {"links": {"epsilon": 1.0, "delta": 1e-6}}
-    noise = NoiseSource(3)
-    res = run_relational(ml["tables"], ml["links"], FAST, b, PrivacyLedger(compose_budgets(b, []), noise=noise),
-                         noise, synthetic_tables=_identity(ml))
-    m = len(ml["links"])
-    assert res.report["privacy"]["score"] == ("gain" if m >= 200 * FAST["d_max"] else "aim")
+    for ds, d_max, expected in ((ml, 10, "aim"), (movielens_like(300, 200, 3, d_max=2, seed=1), 2, "gain")):
+        m = len(ds["links"]["pairs"])  # the generator keeps every degree within d_max: nothing is truncated
+        assert (m < 200 * d_max) if expected == "aim" else (m >= 200 * d_max)  # 592 < 2000; 400 (the movies full) ≥ 400
+        noise = NoiseSource(3)
+        res = run_relational(ds["tables"], ds["links"], {**FAST, "d_max": d_max}, b,
+                             PrivacyLedger(compose_budgets(b, []), noise=noise), noise, synthetic_tables=_identity(ds))
+        assert res.report["privacy"]["score"] == expected

@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--users", type=int, default=600)
     ap.add_argument("--movies", type=int, default=400)
     ap.add_argument("--genres", type=int, default=6)
+    ap.add_argument("--mean-degree", type=float, default=5.0,
+                    help="Poisson mean of ratings per user before the d_max cap (at least 1 each)")
     ap.add_argument("--iterations", type=int, default=12)
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--slice-fraction", type=float, default=0.5)
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'meas.':>5} {'seconds':>8} {'load1':>6}")
     rows: dict[float, list[tuple[float, float, float]]] = {e: [] for e in a.eps_rel}
     for seed in a.seeds:
-        ds = movielens_like(a.users, a.movies, a.genres, d_max=10, seed=seed)
+        ds = movielens_like(a.users, a.movies, a.genres, d_max=10, mean_degree=a.mean_degree, seed=seed)
         syn = {n: v[0] for n, v in ds["tables"].items()} if a.identity_tables else None
         for eps in a.eps_rel:
             params = {"evaluate_nonprivate": True, "d_max": 10, "iterations": a.iterations,

@@ -66,6 +66,25 @@ def test_links_with_degrees_and_cap_keep_degree_sequences() -> None:
     assert np.array_equal(np.bincount(keys[sj], minlength=2), np.bincount(keys[j2], minlength=2))
 
 
+def test_cap_degrees_never_moves_a_link_onto_its_own_record() -> None:
+    """Self-referential links without self-loops: the only same-code record with room is the link's own
+    left record, so a capped link must go to another record (it used to land on itself)."""
+    # records 0..5 on one table; record 5 has 3 links in from rows 0, 1, 2 (cap 2); only record 0 has
+    # the same code as 5 and room; row 0 is already linked to 1 and 2 (full)
+    si = np.array([0, 1, 2, 0, 0])
+    sj = np.array([5, 5, 5, 1, 2])
+    keys = np.array([7, 1, 1, 3, 3, 7])
+    cap = np.array([2, 1, 1, 2, 2, 2])
+    for seed in range(20):
+        ni, nj = cap_degrees(si, sj, 6, cap, keys, np.random.default_rng(seed), no_diagonal=True)
+        assert not np.any(ni == nj)
+        assert np.array_equal(ni, si) and np.all(np.bincount(nj, minlength=6) <= cap)
+        assert len(set(zip(ni.tolist(), nj.tolist()))) == ni.size
+    # without no_diagonal the same-code record is taken when the moved link is row 0's
+    hits = sum(bool(np.any(np.equal(*cap_degrees(si, sj, 6, cap, keys, np.random.default_rng(s))))) for s in range(20))
+    assert hits > 0
+
+
 def test_target_degrees_sum_to_children_within_d_max() -> None:
     rng = np.random.default_rng(2)
     assert degree_bins(50) == [(0, 0), (1, 50)]

@@ -76,12 +76,13 @@ def bad_pairs(i: np.ndarray, j: np.ndarray, n2: int, no_diagonal: bool, *, with_
 
 
 def cap_degrees(si: np.ndarray, sj: np.ndarray, n2: int, d_max: int | np.ndarray, keys2: np.ndarray,
-                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                rng: np.random.Generator, *, no_diagonal: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Move links off right records above their cap (``d_max``, or one cap per record) to right records
     with room (same code first).
 
     ``keys2`` is each right record's full code (a moved link keeps its cross-table cells when the new
-    record has the same code). A link never moves onto a pair that already exists. Left degrees are kept.
+    record has the same code). A link never moves onto a pair that already exists, nor (``no_diagonal``, a
+    self-referential table without self-loops) onto its own left record. Left degrees are kept.
     """
     sj = sj.copy()
     deg = np.bincount(sj, minlength=n2)
@@ -98,9 +99,9 @@ def cap_degrees(si: np.ndarray, sj: np.ndarray, n2: int, d_max: int | np.ndarray
     for c in over.tolist():
         pos = rng.permutation(np.flatnonzero(sj == c))[: deg[c] - cap[c]]
         for e in pos.tolist():
-            target = _take(by_key.get(int(keys2[c]), []), room, existing, int(si[e]), n2)
+            target = _take(by_key.get(int(keys2[c]), []), room, existing, int(si[e]), n2, no_diagonal)
             if target < 0:
-                target = _take(any_room, room, existing, int(si[e]), n2)
+                target = _take(any_room, room, existing, int(si[e]), n2, no_diagonal)
             if target < 0:
                 continue  # nowhere to go (all records full): impossible when m ≤ d_max·n2
             existing.discard(int(si[e]) * n2 + c)
@@ -174,15 +175,16 @@ def match_degrees(current: np.ndarray, target: np.ndarray, rng: np.random.Genera
     return out
 
 
-def _take(cands: list[int], room: np.ndarray, existing: set, row: int, n2: int) -> int:
-    """A candidate with room that ``row`` is not linked to yet (full candidates are dropped), or -1."""
+def _take(cands: list[int], room: np.ndarray, existing: set, row: int, n2: int, no_diagonal: bool = False) -> int:
+    """A candidate with room that ``row`` is not linked to yet (and is not ``row`` itself under
+    ``no_diagonal``; full candidates are dropped), or -1."""
     k = 0
     while k < len(cands):
         r = cands[k]
         if room[r] <= 0:
             cands.pop(k)
             continue
-        if row * n2 + r not in existing:
+        if row * n2 + r not in existing and not (no_diagonal and r == row):
             return r
         k += 1
     return -1

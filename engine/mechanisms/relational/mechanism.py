@@ -402,7 +402,7 @@ def _degree_repair(pr: Problem, syn2: np.ndarray, ls: LinkState, noise: NoiseSou
     if pr.kind == "one_to_many" and ls.degree_hist is not None:
         target = target_degrees(ls.degree_hist, n2s, n1s, d_max, rng)
         cap = match_degrees(np.bincount(ls.sj, minlength=n2s), target, rng)
-    return cap_degrees(ls.si, ls.sj, n2s, cap, keys2, rng)
+    return cap_degrees(ls.si, ls.sj, n2s, cap, keys2, rng, no_diagonal=pr.no_diag)
 
 
 class Relational(Mechanism):

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse
 
 from privcube.errors import DataError
 
@@ -151,24 +153,64 @@ def _capped(Z: np.ndarray, W: np.ndarray, cap: np.ndarray, hi: np.ndarray) -> np
     return X
 
 
+def _one_hot(b: np.ndarray, s2: int, dense_cells: int = 1 << 22) -> Any:
+    """The B × s2 matrix with a 1 at (j, b_j): dense up to ``dense_cells`` entries, sparse beyond."""
+    if b.size * s2 <= dense_cells:
+        out = np.zeros((b.size, s2))
+        out[np.arange(b.size), b] = 1.0
+        return out
+    return sparse.csc_array((np.ones(b.size), (np.arange(b.size), b)), shape=(b.size, s2))
+
+
 @dataclass
 class TypeOperator:
-    """x ↦ [C_w (W∘x)]_w by bincount, and its adjoint by gather (no dense Q_w)."""
+    """x ↦ [C_w (W∘x)]_w and its adjoint without a dense Q_w.
 
-    flat: list[np.ndarray]  # per workload: cell of each type pair, A × B (left cell major)
-    sizes: list[int]
+    C_w L = S1_w L S2_wᵀ (one-hot aggregation of left types, then right types). Workloads with the same
+    left cells share the row aggregation, so a product costs one pass over the A × B type pairs per distinct
+    left attribute set (a few for cross k-way workloads), not one per workload.
+    """
+
+    left: list[np.ndarray]  # per workload: the left cell of each left type (A,)
+    right: list[np.ndarray]  # per workload: the right cell of each right type (B,)
+    shapes: list[tuple[int, int]]  # per workload: (left cells, right cells)
     W: np.ndarray
 
+    def __post_init__(self) -> None:
+        groups: dict[tuple[bytes, int], list[int]] = {}  # workloads by their left cells
+        for k, (a, (s1, _)) in enumerate(zip(self.left, self.shapes)):
+            groups.setdefault((np.ascontiguousarray(a).tobytes(), s1), []).append(k)
+        self._groups = []
+        for idx in groups.values():
+            a, s1 = self.left[idx[0]], self.shapes[idx[0]][0]
+            s1_onehot = sparse.csr_array((np.ones(a.size), (a, np.arange(a.size))), shape=(s1, a.size))
+            self._groups.append((a, s1, s1_onehot, idx))
+        # S_2 per workload (B × s2 one-hot): the right aggregation as one product, dense (BLAS) while small
+        self._s2 = [_one_hot(b, s2) for b, (_, s2) in zip(self.right, self.shapes)]
+
+    @property
+    def sizes(self) -> list[int]:
+        """Cells per workload."""
+        return [s1 * s2 for s1, s2 in self.shapes]
+
     def apply(self, x: np.ndarray) -> list[np.ndarray]:
-        """Per workload, the count table of L = W∘x."""
-        L = (self.W * x).ravel()
-        return [np.bincount(f.ravel(), weights=L, minlength=s) for f, s in zip(self.flat, self.sizes)]
+        """Per workload, the count table of L = W∘x (left cell major, flattened)."""
+        L = self.W * x
+        out: list[np.ndarray] = [np.empty(0)] * len(self.left)
+        for _, _, s1_onehot, idx in self._groups:
+            M = s1_onehot @ L  # rows summed per left cell (s1 × B)
+            for k in idx:
+                out[k] = np.asarray(M @ self._s2[k]).ravel()
+        return out
 
     def adjoint(self, R: Sequence[np.ndarray]) -> np.ndarray:
-        """Σ_w W∘R_w[cell(a, b)]."""
+        """W∘Σ_w R_w[cell(a, b)], gathered once per left attribute set."""
         G = np.zeros(self.W.shape)
-        for f, r in zip(self.flat, R):
-            G += r[f]
+        for a, s1, _, idx in self._groups:
+            acc = np.zeros((s1, self.W.shape[1]))
+            for k in idx:
+                acc += np.asarray(R[k]).reshape(s1, self.shapes[k][1])[:, self.right[k]]
+            G += acc[a]
         return G * self.W
 
     def sigma2(self, rng: np.random.Generator, iters: int = 100, tol: float = 1e-6) -> float:
@@ -191,8 +233,8 @@ class TypeOperator:
 def type_operator(c1: Sequence[np.ndarray], c2: Sequence[np.ndarray], sizes: Sequence[tuple[int, int]],
                   W: np.ndarray) -> TypeOperator:
     """The operator of the workloads with per-type cells ``c1`` (left) and ``c2`` (right)."""
-    flat = [(a[:, None] * s2 + b[None, :]).astype(np.int64) for a, b, (_, s2) in zip(c1, c2, sizes)]
-    return TypeOperator(flat, [s1 * s2 for s1, s2 in sizes], W)
+    return TypeOperator([np.asarray(a, dtype=np.int64) for a in c1], [np.asarray(b, dtype=np.int64) for b in c2],
+                        [(int(s1), int(s2)) for s1, s2 in sizes], W)
 
 
 def objective(op: TypeOperator, x: np.ndarray, targets: Sequence[np.ndarray], scale: float) -> float:

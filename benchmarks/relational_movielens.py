@@ -9,6 +9,14 @@ codes) and the ratios, then the mean and spread over seeds, next to the paper's 
 MovieLens (read off the figure, ±0.3), with the machine's load. The stand-in data is smaller and
 synthetic, so compare trends, not absolute values. ``--identity-tables`` feeds the real tables as the
 "synthetic" ones (isolates stage 2; not a private run).
+
+The paper's size (ML-1M truncated to d_max 10: 6,040 users, 3,883 movies, 18 genres, about 10^4 ratings):
+
+    python benchmarks/relational_movielens.py --users 6040 --movies 3883 --genres 18 --mean-degree 1.45 \
+        --eps-rel 2 --param type_cells=3000000 --param slice_fraction=null --param slices_per_iteration=8 \
+        --param type_iters=150
+
+(about 20 minutes a run on one core; see relational-quality.md for what the floor means at this size).
 """
 from __future__ import annotations
 

@@ -69,8 +69,8 @@ def test_links_with_degrees_and_cap_keep_degree_sequences() -> None:
 def test_cap_degrees_never_moves_a_link_onto_its_own_record() -> None:
     """Self-referential links without self-loops: the only same-code record with room is the link's own
     left record, so a capped link must go to another record (it used to land on itself)."""
-    # records 0..5 on one table; record 5 has 3 links in from rows 0, 1, 2 (cap 2); only record 0 has
-    # the same code as 5 and room; row 0 is already linked to 1 and 2 (full)
+    # records 0..5 of one table; record 5 has 3 links in, from rows 0, 1, 2 (cap 2); record 0 is the only
+    # one with record 5's code and room; records 1 and 2 are full; 3 and 4 have room under another code
     si = np.array([0, 1, 2, 0, 0])
     sj = np.array([5, 5, 5, 1, 2])
     keys = np.array([7, 1, 1, 3, 3, 7])

@@ -323,3 +323,32 @@ def test_the_optimiser_spends_nothing(  # post-processing: the ledger is the sam
         assert r.report["privacy"]["rho_links_spent"] <= r.report["privacy"]["rho_links"] * (1 + 1e-9)
     assert spent["types"][1] == spent["slices"][1]
     assert spent["types"][0] == pytest.approx(spent["slices"][0], rel=1e-12)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_type_operator_equals_the_dense_count_matrices(dense: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """apply = Q (W∘x) with Q built entry by entry from the cells, and adjoint = W∘(Qᵀ R); workloads share
+    left cells (grouped) or not; ``dense: False`` takes the sparse right aggregation."""
+    import privcube.mechanisms.relational.type_problem as tp
+    if not dense:
+        monkeypatch.setattr(tp, "_one_hot", lambda b, s2: tp.sparse.csc_array(
+            (np.ones(b.size), (np.arange(b.size), b)), shape=(b.size, s2)))
+    rng = np.random.default_rng(4)
+    A, B = 9, 13
+    a1, a2 = rng.integers(0, 3, A), rng.integers(0, 5, A)
+    c1 = [a1, a1, a2, a1]  # workloads 0, 1 and 3 share their left cells
+    shapes = [(3, 2), (3, 4), (5, 3), (3, 1)]
+    c2 = [rng.integers(0, s2, B) for _, s2 in shapes]
+    W = rng.integers(0, 4, (A, B)).astype(float)
+    op = type_operator(c1, c2, shapes, W)
+    x, R = rng.random((A, B)), [rng.normal(size=s1 * s2) for s1, s2 in shapes]
+    G = np.zeros((A, B))
+    for k, (s1, s2) in enumerate(shapes):
+        Q = np.zeros((s1 * s2, A * B))
+        for a in range(A):
+            for b in range(B):
+                Q[c1[k][a] * s2 + c2[k][b], a * B + b] = 1.0
+        np.testing.assert_allclose(op.apply(x)[k], Q @ (W * x).ravel(), rtol=1e-12)
+        G += (Q.T @ R[k]).reshape(A, B)
+    np.testing.assert_allclose(op.adjoint(R), W * G, rtol=1e-12)
+    assert op.sizes == [6, 12, 15, 3]

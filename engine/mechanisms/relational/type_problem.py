@@ -153,7 +153,7 @@ def _capped(Z: np.ndarray, W: np.ndarray, cap: np.ndarray, hi: np.ndarray) -> np
     return X
 
 
-def _one_hot(b: np.ndarray, s2: int, dense_cells: int = 1 << 22) -> Any:
+def _one_hot(b: np.ndarray, s2: int, dense_cells: int = 1 << 18) -> Any:
     """The B × s2 matrix with a 1 at (j, b_j): dense up to ``dense_cells`` entries, sparse beyond."""
     if b.size * s2 <= dense_cells:
         out = np.zeros((b.size, s2))

@@ -21,7 +21,8 @@ floor 0.00 % (every code combination of these small domains has a synthetic twin
 99.9 / 98.7 / 89.1 s, driver 0.83 / 0.91 / 0.92 GB, learned 4.34 / 0.81 / 1.09 % vs random 9.58 / 9.55 / 9.56 %.
 With ``score: auto`` (the default since 2026-11-27: ``gain`` here; load 1.2–2.6 with a probe beside it): run
 110 / 102 / 105 s, driver 0.86 / 0.88 / 0.92 GB, largest worker 1.47 GB, learned 3.06 / 1.46 / 1.22 % vs random
-9.58 / 9.55 / 9.56 %.
+9.58 / 9.55 / 9.56 %. With the grouped type operator (same day, seed 0, two other benchmarks on the same cores,
+load 2.9–3.6): run 175 s (links 155 s), driver 0.86 GB, largest worker 1.47 GB, learned 3.07 % vs random 9.58 %.
 """
 from __future__ import annotations
 

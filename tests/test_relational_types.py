@@ -1,6 +1,8 @@
 """Stage 2 over record types: the aggregated relaxed problem, its rounding and the within-type assignment."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from scipy.optimize import minimize
@@ -331,8 +333,7 @@ def test_type_operator_equals_the_dense_count_matrices(dense: bool, monkeypatch:
     left cells (grouped) or not; ``dense: False`` takes the sparse right aggregation."""
     import privcube.mechanisms.relational.type_problem as tp
     if not dense:
-        monkeypatch.setattr(tp, "_one_hot", lambda b, s2: tp.sparse.csc_array(
-            (np.ones(b.size), (np.arange(b.size), b)), shape=(b.size, s2)))
+        monkeypatch.setattr(tp, "_one_hot", functools.partial(tp._one_hot, dense_cells=0))
     rng = np.random.default_rng(4)
     A, B = 9, 13
     a1, a2 = rng.integers(0, 3, A), rng.integers(0, 5, A)

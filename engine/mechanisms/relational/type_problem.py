@@ -183,7 +183,7 @@ class TypeOperator:
         self._groups = []
         for idx in groups.values():
             a, s1 = self.left[idx[0]], self.shapes[idx[0]][0]
-            s1_onehot = sparse.csr_array((np.ones(a.size), (a, np.arange(a.size))), shape=(s1, a.size))
+            s1_onehot = _one_hot(a, s1, dense_cells=0).T  # sparse s1 × A
             self._groups.append((a, s1, s1_onehot, idx))
         # S_2 per workload (B × s2 one-hot): the right aggregation as one product, dense (BLAS) while small
         self._s2 = [_one_hot(b, s2) for b, (_, s2) in zip(self.right, self.shapes)]

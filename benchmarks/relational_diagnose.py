@@ -45,6 +45,7 @@ def _exact_fit(run, ls0, workloads: list, sigma: float = 0.0, seed: int = 0) -> 
     ls.sigmas = [sigma] * len(workloads)
     sched = copy.copy(run.sched)
     sched.ks = [0] * sched.T
+    sched.first = []  # the releases are given: no measure-all round
     sched.shrinkage = sigma > 0
     r2 = copy.copy(run)
     r2.sched, r2.ledger, r2.save, r2.progress = sched, None, (lambda *a: None), None
@@ -93,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eps-rel", type=float, nargs="+", default=[2.0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--param", action="append", default=[], metavar="KEY=JSON")
+    ap.add_argument("--users", type=int, default=600, help="MovieLens-shaped generator: users")
+    ap.add_argument("--movies", type=int, default=400, help="MovieLens-shaped generator: movies")
+    ap.add_argument("--mean-degree", type=float, default=5.0, help="MovieLens-shaped generator: ratings per user")
     a = ap.parse_args(argv)
     from privcube.mechanisms.relational.mechanism import run_relational
     from privcube.privacy.noise import NoiseSource
@@ -111,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             from relational_movielens import transplant_floor
             from privcube.storage.relational_data import movielens_like
 
-            ds = movielens_like(600, 400, 6, d_max=10, seed=seed)
+            ds = movielens_like(a.users, a.movies, 6, d_max=10, mean_degree=a.mean_degree, seed=seed)
             base = {"d_max": 10, "iterations": 12, "workloads_per_iteration": 3, "slice_fraction": 0.5,
                     "slices_per_iteration": 2}
             tb = {"users": {"epsilon": 1.0, "delta": 1e-5}, "movies": {"epsilon": 1.0, "delta": 1e-5}}

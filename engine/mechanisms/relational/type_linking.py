@@ -88,7 +88,7 @@ def type_step(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray,
     if p["degrees"] == "preserve":
         caps = t2.count.astype(float) * d_max
         if np.any((cons.W * x).sum(axis=0) > caps * (1 + 1e-9)) and caps.sum() >= m_syn:
-            cons.caps, capped = caps, True  # the right cap binds: solve again with it (Dykstra projection)
+            cons.caps, capped = caps, True  # the right cap binds: solve again with it (capped projection)
             x = solve_types(op, targets, float(m_syn), cons, x, iters=iters, rng=rng)
     cap = d_max if p["degrees"] == "preserve" else None
     L = cons.W * x

@@ -25,7 +25,7 @@ from privcube.errors import DataError
 
 
 def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.ndarray, *,
-                          max_iter: int = 200) -> np.ndarray:
+                          max_iter: int = 200, shifts: bool = False) -> Any:
     """Euclidean projection of every row z of ``Z`` onto {0 ≤ x ≤ hi, Σ_b W_b x_b = r_row} (W ≥ 0).
 
     KKT: x = clip(z + y·W, 0, hi) with one scalar y per row solving g(y) = Σ_b W_b clip(z_b + y W_b, 0, hi_b)
@@ -33,7 +33,7 @@ def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.nd
     free set (slope Σ_free W_b²), safeguarded by bisection of a bracket that always holds the root: once a
     step lands on the right linear piece it is exact, so a row ends after a few passes over it (vectorised
     over the rows still open; no sort). A last float residual is spread over entries with room (the box is
-    kept).
+    kept). ``shifts``: also return each row's multiplier y (the dual of its total).
     """
     Z, W, hi = np.asarray(Z, dtype=float), np.asarray(W, dtype=float), np.asarray(hi, dtype=float)
     r = np.asarray(r, dtype=float)
@@ -79,14 +79,16 @@ def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.nd
     room = np.where(live, np.where(res[:, None] > 0, hi - X, X), 0.0)  # entries with W = 0 do not count in the total
     wroom = (W * room).sum(axis=1)
     frac = np.where(wroom > 0, np.minimum(np.abs(res) / np.where(wroom > 0, wroom, 1.0), 1.0), 0.0)
-    return X + np.sign(res)[:, None] * room * frac[:, None]
+    X = X + np.sign(res)[:, None] * room * frac[:, None]
+    return (X, y) if shifts else X
 
 
 @dataclass
 class TypeConstraints:
     """The aggregated feasible set, in densities x = L/W: 0 ≤ x ≤ hi, row totals of L = ``rows`` (or, when
     ``rows`` is None, the grand total ``total``), optional column caps Σ_a L_ab ≤ ``caps``_b and row caps
-    Σ_b L_ab ≤ ``row_caps``_a (left degrees learned up to d_max)."""
+    Σ_b L_ab ≤ ``row_caps``_a (left degrees learned up to d_max); ``dykstra``: most rounds of a capped
+    projection. One object serves one solve: it keeps the last projection's multipliers as the next start."""
 
     W: np.ndarray
     hi: np.ndarray
@@ -96,61 +98,75 @@ class TypeConstraints:
     dykstra: int = 10
     row_caps: np.ndarray | None = None
 
-    def _rows(self, Z: np.ndarray) -> np.ndarray:
+    def __post_init__(self) -> None:
+        self._warm: dict[str, Any] = {}  # the last projection's multipliers (a warm start, never a result)
+
+    def _rows(self, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Onto the row totals (or the grand total): the projection and its multipliers (per row, or one)."""
         if self.rows is not None:
-            return project_weighted_rows(Z, self.W, self.rows, self.hi)
-        flat = project_weighted_rows(Z.reshape(1, -1), self.W.reshape(1, -1), np.array([self.total]),
-                                     self.hi.reshape(1, -1))
-        return flat.reshape(Z.shape)
+            return project_weighted_rows(Z, self.W, self.rows, self.hi, shifts=True)
+        flat, y = project_weighted_rows(Z.reshape(1, -1), self.W.reshape(1, -1), np.array([self.total]),
+                                        self.hi.reshape(1, -1), shifts=True)
+        return flat.reshape(Z.shape), y
 
-    def _caps(self, Z: np.ndarray) -> np.ndarray:
-        """Onto {0 ≤ x ≤ hi, column totals ≤ caps}: columns under their cap are only clipped."""
-        assert self.caps is not None
-        return _capped(Z.T, self.W.T, self.caps, self.hi.T).T
-
-    def _row_caps(self, Z: np.ndarray) -> np.ndarray:
-        """Onto {0 ≤ x ≤ hi, row totals ≤ row_caps}: rows under their cap are only clipped."""
-        assert self.row_caps is not None
-        return _capped(Z, self.W, self.row_caps, self.hi)
-
-    def _violation(self, X: np.ndarray) -> float:
-        """The largest cap excess of a row-feasible iterate, relative to the largest cap."""
+    def _kkt_gap(self, X: np.ndarray, mu: np.ndarray | None, nu: np.ndarray | None) -> float:
+        """How far a row-feasible iterate x = clip(z + W∘(y − ν − μ)) is from the projection, relative to the
+        largest cap: its largest cap excess, and the largest slack of a cap whose multiplier is positive
+        (both 0 at the KKT point; the other conditions hold by construction)."""
         worst = 0.0
-        for cap, axis in ((self.caps, 0), (self.row_caps, 1)):
-            if cap is not None:
-                worst = max(worst, float(np.max((self.W * X).sum(axis=axis) - cap, initial=0.0))
-                            / max(1.0, float(cap.max())))
+        for cap, axis, mult in ((self.caps, 0, mu), (self.row_caps, 1, nu)):
+            if cap is not None and mult is not None:
+                tot = (self.W * X).sum(axis=axis)
+                scale = max(1.0, float(cap.max()))
+                worst = max(worst, float(np.max(tot - cap, initial=0.0)) / scale,
+                            float(np.max(np.where(mult > 0, cap - tot, 0.0), initial=0.0)) / scale)
         return worst
 
     def project(self, Z: np.ndarray) -> np.ndarray:
-        """The projection (Dykstra's alternating projections when caps are present; the result always meets
-        the row totals / grand total exactly, the caps up to the last Dykstra round)."""
-        steps = [f for f, c in ((self._caps, self.caps), (self._row_caps, self.row_caps)) if c is not None]
-        if not steps:
-            return self._rows(Z)
-        X = np.array(Z, dtype=float)
-        incs = [np.zeros_like(X) for _ in range(len(steps) + 1)]
+        """The projection. With caps: block coordinate ascent on the dual (Dykstra's alternating projections
+        written in their multipliers: x = clip(z + W∘(y_a − ν_a − μ_b), 0, hi), y for the row totals or the
+        grand total, μ ≥ 0 for the column caps, ν ≥ 0 for the row caps), each block solved exactly in turn,
+        started from the previous call's multipliers: consecutive PGD steps project nearby points, so a few
+        rounds suffice where a cold start needed all of them. The result always meets the row totals / grand
+        total exactly, the caps up to the last round (``dykstra`` rounds at most)."""
+        if self.caps is None and self.row_caps is None:
+            return self._rows(Z)[0]
+        Z = np.asarray(Z, dtype=float)
+        W = self.W
+        A, B = Z.shape
+        y = self._warm.get("y", np.zeros(A if self.rows is not None else 1))
+        mu = self._warm.get("mu", np.zeros(B)) if self.caps is not None else None
+        nu = self._warm.get("nu", np.zeros(A)) if self.row_caps is not None else None
+        X = Z
         for _ in range(self.dykstra):
-            before = X
-            for k, f in enumerate(steps):
-                Y = f(X + incs[k])
-                incs[k] = X + incs[k] - Y
-                X = Y
-            Y = self._rows(X + incs[-1])
-            incs[-1] = X + incs[-1] - Y
-            X = Y
-            if self._violation(X) <= 1e-9 and float(np.abs(X - before).max()) <= 1e-12:
-                break  # the row-feasible iterate meets the caps and has stopped moving: the projection
+            yl = y[:, None] if self.rows is not None else y[0]
+            if mu is not None:  # column caps, given y and ν
+                Zc = Z + W * (yl - (nu[:, None] if nu is not None else 0.0))
+                mu = _cap_multipliers(Zc.T, W.T, self.caps, self.hi.T)
+            if nu is not None:  # row caps, given y and μ
+                Zr = Z + W * (yl - (mu[None, :] if mu is not None else 0.0))
+                nu = _cap_multipliers(Zr, W, self.row_caps, self.hi)
+            shift = 0.0
+            if mu is not None:
+                shift = shift - mu[None, :]
+            if nu is not None:
+                shift = shift - nu[:, None]
+            X, y = self._rows(Z + W * shift)
+            if self._kkt_gap(X, mu, nu) <= 1e-9:
+                break  # caps met, and every cap with a positive multiplier is tight: the projection
+        self._warm.update({"y": y, **({"mu": mu} if mu is not None else {}), **({"nu": nu} if nu is not None else {})})
         return X
 
 
-def _capped(Z: np.ndarray, W: np.ndarray, cap: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Rows of Z onto {0 ≤ x ≤ hi, Σ_b W_b x_b ≤ cap_row}: rows under their cap are only clipped."""
-    X = np.clip(Z, 0.0, hi)
-    over = np.flatnonzero((W * X).sum(axis=1) > cap)
+def _cap_multipliers(Z: np.ndarray, W: np.ndarray, cap: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per row of Z, the multiplier μ ≥ 0 of {0 ≤ x ≤ hi, Σ_b W_b x_b ≤ cap_row}: x = clip(z − μ·W, 0, hi);
+    rows under their cap once clipped have μ = 0."""
+    mu = np.zeros(Z.shape[0])
+    over = np.flatnonzero((W * np.clip(Z, 0.0, hi)).sum(axis=1) > cap)
     if over.size:
-        X[over] = project_weighted_rows(Z[over], W[over], cap[over], hi[over])
-    return X
+        _, y = project_weighted_rows(Z[over], W[over], cap[over], hi[over], shifts=True)
+        mu[over] = np.maximum(-y, 0.0)
+    return mu
 
 
 def _one_hot(b: np.ndarray, s2: int, dense_cells: int = 1 << 18) -> Any:

@@ -377,6 +377,7 @@ def test_capped_projection_matches_a_qp_solver(kind: str) -> None:
     """With caps the projection (dual block coordinate ascent) is the QP's solution, cold and warm-started;
     the same constraints projected along a PGD-like sequence of nearby points give the cold results."""
     rng = np.random.default_rng(11)
+    checked = binding = 0
     for _ in range(12):
         A, B = int(rng.integers(2, 9)), int(rng.integers(2, 9))
         W = np.outer(rng.integers(1, 9, A), rng.integers(1, 9, B)).astype(float)
@@ -401,3 +402,6 @@ def test_capped_projection_matches_a_qp_solver(kind: str) -> None:
             np.testing.assert_allclose(X, ref, atol=1e-6)
             cold = TypeConstraints(W, hi, rows, total, caps=caps, row_caps=row_caps, dykstra=5000).project(Zs)
             np.testing.assert_allclose(X, cold, atol=1e-8)
+            checked += 1
+            binding += any(float(np.max(cons._warm.get(k, 0.0))) > 0 for k in ("mu", "nu"))
+    assert checked >= 32 and binding >= 8  # real instances, and caps that bind in many of them

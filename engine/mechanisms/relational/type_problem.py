@@ -138,7 +138,7 @@ class TypeConstraints:
         mu = self._warm.get("mu", np.zeros(B)) if self.caps is not None else None
         nu = self._warm.get("nu", np.zeros(A)) if self.row_caps is not None else None
         X = Z
-        for _ in range(self.dykstra):
+        for _ in range(max(1, self.dykstra)):
             yl = y[:, None] if self.rows is not None else y[0]
             if mu is not None:  # column caps, given y and ν
                 Zc = Z + W * (yl - (nu[:, None] if nu is not None else 0.0))

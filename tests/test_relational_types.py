@@ -151,6 +151,9 @@ def test_weighted_projection_matches_bisection_on_hard_rows() -> None:
         np.testing.assert_allclose((W * X).sum(axis=1), r, rtol=1e-10, atol=1e-9)
         for a in range(A):
             np.testing.assert_allclose(X[a], _bisection_projection(Z[a], W[a], r[a], hi[a]), atol=1e-7)
+        # a start for the multipliers (anywhere, even far outside the bracket) changes only the work
+        X0 = project_weighted_rows(Z, W, r, hi, y0=rng.normal(size=A) * rng.choice([1e-3, 1.0, 1e4]))
+        np.testing.assert_allclose(X0, X, atol=1e-7)
 
 
 def test_rounding_keeps_row_totals_bounds_and_is_unbiased() -> None:

@@ -25,7 +25,7 @@ from privcube.errors import DataError
 
 
 def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.ndarray, *,
-                          max_iter: int = 200, shifts: bool = False) -> Any:
+                          max_iter: int = 200, shifts: bool = False, y0: np.ndarray | None = None) -> Any:
     """Euclidean projection of every row z of ``Z`` onto {0 ≤ x ≤ hi, Σ_b W_b x_b = r_row} (W ≥ 0).
 
     KKT: x = clip(z + y·W, 0, hi) with one scalar y per row solving g(y) = Σ_b W_b clip(z_b + y W_b, 0, hi_b)
@@ -33,7 +33,8 @@ def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.nd
     free set (slope Σ_free W_b²), safeguarded by bisection of a bracket that always holds the root: once a
     step lands on the right linear piece it is exact, so a row ends after a few passes over it (vectorised
     over the rows still open; no sort). A last float residual is spread over entries with room (the box is
-    kept). ``shifts``: also return each row's multiplier y (the dual of its total).
+    kept). ``shifts``: also return each row's multiplier y (the dual of its total); ``y0``: a start for the
+    multipliers (e.g. the previous PGD step's), clipped into the bracket; only the work depends on it.
     """
     Z, W, hi = np.asarray(Z, dtype=float), np.asarray(W, dtype=float), np.asarray(hi, dtype=float)
     r = np.asarray(r, dtype=float)
@@ -47,7 +48,8 @@ def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.nd
     y_hi = np.where(live, (hi - Z) / Wl, -np.inf).max(axis=1, initial=-np.inf)
     y_lo = np.where(np.isfinite(y_lo), y_lo, 0.0)
     y_hi = np.where(np.isfinite(y_hi), np.maximum(y_hi, y_lo), y_lo)
-    y = np.clip(np.zeros(Z.shape[0]), y_lo, y_hi)  # warm start: z itself (PGD iterates are near feasible)
+    start = np.zeros(Z.shape[0]) if y0 is None else np.broadcast_to(np.asarray(y0, dtype=float), (Z.shape[0],))
+    y = np.clip(start, y_lo, y_hi)  # warm start: z itself, or the caller's multipliers
     y = np.where(r <= 0, y_lo, np.where(r >= cap, y_hi, y))  # the ends: every live entry at 0, or at hi
     tol = 1e-13 * np.maximum(1.0, cap)
     w2 = np.where(live, W * W, 0.0)
@@ -101,12 +103,13 @@ class TypeConstraints:
     def __post_init__(self) -> None:
         self._warm: dict[str, Any] = {}  # the last projection's multipliers (a warm start, never a result)
 
-    def _rows(self, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Onto the row totals (or the grand total): the projection and its multipliers (per row, or one)."""
+    def _rows(self, Z: np.ndarray, y0: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Onto the row totals (or the grand total): the projection and its multipliers (per row, or one),
+        Newton started from ``y0``."""
         if self.rows is not None:
-            return project_weighted_rows(Z, self.W, self.rows, self.hi, shifts=True)
+            return project_weighted_rows(Z, self.W, self.rows, self.hi, shifts=True, y0=y0)
         flat, y = project_weighted_rows(Z.reshape(1, -1), self.W.reshape(1, -1), np.array([self.total]),
-                                        self.hi.reshape(1, -1), shifts=True)
+                                        self.hi.reshape(1, -1), shifts=True, y0=y0)
         return flat.reshape(Z.shape), y
 
     def _kkt_gap(self, X: np.ndarray, mu: np.ndarray | None, nu: np.ndarray | None) -> float:
@@ -130,11 +133,12 @@ class TypeConstraints:
         rounds suffice where a cold start needed all of them. The result always meets the row totals / grand
         total exactly, the caps up to the last round (``dykstra`` rounds at most)."""
         if self.caps is None and self.row_caps is None:
-            return self._rows(Z)[0]
+            X, self._warm["y_free"] = self._rows(Z, self._warm.get("y_free"))
+            return X
         Z = np.asarray(Z, dtype=float)
         W = self.W
         A, B = Z.shape
-        y = self._warm.get("y", np.zeros(A if self.rows is not None else 1))
+        y = self._warm.get("y", self._warm.get("y_free", np.zeros(A if self.rows is not None else 1)))
         mu = self._warm.get("mu", np.zeros(B)) if self.caps is not None else None
         nu = self._warm.get("nu", np.zeros(A)) if self.row_caps is not None else None
         X = Z
@@ -142,29 +146,31 @@ class TypeConstraints:
             yl = y[:, None] if self.rows is not None else y[0]
             if mu is not None:  # column caps, given y and ν
                 Zc = Z + W * (yl - (nu[:, None] if nu is not None else 0.0))
-                mu = _cap_multipliers(Zc.T, W.T, self.caps, self.hi.T)
+                mu = _cap_multipliers(Zc.T, W.T, self.caps, self.hi.T, mu)
             if nu is not None:  # row caps, given y and μ
                 Zr = Z + W * (yl - (mu[None, :] if mu is not None else 0.0))
-                nu = _cap_multipliers(Zr, W, self.row_caps, self.hi)
+                nu = _cap_multipliers(Zr, W, self.row_caps, self.hi, nu)
             shift = 0.0
             if mu is not None:
                 shift = shift - mu[None, :]
             if nu is not None:
                 shift = shift - nu[:, None]
-            X, y = self._rows(Z + W * shift)
+            X, y = self._rows(Z + W * shift, y)
             if self._kkt_gap(X, mu, nu) <= 1e-9:
                 break  # caps met, and every cap with a positive multiplier is tight: the projection
         self._warm.update({"y": y, **({"mu": mu} if mu is not None else {}), **({"nu": nu} if nu is not None else {})})
         return X
 
 
-def _cap_multipliers(Z: np.ndarray, W: np.ndarray, cap: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def _cap_multipliers(Z: np.ndarray, W: np.ndarray, cap: np.ndarray, hi: np.ndarray,
+                     start: np.ndarray | None = None) -> np.ndarray:
     """Per row of Z, the multiplier μ ≥ 0 of {0 ≤ x ≤ hi, Σ_b W_b x_b ≤ cap_row}: x = clip(z − μ·W, 0, hi);
-    rows under their cap once clipped have μ = 0."""
+    rows under their cap once clipped have μ = 0; Newton starts from the previous ``start``."""
     mu = np.zeros(Z.shape[0])
     over = np.flatnonzero((W * np.clip(Z, 0.0, hi)).sum(axis=1) > cap)
     if over.size:
-        _, y = project_weighted_rows(Z[over], W[over], cap[over], hi[over], shifts=True)
+        _, y = project_weighted_rows(Z[over], W[over], cap[over], hi[over], shifts=True,
+                                     y0=None if start is None else -start[over])
         mu[over] = np.maximum(-y, 0.0)
     return mu
 

@@ -16,7 +16,7 @@ The paper's size (ML-1M truncated to d_max 10: 6,040 users, 3,883 movies, 18 gen
         --eps-rel 2 --param type_cells=3000000 --param slice_fraction=null --param slices_per_iteration=8 \
         --param type_iters=150
 
-(about 14 minutes a run at ε_rel 2 on one core; see relational-quality.md for what the floor means at this size).
+(about 7–10 minutes a run at ε_rel 2 on one core; see relational-quality.md for what the floor means at this size).
 """
 from __future__ import annotations
 

@@ -25,7 +25,9 @@ With ``score: auto`` (the default since 2026-11-27: ``gain`` here; load 1.2–2.
 load 2.9–3.6): run 175 s (links 155 s), driver 0.86 GB, largest worker 1.47 GB, learned 3.07 % vs random 9.58 %.
 With the warm-started exact capped projection (same day, seeds 0/1/2, another benchmark on the cores, load
 1.0–2.6): run 118 / 107 / 108 s, driver 0.86 / 0.89 / 0.94 GB, largest worker 1.45 GB, learned 3.07 / 1.65 / 1.22 %
-vs random 9.58 / 9.55 / 9.56 %.
+vs random 9.58 / 9.55 / 9.56 %. With Newton on the multipliers warm-started too (same day, the test suite on the
+cores, load 1.5–2.7): run 113 / 102 / 105 s, driver 0.85 / 0.92 / 0.94 GB, largest worker 1.46 GB, learned
+3.75 / 0.85 / 1.11 % vs random 9.58 / 9.55 / 9.56 %.
 """
 from __future__ import annotations
 

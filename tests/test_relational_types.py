@@ -406,5 +406,26 @@ def test_capped_projection_matches_a_qp_solver(kind: str) -> None:
             cold = TypeConstraints(W, hi, rows, total, caps=caps, row_caps=row_caps, dykstra=5000).project(Zs)
             np.testing.assert_allclose(X, cold, atol=1e-8)
             checked += 1
-            binding += any(float(np.max(cons._warm.get(k, 0.0))) > 0 for k in ("mu", "nu"))
+            L = W * X  # a cap binds where the projection sits on it
+            binding += any(c is not None and bool(np.any(L.sum(axis=ax) >= c - 1e-9 * max(1.0, float(c.max()))))
+                           for c, ax in ((caps, 0), (row_caps, 1)))
     assert checked >= 32 and binding >= 8  # real instances, and caps that bind in many of them
+
+
+def test_capped_projection_after_caps_are_added_to_the_same_constraints() -> None:
+    """As in a type step: one solve without the column caps (row caps only), then the caps are set on the same
+    object and its next projections start from the first solve's multipliers; they are still the QP's."""
+    rng = np.random.default_rng(7)
+    for _ in range(6):
+        A, B = int(rng.integers(2, 8)), int(rng.integers(2, 8))
+        W = np.outer(rng.integers(1, 9, A), rng.integers(1, 9, B)).astype(float)
+        hi = np.ones((A, B))
+        total, row_caps, caps = float(W.sum()) * 0.3, W.sum(axis=1) * 0.5, W.sum(axis=0) * 0.4
+        cons = TypeConstraints(W, hi, None, total, row_caps=row_caps, dykstra=5000)
+        Z = rng.normal(0.3, 1.0, (A, B))
+        np.testing.assert_allclose(cons.project(Z), _qp_projection(Z, W, hi, None, total, None, row_caps), atol=1e-6)
+        cons.caps = caps
+        Z2 = Z + 0.1 * rng.normal(size=Z.shape)
+        X = cons.project(Z2)
+        np.testing.assert_allclose(X, _qp_projection(Z2, W, hi, None, total, caps, row_caps), atol=1e-6)
+        assert np.all((W * X).sum(axis=0) <= caps + 1e-9 * max(1.0, float(caps.max())))  # the stop's tolerance

@@ -132,33 +132,34 @@ class TypeConstraints:
         started from the previous call's multipliers: consecutive PGD steps project nearby points, so a few
         rounds suffice where a cold start needed all of them. The result always meets the row totals / grand
         total exactly, the caps up to the last round (``dykstra`` rounds at most)."""
+        y0 = self._warm.get("y")
         if self.caps is None and self.row_caps is None:
-            X, self._warm["y_free"] = self._rows(Z, self._warm.get("y_free"))
+            X, self._warm["y"] = self._rows(Z, y0)
             return X
         Z = np.asarray(Z, dtype=float)
         W = self.W
         A, B = Z.shape
-        y = self._warm.get("y", self._warm.get("y_free", np.zeros(A if self.rows is not None else 1)))
+        y = np.zeros(A if self.rows is not None else 1) if y0 is None else y0
         mu = self._warm.get("mu", np.zeros(B)) if self.caps is not None else None
         nu = self._warm.get("nu", np.zeros(A)) if self.row_caps is not None else None
+
+        def col_shift() -> Any:  # the column caps' shift, broadcast over rows (0 without them)
+            return mu[None, :] if mu is not None else 0.0
+
+        def row_shift() -> Any:  # the row caps' shift, broadcast over columns (0 without them)
+            return nu[:, None] if nu is not None else 0.0
+
         X = Z
         for _ in range(max(1, self.dykstra)):
             yl = y[:, None] if self.rows is not None else y[0]
             if mu is not None:  # column caps, given y and ν
-                Zc = Z + W * (yl - (nu[:, None] if nu is not None else 0.0))
-                mu = _cap_multipliers(Zc.T, W.T, self.caps, self.hi.T, mu)
+                mu = _cap_multipliers((Z + W * (yl - row_shift())).T, W.T, self.caps, self.hi.T, mu)
             if nu is not None:  # row caps, given y and μ
-                Zr = Z + W * (yl - (mu[None, :] if mu is not None else 0.0))
-                nu = _cap_multipliers(Zr, W, self.row_caps, self.hi, nu)
-            shift = 0.0
-            if mu is not None:
-                shift = shift - mu[None, :]
-            if nu is not None:
-                shift = shift - nu[:, None]
-            X, y = self._rows(Z + W * shift, y)
+                nu = _cap_multipliers(Z + W * (yl - col_shift()), W, self.row_caps, self.hi, nu)
+            X, y = self._rows(Z - W * (col_shift() + row_shift()), y)
             if self._kkt_gap(X, mu, nu) <= 1e-9:
                 break  # caps met, and every cap with a positive multiplier is tight: the projection
-        self._warm.update({"y": y, **({"mu": mu} if mu is not None else {}), **({"nu": nu} if nu is not None else {})})
+        self._warm.update({k: v for k, v in (("y", y), ("mu", mu), ("nu", nu)) if v is not None})
         return X
 
 

@@ -139,7 +139,8 @@ def run_seed(folder: Path, out: Path, a: argparse.Namespace, seed: int) -> dict:
     return {"seed": seed, "wall_s": wall, "timings": rep["timings"], "stages": mr.get("stage_timings"),
             "driver_gb": s.driver / 2**30, "driver_stage_gb": stage_peak, "children_gb": {k[1]: v / 2**30 for k, v in s.children.items()},
             "learned": ev["average_cross_error_pct"], "random": ev["initial_random_links_error_pct"],
-            "floor": ev["floor_pct"], "m": mr["m"], "load": (load0, os.getloadavg())}
+            "floor": ev["floor_pct"], "m": mr["m"], "load": (load0, os.getloadavg()),
+            "degree_tv": ev.get("degree_tv"), "degrees": mr.get("degrees")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
                   + ", ".join(f"{k.strip()} {v:.2f} GB" for k, v in sorted(r["children_gb"].items(), key=lambda x: -x[1])))
             print(f"  NON-private: learned {r['learned']:.2f} %, random links {r['random']:.2f} %, floor "
                   f"{r['floor']:.2f} %, learned/random {r['learned'] / r['random']:.3f}")
+            if r["degree_tv"]:
+                print(f"  degrees: {r['degrees'].get('source')}; NON-private total variation real vs synthetic "
+                      f"links per record: users {r['degree_tv']['left']:.3f}, movies {r['degree_tv']['right']:.3f}")
             print("  load average before " + " ".join(f"{x:.2f}" for x in r["load"][0]) + ", after "
                   + " ".join(f"{x:.2f}" for x in r["load"][1]) + f" on {os.cpu_count()} cores", flush=True)
         if len(rows) > 1:

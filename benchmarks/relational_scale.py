@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"NON-private: learned {ev['average_cross_error_pct']:.2f} %, random links "
               f"{ev['initial_random_links_error_pct']:.2f} %, ratio "
               f"{ev['average_cross_error_pct'] / ev['initial_random_links_error_pct']:.3f}; right max degree "
-              f"{ev['right_max_degree']}; degrees {rep.get('degrees')}")
+              f"{ev['right_max_degree']}; degrees {rep.get('degrees')}; degree distributions, total variation real vs "
+              f"synthetic: {ev['degree_tv']['left']:.3f} (users) / {ev['degree_tv']['right']:.3f} (movies)")
     print(f"driver RSS sampled: peak {sampler.peak_main / 1024 ** 3:.2f} GB (after generating the data, before the "
           f"run: {base_gb:.2f} GB); workers+nannies sampled peak {sampler.peak_children / 1024 ** 3:.2f} GB")
     print(f"peak RSS: driver {_peak_gb():.2f} GB; workers " + ", ".join(f"{v:.2f} GB" for v in worker_gb.values())

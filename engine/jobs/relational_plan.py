@@ -45,6 +45,8 @@ def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, 
     out = {"link": f"{link.left}.{link.left_col} {arrow} {link.right}.{link.right_col}", "kind": link.kind,
            "rho": budget.rho, "rho_degrees": rho_deg, "candidates": len(cand), "alpha": sched.alpha,
            "em_epsilon": sched.eps_em, "d_max": int(p["d_max"]), "sensitivity_pairs": d_sens}
+    if link.kind == "many_to_many" and p["degrees"] == "preserve" and float(p["degree_share"]) > 0:
+        out["degree_release"] = _many_degree_plan(p, self_ref, budget.rho)
     if links or p["max_noise"] is None:
         informative = sched.informative
         if not informative:  # as the run does: one measurement with the whole links budget, or random links
@@ -67,6 +69,22 @@ def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, 
                     f"{GAIN_MIN_LINKS_PER_DEGREE:g}), aim below; pass --links M to preview it",
                     "count_noise_std_max": d_sens / math.sqrt(rho_min) if rho_min > 0 else math.inf})
     return out
+
+
+def _many_degree_plan(p: Mapping[str, Any], self_ref: bool, rho_links: float) -> str:
+    """What the many-to-many degree release will do; it depends on the public table sizes, which a plan
+    does not read, so the sizes at which it happens are stated instead."""
+    from privcube.mechanisms.relational.many_degrees import BIN_NOISE, degree_sigma
+
+    rho = float(p["degree_share"]) * rho_links
+    sigma = degree_sigma(int(p["d_max"]), rho, self_ref)
+    n_min = math.ceil(sigma * math.sqrt(2) / BIN_NOISE)
+    n_all = math.ceil(sigma * math.sqrt(int(p["d_max"]) + 1) / BIN_NOISE)
+    return (f"each side's links-per-record histogram, sigma {sigma:.4g} per bin, rho {rho:.4g} (degree_share of "
+            f"the links budget), for a table of at least {n_min} rows (2 bins; d_max + 1 = {int(p['d_max']) + 1} "
+            f"bins from {n_all} rows); decided at run time from the public table sizes: when it is released, the "
+            "measurements above share the rest of the links budget; when neither table is that large, nothing "
+            "is spent on it")
 
 
 def _uninformative(sched: Any, p: Mapping[str, Any]) -> tuple[Any, str]:

@@ -148,7 +148,7 @@ class LinkState:
     init_err: float | None = None
     sigmas: list[float] = field(default_factory=list)  # each release's noise std (marginal units)
     rho_spent: float = 0.0  # links budget spent so far (selection + measurement)
-    degree_hist: np.ndarray | None = None  # the noisy binned children-per-parent histogram (one-to-many)
+    degree_hist: np.ndarray | None = None  # noisy degree histograms: one-to-many the binned children per parent; many-to-many (2, d_max+1), NaN for a side not released
 
     def checkpoint_arrays(self) -> dict[str, np.ndarray]:
         """The arrays a checkpoint commits after an iteration."""

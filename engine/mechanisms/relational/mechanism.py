@@ -81,8 +81,11 @@ schedule is ``candidate_orders: k, max_noise: null, noise_penalty: false, shrink
 - ``degrees: preserve`` (``degrees``): many-to-many rows keep their (balanced, data-independent) degrees
   (``left_degrees: kept``; ``learned``: on record types each left type's link total is learned up to
   n_a·d_max — closer with exact releases, a wash under the noise of the benchmarks' budgets, see the README)
-  and right records are capped at d_max; one-to-many parents get a degree sequence from a noisy count of
-  childless parents (``degree_share`` of the links budget). ``free`` is the earlier behaviour.
+  and right records are capped at d_max; when the public table sizes make it informative, each side's
+  links-per-record histogram is released (``degree_share`` of the links budget) and the links are re-dealt
+  between records with identical codes to follow it (``many_degrees``: no cross-table count changes). One-to-many
+  parents get a degree sequence from a noisy count of childless parents (``degree_share`` of the links
+  budget). ``free`` is the earlier behaviour.
 - ``shrink_towards: initial``: the shrinkage prior is the marginal of the data-independent random start
   (fixed), not the current synthetic marginal (``current``, the earlier default): re-shrinking towards
   the current state every iteration let the targets creep towards the noisy releases until the noise
@@ -126,6 +129,12 @@ from privcube.mechanisms.relational.degrees import (
     target_degrees,
 )
 from privcube.mechanisms.relational.inputs import Problem, prepare
+from privcube.mechanisms.relational.many_degrees import (
+    degree_distribution,
+    degree_sigma,
+    release_degrees,
+    shape_degrees,
+)
 from privcube.mechanisms.relational.linking import (
     LinkRun,
     LinkState,
@@ -139,6 +148,7 @@ from privcube.mechanisms.relational.links import KINDS, Links, RelationalData, p
 from privcube.mechanisms.relational.parameters import PARAMS, check_params
 from privcube.mechanisms.relational.selection import (  # noqa: F401 (selection_count: re-export)
     candidate_workloads,
+    degree_release,
     links_schedule,
     one_measurement,
     selection_count,
@@ -309,7 +319,9 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     ls = LinkState(si, sj, FixedLinkCounts(syn, si, sj))  # the data-independent start's marginals (the shrinkage prior)
     del si, sj  # only ls holds the links: each iteration's old links are freed when it replaces them
     report = _base_report(pr, len(all_w))
-    cand_w, sched, rho_deg = links_schedule(p, pr.kind, pr.self_ref, doms[0], doms[1], pr.b_links.rho, pr.m)
+    cand_w, sched, rho_deg = links_schedule(p, pr.kind, pr.self_ref, doms[0], doms[1], pr.b_links.rho, pr.m,
+                                            tuple(pr.n_real))
+    _, deg_bins = degree_release(p, pr.kind, pr.self_ref, pr.b_links.rho, tuple(pr.n_real))
     real.want([*cand_w, *(all_w if evaluate else [])])  # one pass over the joined links counts them all
     if evaluate:
         ls.init_err = average_error(real, syn, ls.si, ls.sj, all_w)
@@ -318,8 +330,11 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     report["privacy"]["rho_degrees"] = rho_deg
     if state is not None and state["meta"].get("stage") == "links":
         ls = restore_link_state(state, {w.label(): w for w in cand_w}, pr.m_syn, ls.init_err)
-    elif rho_deg > 0:
+    elif rho_deg > 0 and pr.kind == "one_to_many":
         ls.degree_hist = release_degree_histogram(pr.real.degree_histogram(1), int(p["d_max"]), rho_deg, ledger, noise)
+    elif rho_deg > 0:
+        ls.degree_hist = release_degrees((pr.real.degree_histogram(0), pr.real.degree_histogram(1)), deg_bins,
+                                         int(p["d_max"]), rho_deg, pr.self_ref, ledger, noise)
     if not sched.informative:
         # public sizes and the budget say no measurement can meet max_noise: expected gain ≤ 0
         msg = ("links budget too small for these table sizes and d_max: even one measurement of the smallest "
@@ -336,15 +351,18 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     run = LinkRun(p, pr.kind, real, syn, pr.m, pr.m_syn, pr.no_diag, sched, cand_w, ledger, noise,
                   context.map if context is not None else None, save, len(pr.need), progress)
     ls = learn_links(run, ls)
-    si, sj = _degree_repair(pr, syn_codes[1], ls, noise)
+    si, sj, shaped = _degree_repair(pr, syn_codes, ls, noise, rho_deg)
     report["iterations"] = ls.history
     report["dp_cross_error"] = dp_fit_report(syn, si, sj, ls.selected, ls.released, ls.sigmas)
     report["privacy"]["selections"] = len(ls.selected)
     report["privacy"]["rho_links_spent"] = ls.rho_spent
     if p["degrees"] == "preserve":
-        report["degrees"] = {"d_max_respected": bool(np.bincount(sj, minlength=n2s).max(initial=0) <= int(p["d_max"])),
-                             "source": "noisy histogram" if ls.degree_hist is not None else "d_max cap only",
-                             "note": "post-processing of DP outputs"}
+        d_ok = max(np.bincount(sj, minlength=n2s).max(initial=0), np.bincount(si, minlength=n1s).max(initial=0)
+                   if pr.kind == "many_to_many" else 0) <= int(p["d_max"])
+        report["degrees"] = {"d_max_respected": bool(d_ok),
+                             "source": _degree_source(pr, ls), "rho": rho_deg,
+                             "note": "the release is charged to the links budget (links:degrees); the repair is "
+                                     "post-processing of DP outputs", **({"shaped": shaped} if shaped else {})}
     if evaluate:
         report["nonprivate_evaluation"] = _nonprivate_evaluation(pr, real, syn, syn_codes, ls, si, sj, all_w)
     ls.si = ls.sj = np.empty(0, dtype=np.int64)  # drop the learned links before degree repair: not needed now
@@ -384,25 +402,65 @@ def _nonprivate_evaluation(pr: Problem, real: RealCross, syn: CrossTables, syn_c
                                 "real": hist_real.tolist(), "synthetic": hist_syn.tolist()},
         "left_degree_distribution": {"real": pr.real.degree_histogram(0).tolist(),
                                      "synthetic": np.bincount(np.bincount(si, minlength=n1s)).tolist()},
+        "degree_tv": {"left": _tv(pr.real.degree_histogram(0), np.bincount(np.bincount(si, minlength=n1s))),
+                      "right": _tv(hist_real, hist_syn),
+                      "note": "total variation distance between the real and synthetic links-per-record "
+                              "distributions (0: same, 1: disjoint)"},
     }
 
 
-def _degree_repair(pr: Problem, syn2: np.ndarray, ls: LinkState, noise: NoiseSource) -> tuple[np.ndarray, np.ndarray]:
+def _tv(a: np.ndarray, b: np.ndarray) -> float:
+    """Total variation distance between two histograms read as distributions."""
+    k = max(a.size, b.size)
+    pa = np.pad(np.asarray(a, float), (0, k - a.size))
+    pb = np.pad(np.asarray(b, float), (0, k - b.size))
+    return 0.5 * float(np.abs(pa / max(pa.sum(), 1) - pb / max(pb.sum(), 1)).sum())
+
+
+def _degree_source(pr: Problem, ls: LinkState) -> str:
+    """What the synthetic degrees follow (for the report)."""
+    if ls.degree_hist is None:
+        if pr.kind == "one_to_many" or float(pr.p["degree_share"]) <= 0:
+            return "d_max cap only"
+        return "d_max cap only (degree_share of the links budget cannot inform a degree histogram at these table sizes)"
+    if pr.kind == "one_to_many":
+        return "noisy histogram"
+    sides = [f"{pr.names[s]} ({int(np.isfinite(ls.degree_hist[s]).sum())} bins)" for s in (0, 1)
+             if np.isfinite(ls.degree_hist[s]).any()]
+    return "noisy histograms of links per record: " + ", ".join(sides) + "; links moved only within same-code groups"
+
+
+def _full_keys(codes: np.ndarray, dom: Any, n: int) -> np.ndarray:
+    """One key per record: its codes on every attribute (records with equal keys are interchangeable)."""
+    return np.ravel_multi_index(tuple(codes.T), dom.shape) if len(dom) else np.zeros(n, np.int64)
+
+
+def _degree_repair(pr: Problem, syn_codes: list[np.ndarray], ls: LinkState, noise: NoiseSource,
+                   rho_deg: float) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """``degrees: preserve``: right-side degrees to d_max (many-to-many; left degrees are kept, or learned ≤ d_max), or
     (one-to-many) children per parent to a degree sequence drawn from the noisy histogram, matched by rank.
-    Surplus links move to parents with the same codes first. Post-processing of DP outputs."""
+    Surplus links move to parents with the same codes first. Many-to-many with a degree release: then each
+    released side's degrees follow it, links moving only between records with identical codes (no cross-table
+    count changes; ``many_degrees``). Post-processing of DP outputs."""
     p = pr.p
     if p["degrees"] != "preserve":
-        return ls.si, ls.sj
+        return ls.si, ls.sj, {}
     n1s, n2s = pr.n_syn_pair
     d_max = int(p["d_max"])
     rng = noise.generator("relational", "degree-repair")
-    keys2 = np.ravel_multi_index(tuple(syn2.T), pr.doms[1].shape) if len(pr.doms[1]) else np.zeros(n2s, np.int64)
+    keys2 = _full_keys(syn_codes[1], pr.doms[1], n2s)
     cap: Any = d_max
     if pr.kind == "one_to_many" and ls.degree_hist is not None:
         target = target_degrees(ls.degree_hist, n2s, n1s, d_max, rng)
         cap = match_degrees(np.bincount(ls.sj, minlength=n2s), target, rng)
-    return cap_degrees(ls.si, ls.sj, n2s, cap, keys2, rng, no_diagonal=pr.no_diag)
+    si, sj = cap_degrees(ls.si, ls.sj, n2s, cap, keys2, rng, no_diagonal=pr.no_diag)
+    if pr.kind == "one_to_many" or ls.degree_hist is None:
+        return si, sj, {}
+    sigma = degree_sigma(d_max, rho_deg, pr.self_ref)
+    probs = tuple(degree_distribution(ls.degree_hist[s], pr.n_real[s], sigma, pr.m_syn / (n1s, n2s)[s], d_max)
+                  if np.isfinite(ls.degree_hist[s]).any() else None for s in (0, 1))
+    keys = (_full_keys(syn_codes[0], pr.doms[0], n1s), keys2)
+    return shape_degrees(si, sj, (n1s, n2s), keys, probs, rng, no_diagonal=pr.no_diag)
 
 
 class Relational(Mechanism):

@@ -148,15 +148,35 @@ def privacy_schedule(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1
     return sched
 
 
+def degree_release(p: Mapping[str, Any], kind: str, self_ref: bool, rho_links: float,
+                   sizes: tuple[int, int] | None) -> tuple[float, tuple[int, int]]:
+    """``(ρ, bins per side)`` of the degree release, from public inputs only. One-to-many: the parents'
+    two-bin histogram, always (``degrees: preserve``). Many-to-many: each side's histogram in as many
+    equal-width bins as ``degree_share`` of the links budget can inform at the public table ``sizes``
+    (``many_degrees.bin_counts``; 0: that side is not released); no sizes (a data-free plan) or no side
+    informative: nothing is released or spent."""
+    if p["degrees"] != "preserve" or float(p["degree_share"]) <= 0:
+        return 0.0, (0, 0)
+    rho = float(p["degree_share"]) * rho_links
+    if kind == "one_to_many":
+        return rho, (0, 2)
+    if sizes is None:
+        return 0.0, (0, 0)
+    from privcube.mechanisms.relational.many_degrees import bin_counts
+
+    bins = bin_counts(sizes, int(p["d_max"]), rho, self_ref)
+    return (rho, bins) if any(bins) else (0.0, (0, 0))
+
+
 def links_schedule(p: Mapping[str, Any], kind: str, self_ref: bool, dom1: Domain, dom2: Domain, rho_links: float,
-                   m: int) -> tuple[list[CrossWorkload], Schedule, float]:
+                   m: int, sizes: tuple[int, int] | None = None) -> tuple[list[CrossWorkload], Schedule, float]:
     """``(candidates, schedule, ρ of the degree release)`` of the links stage from public inputs only (the
-    domains, the parameters, the links budget and the public link count ``m``): what a run measures and
-    what ``privcube plan`` previews. A self-referential record is on both ends: 2·d_max pairs change."""
+    domains, the parameters, the links budget, the public link count ``m`` and, for a many-to-many degree
+    release, the public table ``sizes``): what a run measures and what ``privcube plan`` previews. A
+    self-referential record is on both ends: 2·d_max pairs change."""
     cand_w = candidate_workloads(dom1, dom2, int(p["k"]), p["candidate_orders"])
     d_sens = 2 * int(p["d_max"]) if self_ref else int(p["d_max"])
-    o2m_degrees = kind == "one_to_many" and p["degrees"] == "preserve"
-    rho_deg = float(p["degree_share"]) * rho_links if o2m_degrees else 0.0
+    rho_deg, _ = degree_release(p, kind, self_ref, rho_links, sizes)
     first, first_rho = measure_all_plan(p, cand_w, dom1, dom2, rho_links - rho_deg, m, d_sens)
     rest = rho_links - rho_deg - float(sum(first_rho))
     spent_all = bool(first) and rest <= 1e-12 * max(rho_links, 1e-300)
@@ -296,4 +316,4 @@ def measure_first(sched: Schedule, real: RealCross, m: int, ledger: Any,
 
 __all__ = ["candidate_workloads", "selection_count", "Schedule", "privacy_schedule", "one_measurement",
            "select_and_measure", "measure_all_plan", "measure_first", "MEASURE_ALL_SHARE",
-           "GAIN_MIN_LINKS_PER_DEGREE", "score_for"]
+           "GAIN_MIN_LINKS_PER_DEGREE", "score_for", "degree_release", "links_schedule"]

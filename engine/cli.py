@@ -351,6 +351,8 @@ def _print_relational_plan(summary) -> None:  # noqa: ANN001
               f"{'<= ' if bound else ''}{noise} (d_max {lp['d_max']}), selection epsilon {lp['em_epsilon']:.6g}"
               + (f", degrees rho {lp['rho_degrees']:.6g}" if lp["rho_degrees"] else "")
               + f"; selection score {lp['score']}")
+        if lp.get("degree_release"):
+            print(f"  degree release: {lp['degree_release']}")
         if lp.get("warning"):
             print(f"  warning: {lp['warning']}")
 

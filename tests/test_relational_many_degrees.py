@@ -168,8 +168,9 @@ def test_moves_never_create_self_loops_or_repeats() -> None:
     si, sj = si[key], sj[key]
     target = group_targets(np.bincount(si, minlength=n), np.zeros(n, np.int64),
                            np.array([0.2, 0.1, 0.1, 0.2, 0.2, 0.2]), rng)
-    (a, b), left = move_to_degrees(si, sj, 0, target, np.zeros(n, np.int64), n, rng, no_diagonal=True)
+    (a, b), moved, left = move_to_degrees(si, sj, 0, target, np.zeros(n, np.int64), n, rng, no_diagonal=True)
     assert not (a == b).any() and np.unique(a * n + b).size == a.size
+    assert moved == int((a != si).sum()) > 0
     assert np.bincount(a, minlength=n).sum() == si.size
     assert np.abs(np.bincount(a, minlength=n) - target).sum() <= 2 * left + 1e-9
 

@@ -15,7 +15,7 @@ from privcube.errors import ConfigError
 from privcube.privacy.zcdp import cdp_rho
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_relational_job import _o2m_files  # noqa: E402
+from test_relational_job import _m2m_files, _o2m_files  # noqa: E402
 from test_relational_multi import LINK_BUD, _files  # noqa: E402
 
 
@@ -74,6 +74,32 @@ def test_plan_of_a_schema_graph_lists_each_link_with_its_budget(tmp_path: Path) 
         eps, delta = LINK_BUD[lk["link"].split(" ")[0]]
         assert lk["rho"] == pytest.approx(cdp_rho(eps, delta), rel=1e-9)
     assert set(plan.details["tables"]) == {"users", "sessions", "bookings"}
+
+
+def test_plan_of_many_to_many_states_when_degrees_are_released(tmp_path: Path) -> None:
+    """The many-to-many degree release depends on the public table sizes, which a plan does not read: it states
+    σ, ρ and the rows from which it happens (σ·√2/0.12 for two bins), and a run on tables below that spends
+    nothing on it."""
+    from privcube.mechanisms.relational.many_degrees import degree_sigma
+
+    cfg = _m2m_files(tmp_path)
+    path = _write(cfg, tmp_path)
+    (link,) = api.plan(path).details["links"]
+    sigma = degree_sigma(15, 0.05 * 0.05, False)  # d_max 15, degree_share of links rho 0.05
+    assert f"sigma {sigma:.4g}" in link["degree_release"]
+    assert f"at least {math.ceil(sigma * math.sqrt(2) / 0.12)} rows" in link["degree_release"]
+    assert link["rho_degrees"] == 0.0  # not counted on in the schedule without sizes
+    text = subprocess.run([sys.executable, "-m", "privcube", "plan", str(path)], capture_output=True, text=True,
+                          timeout=120)
+    assert text.returncode == 0, text.stderr
+    assert f"  degree release: each side's links-per-record histogram, sigma {sigma:.4g}" in text.stdout
+    out = tmp_path / "run"
+    api.run(path, out, seed=3, quiet=True)
+    report = json.loads((out / "report.json").read_text())
+    mech = report.get("mechanism_report", report)
+    assert mech["privacy"]["rho_degrees"] == 0.0 and "cannot inform" in mech["degrees"]["source"]
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert not [c for c in ledger["charges"] if c["label"].endswith("links:degrees")]
 
 
 def test_plan_links_flag_errors(tmp_path: Path) -> None:

@@ -85,12 +85,12 @@ def cap_degrees(si: np.ndarray, sj: np.ndarray, n2: int, d_max: int | np.ndarray
     record has the same code). A link never moves onto a pair that already exists, nor (``no_diagonal``, a
     self-referential table without self-loops) onto its own left record. Left degrees are kept.
     """
-    sj = sj.copy()
     deg = np.bincount(sj, minlength=n2)
     cap = np.broadcast_to(np.asarray(d_max, dtype=np.int64), (n2,))
     over = np.flatnonzero(deg > cap)
     if not over.size:
-        return si, sj
+        return si, sj  # nothing to move: the caller's arrays, uncopied
+    sj = sj.copy()
     existing = set((si * n2 + sj).tolist())
     room = np.maximum(cap - deg, 0)
     by_key: dict[int, list[int]] = {}

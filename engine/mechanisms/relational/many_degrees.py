@@ -203,27 +203,32 @@ def group_targets(current: np.ndarray, groups: np.ndarray, p: np.ndarray, rng: n
 
 
 def move_to_degrees(si: np.ndarray, sj: np.ndarray, side: int, target: np.ndarray, groups: np.ndarray,
-                    n_other: int, rng: np.random.Generator, *, no_diagonal: bool = False,
-                    passes: int = 8) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+                    n_other: int, rng: np.random.Generator, *, no_diagonal: bool = False, passes: int = 8,
+                    in_place: bool = False) -> tuple[tuple[np.ndarray, np.ndarray], int, int]:
     """Move links' ``side`` ends (0: si, 1: sj) from records above their target degree to records of the
     same group below it; the other ends stay, so the other side's degrees are unchanged. A move never creates
     a repeated pair (nor a self-loop with ``no_diagonal``); moves that would are retried with other pairings
-    for ``passes`` rounds. Returns the new (si, sj) and how many surplus units found no partner."""
-    ends = (si if side == 0 else sj).copy()
+    for ``passes`` rounds. Returns the new (si, sj), the number of links moved and how many surplus units
+    found no partner. ``in_place`` changes the caller's array (one copy of the links less)."""
+    ends = (si if side == 0 else sj) if in_place else (si if side == 0 else sj).copy()
     other = sj if side == 0 else si
     n = target.size
     _, g = np.unique(groups, return_inverse=True)
+    moved = 0
     for _ in range(passes):
         deg = np.bincount(ends, minlength=n)
         surplus = np.maximum(deg - target, 0)
         if not surplus.any():
             break
-        # the movers: ``surplus[r]`` random links of each record r above its target
-        order = np.lexsort((rng.random(ends.size), ends))
-        first = np.searchsorted(ends[order], np.arange(n))
-        rank = np.arange(ends.size) - first[ends[order]]
-        movers = order[rank < surplus[ends[order]]]
-        del order, rank
+        # the movers: ``surplus[r]`` random links of each record r above its target (only those records'
+        # links are sorted: shuffled, then stably by record, so each record's links come in random order)
+        cand = np.flatnonzero(surplus[ends] > 0)
+        cand = cand[rng.permutation(cand.size)]
+        cand = cand[np.argsort(ends[cand], kind="stable")]
+        rec = ends[cand]
+        rank = np.arange(cand.size) - np.searchsorted(rec, rec)
+        movers = cand[rank < surplus[rec]]
+        del cand, rec, rank
         deficit = np.maximum(target - deg, 0)
         recv = np.repeat(np.arange(n, dtype=np.int64), deficit)
         # pair movers with receivers of the same group, in random order within the group
@@ -245,9 +250,11 @@ def move_to_degrees(si: np.ndarray, sj: np.ndarray, side: int, target: np.ndarra
         old = ends.astype(np.int64) * n_other + other if side == 0 else other.astype(np.int64) * n + ends
         old.sort()
         new = recv * n_other + other[movers] if side == 0 else other[movers].astype(np.int64) * n + recv
-        pos = np.searchsorted(old, new)
-        ok = old[np.minimum(pos, old.size - 1)] != new
-        del old, pos
+        o = np.argsort(new)  # sorted queries: the binary searches walk the sorted keys in order (cache)
+        pos = np.searchsorted(old, new[o])
+        ok = np.empty(new.size, dtype=bool)
+        ok[o] = old[np.minimum(pos, old.size - 1)] != new[o]
+        del old, pos, o
         _, first_new = np.unique(new, return_index=True)
         once = np.zeros(new.size, dtype=bool)
         once[first_new] = True
@@ -255,26 +262,27 @@ def move_to_degrees(si: np.ndarray, sj: np.ndarray, side: int, target: np.ndarra
         if no_diagonal:
             ok &= recv != other[movers]
         ends[movers[ok]] = recv[ok]
+        moved += int(ok.sum())
     left_over = int(np.maximum(np.bincount(ends, minlength=n) - target, 0).sum())
-    return (ends, sj) if side == 0 else (si, ends), left_over
+    return (ends, sj) if side == 0 else (si, ends), moved, left_over
 
 
 def shape_degrees(si: np.ndarray, sj: np.ndarray, sizes: tuple[int, int], codes: tuple[np.ndarray, np.ndarray],
                   probs: tuple[np.ndarray | None, np.ndarray | None], rng: np.random.Generator, *,
-                  no_diagonal: bool = False) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+                  no_diagonal: bool = False, in_place: bool = False) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Give each side with a released distribution (``probs[s]``) degrees that follow it, moving links only
     inside groups of identical full codes (``codes[s]``, one key per record), so no cross-table count
-    changes. Post-processing. Returns the links and a report (links moved, surplus units without partner)."""
+    changes. Post-processing. Returns the links and a report (links moved, surplus units without partner);
+    ``in_place`` changes the caller's arrays."""
     rep: dict[str, Any] = {}
     for s in (0, 1):
         if probs[s] is None:
             continue
         cur = np.bincount(si if s == 0 else sj, minlength=sizes[s])
         target = group_targets(cur, codes[s], probs[s], rng)
-        before = (si if s == 0 else sj).copy()
-        (si, sj), left = move_to_degrees(si, sj, s, target, codes[s], sizes[1 - s], rng, no_diagonal=no_diagonal)
-        rep[("left" if s == 0 else "right")] = {"links_moved": int((before != (si if s == 0 else sj)).sum()),
-                                                "unplaced_units": int(left)}
+        (si, sj), moved, left = move_to_degrees(si, sj, s, target, codes[s], sizes[1 - s], rng,
+                                                no_diagonal=no_diagonal, in_place=in_place)
+        rep[("left" if s == 0 else "right")] = {"links_moved": moved, "unplaced_units": left}
     return si, sj, rep
 
 

@@ -351,7 +351,9 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     run = LinkRun(p, pr.kind, real, syn, pr.m, pr.m_syn, pr.no_diag, sched, cand_w, ledger, noise,
                   context.map if context is not None else None, save, len(pr.need), progress)
     ls = learn_links(run, ls)
-    si, sj, shaped = _degree_repair(pr, syn_codes, ls, noise, rho_deg)
+    before_repair = average_error(real, syn, ls.si, ls.sj, all_w) if evaluate else None
+    si, sj, shaped = _degree_repair(pr, syn_codes, ls, noise, rho_deg)  # may change ls's arrays in place
+    ls.si = ls.sj = np.empty(0, dtype=np.int64)  # the learned links are not needed after the repair
     report["iterations"] = ls.history
     report["dp_cross_error"] = dp_fit_report(syn, si, sj, ls.selected, ls.released, ls.sigmas)
     report["privacy"]["selections"] = len(ls.selected)
@@ -364,8 +366,8 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
                              "note": "the release is charged to the links budget (links:degrees); the repair is "
                                      "post-processing of DP outputs", **({"shaped": shaped} if shaped else {})}
     if evaluate:
-        report["nonprivate_evaluation"] = _nonprivate_evaluation(pr, real, syn, syn_codes, ls, si, sj, all_w)
-    ls.si = ls.sj = np.empty(0, dtype=np.int64)  # drop the learned links before degree repair: not needed now
+        report["nonprivate_evaluation"] = _nonprivate_evaluation(pr, real, syn, syn_codes, ls, si, sj, all_w,
+                                                                 before_repair)
     order = np.lexsort((sj, si))  # the output's row order; each unsorted array is freed once sorted
     si = si[order]
     sj = sj[order]
@@ -375,7 +377,7 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
 
 
 def _nonprivate_evaluation(pr: Problem, real: RealCross, syn: CrossTables, syn_codes: list[np.ndarray], ls: LinkState,
-                           si: np.ndarray, sj: np.ndarray, all_w: list) -> dict[str, Any]:
+                           si: np.ndarray, sj: np.ndarray, all_w: list, before_repair: float | None) -> dict[str, Any]:
     """Errors and degree figures against the real data (NOT differentially private; opt-in only), counted where
     the real data is: the learned links' error, the initial random links', the floor (the real links moved
     onto the synthetic tables), per-workload errors and children-per-parent (right-side degree) histograms."""
@@ -389,7 +391,7 @@ def _nonprivate_evaluation(pr: Problem, real: RealCross, syn: CrossTables, syn_c
     return {
         "note": "computed from the real data; NOT differentially private",
         "average_cross_error_pct": average_error(real, syn, si, sj, all_w),
-        "before_degree_repair_pct": average_error(real, syn, ls.si, ls.sj, all_w),
+        "before_degree_repair_pct": before_repair,
         "initial_random_links_error_pct": ls.init_err,
         "floor_pct": float(np.mean(list(floor_w.values()))) if floor_w else float("nan"),
         "floor_note": "the real links moved onto the synthetic tables (each real record to a synthetic record "
@@ -456,11 +458,12 @@ def _degree_repair(pr: Problem, syn_codes: list[np.ndarray], ls: LinkState, nois
     si, sj = cap_degrees(ls.si, ls.sj, n2s, cap, keys2, rng, no_diagonal=pr.no_diag)
     if pr.kind == "one_to_many" or ls.degree_hist is None:
         return si, sj, {}
+    ls.si = ls.sj = np.empty(0, dtype=np.int64)  # only si, sj hold the links now (shaped in place below)
     sigma = degree_sigma(d_max, rho_deg, pr.self_ref)
     probs = tuple(degree_distribution(ls.degree_hist[s], pr.n_real[s], sigma, pr.m_syn / (n1s, n2s)[s], d_max)
                   if np.isfinite(ls.degree_hist[s]).any() else None for s in (0, 1))
     keys = (_full_keys(syn_codes[0], pr.doms[0], n1s), keys2)
-    return shape_degrees(si, sj, (n1s, n2s), keys, probs, rng, no_diagonal=pr.no_diag)
+    return shape_degrees(si, sj, (n1s, n2s), keys, probs, rng, no_diagonal=pr.no_diag, in_place=True)
 
 
 class Relational(Mechanism):

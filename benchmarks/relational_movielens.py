@@ -61,6 +61,14 @@ def transplant_floor(ds: dict, res, rng: np.random.Generator) -> float:
                          cross_workloads(d1, d2, 3))
 
 
+def _bins(report: dict) -> str:
+    """The degree release's bins per side as 'users/movies' ('-' when nothing was released)."""
+    import re
+
+    found = re.findall(r"\((\d+) bins\)", str((report.get("degrees") or {}).get("source", "")))
+    return "/".join(found) if found else "-"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep and print one row per (seed, ε_rel), then a summary per ε_rel."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -89,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
           f"tables: {'identity (non-private)' if a.identity_tables else 'ResidualPlanner + tree synthesizer, eps 1 each'}"
           + (f", params {a.param}" if a.param else ""))
     print(f"{'seed':>4} {'eps_rel':>8} {'learned':>8} {'random':>8} {'floor':>8} {'l/rand':>7} {'l/floor':>8} "
-          f"{'meas.':>5} {'seconds':>8} {'load1':>6}")
+          f"{'meas.':>5} {'seconds':>8} {'load1':>6} {'degTV u/m':>11} {'bins':>7}")
     rows: dict[float, list[tuple[float, float, float]]] = {e: [] for e in a.eps_rel}
     for seed in a.seeds:
         ds = movielens_like(a.users, a.movies, a.genres, d_max=10, mean_degree=a.mean_degree, seed=seed)
@@ -113,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             f = transplant_floor(ds, res, np.random.default_rng(seed))
             rows[eps].append((e, r, f))
             print(f"{seed:4d} {eps:8.2f} {e:8.2f} {r:8.2f} {f:8.2f} {e / r:7.3f} {e / f if f else float('nan'):8.3f} "
-                  f"{res.report['privacy']['selections']:5d} {dt:8.1f} {os.getloadavg()[0]:6.2f}", flush=True)
+                  f"{res.report['privacy']['selections']:5d} {dt:8.1f} {os.getloadavg()[0]:6.2f} "
+                  f"{ev['degree_tv']['left']:5.3f}/{ev['degree_tv']['right']:5.3f} {_bins(res.report):>7}", flush=True)
     print("summary over seeds (mean ± std; 'wins' = seeds with learned < random)")
     for eps, rs in rows.items():
         arr = np.array(rs)

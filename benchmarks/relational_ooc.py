@@ -1,6 +1,6 @@
 """Relational synthesis out of core: partitioned Parquet in, a job through ``privcube.api.run`` on a LocalCluster.
 
-    python benchmarks/relational_ooc.py [--users 1000000] [--movies 1000000] [--links 10000000]
+    python benchmarks/relational_ooc.py [--users 1000000] [--movies 1000000] [--links 10000000] [--degree-share 0.05]
                                         [--workers 2] [--eps-rel 1] [--seeds 0 1 2] [--parts 16]
 
 A subprocess generates the many-to-many dataset of ``relational_scale.generate`` (planted age→genre
@@ -111,7 +111,8 @@ def config(folder: Path, a: argparse.Namespace) -> dict:
                  "links": {"path": str(folder / "pairs"), "left": "users.id", "right": "movies.id",
                            "columns": ["user_id", "movie_id"]}},
         "mechanism": {"name": "relational", "d_max": a.d_max, "truncate": True, "iterations": a.iterations,
-                      "slices_per_iteration": a.slices, "pgd_iters": 50, "evaluate_nonprivate": True},
+                      "slices_per_iteration": a.slices, "pgd_iters": 50, "evaluate_nonprivate": True,
+                      "degree_share": a.degree_share},
         "privacy": {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "movies": {"epsilon": 1.0, "delta": 1e-6}},
                     "links": {"epsilon": a.eps_rel, "delta": 1e-6}},
         "cluster": {"type": "local", "n_workers": a.workers, "threads_per_worker": 1},
@@ -160,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--d-max", type=int, default=50)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--eps-rel", type=float, default=1.0)
+    ap.add_argument("--degree-share", type=float, default=0.05,
+                    help="mechanism parameter degree_share (0: no degree release, the balanced degrees)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--generate", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

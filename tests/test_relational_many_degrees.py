@@ -290,3 +290,23 @@ def test_stopped_run_resumes_to_the_same_links_without_recharging(released: tupl
     labels = [c["label"] for c in ledger.to_dict()["charges"]]
     assert labels.count("links:degrees") == 1
     assert ledger.spent_rho == pytest.approx(ref_ledger.spent_rho, rel=1e-12)
+
+
+def test_self_referential_release_keeps_no_loops_no_repeats_and_d_max() -> None:
+    """One table linked to itself, large enough for a release: the doubled sensitivity is charged, and the
+    re-dealt links still have no self-loop, no repeated pair, and no record above d_max on either end."""
+    from privcube.storage.relational_data import self_referential_like
+
+    sr = self_referential_like(5_000, seed=1)
+    budgets = {"tables": {"people": {"epsilon": 1.0, "delta": 1e-6}}, "links": {"epsilon": 8.0, "delta": 1e-6}}
+    params = {"d_max": 4, "iterations": 2, "pgd_iters": 30, "evaluate_nonprivate": True}
+    res = run_relational(sr["tables"], sr["links"], params, budgets, noise=NoiseSource(2))
+    rep = res.report
+    assert rep["privacy"]["rho_degrees"] > 0 and "people out-links (" in rep["degrees"]["source"]
+    assert "people in-links (" in rep["degrees"]["source"]
+    c, p = res.links["child_id"].to_numpy(), res.links["parent_id"].to_numpy()
+    assert not (c == p).any() and not res.links.duplicated().any()
+    assert max(np.unique(c, return_counts=True)[1].max(), np.unique(p, return_counts=True)[1].max()) <= 4
+    assert rep["degrees"]["d_max_respected"] is True
+    ev = rep["nonprivate_evaluation"]["degree_tv"]
+    assert ev["left"] < 0.2 and ev["right"] < 0.2

@@ -427,7 +427,8 @@ def _degree_source(pr: Problem, ls: LinkState) -> str:
         return "d_max cap only (degree_share of the links budget cannot inform a degree histogram at these table sizes)"
     if pr.kind == "one_to_many":
         return "noisy histogram"
-    sides = [f"{pr.names[s]} ({int(np.isfinite(ls.degree_hist[s]).sum())} bins)" for s in (0, 1)
+    label = ((f"{pr.names[0]} out-links", f"{pr.names[1]} in-links") if pr.self_ref else pr.names)
+    sides = [f"{label[s]} ({int(np.isfinite(ls.degree_hist[s]).sum())} bins)" for s in (0, 1)
              if np.isfinite(ls.degree_hist[s]).any()]
     return "noisy histograms of links per record: " + ", ".join(sides) + "; links moved only within same-code groups"
 

@@ -3,12 +3,13 @@ repair that gives the synthetic records those degrees without changing any cross
 
 Every many-to-many record starts from a balanced degree (⌊m/n⌋ or ⌈m/n⌉); learning then moves links
 between record types, so a type's total follows the releases, but inside a type the degrees stay nearly
-equal. The real distribution (how many users rate 1, 2, …, d_max movies) is released here with unit bins
-and the Gaussian mechanism, when the public sizes say it can be informative, and the synthetic links are
-then re-dealt inside groups of records with identical codes on every attribute: such records are
-interchangeable in every marginal, so moving a link's end from one to another changes no cross-table
-count, only who holds the link. Each group keeps its total; its records' degrees follow the released
-distribution tilted to the group's mean. Release: a charge on the links budget; the rest: post-processing.
+equal. The real distribution (how many users rate 0, 1, …, d_max movies) is released here in equal-width
+bins with the Gaussian mechanism, as many bins as the public sizes say can be informative (none: nothing is
+released), and the synthetic links are then re-dealt inside groups of records with identical codes on every
+attribute: such records are interchangeable in every marginal, so moving a link's end from one to another
+changes no cross-table count, only who holds the link. Each group keeps its total; its records' degrees
+follow a distribution with the group's mean, and the groups' distributions together make up the released
+one. Release: a charge on the links budget; the rest: post-processing.
 """
 from __future__ import annotations
 
@@ -144,7 +145,8 @@ def group_shapes(p: np.ndarray, means: np.ndarray, weights: np.ndarray, iters: i
     is ``p``: each row is a base distribution tilted to its mean, and the base is rescaled, as in iterative
     proportional fitting, until the mixture matches p. Groups whose means differ carry part of p's spread
     themselves, so each group's own spread is narrower than p's (tilting p itself to every mean would make the
-    mixture wider than p). Means equal to 10^-3 share one row of work."""
+    mixture wider than p). Means equal to 10^-3 share one row (the unit adjustments of ``group_targets``
+    then keep each group's exact total)."""
     p = np.asarray(p, dtype=float)
     key, inv = np.unique(np.round(np.asarray(means, dtype=float), 3), return_inverse=True)
     w = np.bincount(inv, weights=np.asarray(weights, dtype=float), minlength=key.size)
@@ -159,7 +161,7 @@ def group_shapes(p: np.ndarray, means: np.ndarray, weights: np.ndarray, iters: i
             break
         base = base * ratio
         base /= max(base.sum(), 1e-300)
-    return tilt(np.broadcast_to(base, (means.size, p.size)), np.asarray(means, dtype=float))
+    return tilt(np.broadcast_to(base, (key.size, p.size)), mu)[inv]
 
 
 def group_targets(current: np.ndarray, groups: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from privcube.mechanisms.relational.shrinkage import shrink
+
 #: a side's histogram gets the most equal-width bins B with expected relative noise norm σ·√B/n at most this
 #: (none: not released). Picked by simulation (Poisson degrees, d_max 10 and 50, 6·10^3 to 10^6 records): the
 #: bin count it gives was within 0.02 total variation of the best one, coarser bins losing the shape, finer
@@ -88,8 +90,6 @@ def degree_distribution(noisy: np.ndarray, n: int, sigma: float, mean: float, d_
     shrunk toward the balanced distribution with the public mean (Wiener, on the noise power, so near the
     prior when the release is mostly noise), onto the simplex, spread evenly inside each bin, then tilted to
     the public mean."""
-    from privcube.mechanisms.relational.linking import shrink
-
     noisy = np.asarray(noisy, dtype=float)
     noisy = noisy[np.isfinite(noisy)]
     e = bin_edges(noisy.size, d_max)

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
           f"table eps {a.eps_table}, params: defaults{' + ' + json.dumps(extra) if extra else ''}")
     print("average % L1 error over all cross-table 3-way marginals (NON-private evaluation)")
     print(f"{'seed':>4} {'eps_rel':>8} {'learned':>8} {'random':>8} {'real':>8} {'l/rand':>7} {'l/real':>7} {'meas.':>6} "
-          f"{'users w/ sess. syn/real':>23} {'max deg syn/real':>16} {'deg TV':>6} {'seconds':>8} {'load(1min)':>10}")
+          f"{'users w/ sess. syn/real':>23} {'max deg syn/real':>16} {'deg TV':>6} {'pre-rep.':>8} {'seconds':>8} {'load(1min)':>10}")
     rows: dict[float, list[tuple[float, float, float]]] = {e: [] for e in a.eps_rel}
     for seed, eps in [(sd, e) for sd in (a.seeds or [a.seed]) for e in a.eps_rel]:
         params = {**job.params, "evaluate_nonprivate": True, "d_max": d_max, "truncate": True, **extra}
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         rows[eps].append((e, r, floor))
         print(f"{seed:4d} {eps:8.2f} {e:8.2f} {r:8.2f} {floor:8.2f} {e / r:7.3f} {e / floor:7.3f} "
               f"{res.report['privacy']['selections']:6d} {str(wl.get('synthetic', '-')) + '/' + str(wl.get('real', '-')):>23} "
-              f"{str(md.get('synthetic', '-')) + '/' + str(md.get('real', '-')):>16} {ev['degree_tv']['right']:6.3f} "
+              f"{str(md.get('synthetic', '-')) + '/' + str(md.get('real', '-')):>16} {ev['degree_tv']['right']:6.3f} {ev['before_degree_repair_pct']:8.2f} "
               f"{dt:8.1f} {os.getloadavg()[0]:10.2f}",
               flush=True)
         np.testing.assert_equal(len(res.links), len(res.tables["sessions"]))

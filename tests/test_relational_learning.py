@@ -14,7 +14,6 @@ from privcube.mechanisms.relational.degrees import (
     cap_degrees,
     degree_bins,
     links_with_degrees,
-    target_degrees,
 )
 from privcube.mechanisms.relational.mechanism import compose_budgets, run_relational
 from privcube.mechanisms.relational.parameters import check_params
@@ -85,25 +84,31 @@ def test_cap_degrees_never_moves_a_link_onto_its_own_record() -> None:
     assert hits > 0
 
 
-def test_target_degrees_sum_to_children_within_d_max() -> None:
-    rng = np.random.default_rng(2)
+def test_childless_distribution_follows_the_noisy_share_within_public_bounds() -> None:
+    """The two-value release gives the share of parents without children (a negative count clipped) and,
+    on 1..d_max, the maximum-entropy shape with the public mean: decreasing, and the whole mean is
+    children / parents."""
+    from privcube.mechanisms.relational.many_degrees import childless_distribution
+
     assert degree_bins(50) == [(0, 0), (1, 50)]
-    deg = target_degrees(np.array([700.0, 300.0]), 1000, 4000, 50, rng)
-    assert deg.sum() == 4000 and deg.min() >= 0 and deg.max() <= 50
-    assert 0.6 < np.mean(deg == 0) < 0.8  # most parents childless, as the (noisy) counts say
-    deg = target_degrees(np.array([-50.0, 900.0]), 1000, 3000, 50, rng)  # a negative count is clipped
-    assert deg.sum() == 3000 and np.count_nonzero(deg) > 900
+    p = childless_distribution(np.array([700.0, 300.0]), 1000, 4000, 50)
+    assert p.sum() == pytest.approx(1.0) and p[0] == pytest.approx(0.7)
+    assert (p * np.arange(51)).sum() == pytest.approx(4.0, rel=1e-6)  # 4000 children over 1000 parents
+    assert np.all(np.diff(p[1:]) <= 1e-15)  # mean 13.3 of 1..50: a decreasing (geometric) shape
+    p = childless_distribution(np.array([-50.0, 900.0]), 1000, 3000, 50)  # a negative count is clipped
+    assert p[0] == pytest.approx(0.0)
 
 
-def test_target_degrees_under_estimated_share_keeps_parents_childless() -> None:
+def test_childless_distribution_under_estimated_share_keeps_parents_childless() -> None:
     """A noisy count that says few parents have children (fewer than the public sizes allow) is clipped to
     ⌈children / d_max⌉ parents with children, not spread over every childless parent one link each."""
-    rng = np.random.default_rng(4)
-    deg = target_degrees(np.array([9900.0, 100.0]), 10_000, 47_217, 50, rng)
-    assert deg.sum() == 47_217 and deg.max() <= 50
-    assert np.count_nonzero(deg) == -(-47_217 // 50)  # 945 parents, the fewest that can hold every child
-    deg = target_degrees(np.array([7576.0, 2424.0]), 10_000, 47_217, 50, rng)
-    assert deg.sum() == 47_217 and np.count_nonzero(deg) == 2424
+    from privcube.mechanisms.relational.many_degrees import childless_distribution
+
+    p = childless_distribution(np.array([9900.0, 100.0]), 10_000, 47_217, 50)
+    assert 10_000 * (1 - p[0]) == pytest.approx(-(-47_217 // 50))  # 945 parents, the fewest that can hold every child
+    p = childless_distribution(np.array([7576.0, 2424.0]), 10_000, 47_217, 50)
+    assert 10_000 * (1 - p[0]) == pytest.approx(2424) and p[50] > 0
+    assert (p * np.arange(51)).sum() == pytest.approx(4.7217, rel=1e-6)
 
 
 def test_one_to_many_degrees_are_released_charged_and_respected(pc: dict) -> None:

@@ -310,3 +310,88 @@ def test_self_referential_release_keeps_no_loops_no_repeats_and_d_max() -> None:
     assert rep["degrees"]["d_max_respected"] is True
     ev = rep["nonprivate_evaluation"]["degree_tv"]
     assert ev["left"] < 0.2 and ev["right"] < 0.2
+
+
+def test_one_to_many_sensitivity_bounds_reassigned_children() -> None:
+    """One-to-many neighbours: a child changes its parent, or a parent changes its set of ≤ d_max children
+    (its old children go to other parents, its new ones leave theirs). The children-per-parent histogram
+    moves by at most √(6·d_max² + 6·d_max + 2), checked over every such neighbour of random assignments."""
+    rng = np.random.default_rng(6)
+    d, n_p, n_c = 2, 4, 6
+    bound = degree_sensitivity(d, False, one_to_many=True)
+    assert bound == pytest.approx(math.sqrt(6 * d * d + 6 * d + 2))
+
+    def hist(par: np.ndarray) -> np.ndarray:
+        return np.bincount(np.bincount(par, minlength=n_p), minlength=n_c + 1).astype(float)
+
+    worst, checked = 0.0, 0
+    for _ in range(60):
+        par = rng.integers(0, n_p, n_c)
+        if np.bincount(par, minlength=n_p).max() > d:
+            continue
+        h0 = hist(par)
+        for q in range(n_p):
+            old = set(np.flatnonzero(par == q).tolist())
+            for k in range(d + 1):
+                for new in itertools.combinations(range(n_c), k):
+                    gone = sorted(old - set(new))
+                    for dest in itertools.product([r for r in range(n_p) if r != q], repeat=len(gone)):
+                        cand = par.copy()
+                        cand[list(new)] = q
+                        cand[gone] = dest
+                        if np.bincount(cand, minlength=n_p).max() > d:
+                            continue
+                        worst = max(worst, float(np.linalg.norm(hist(cand) - h0)))
+                        checked += 1
+    assert checked > 5000 and worst <= bound + 1e-12
+
+
+def _o2m(n_u: int, d_max: int, seed: int) -> tuple[dict, dict, np.ndarray]:
+    """Users ← sessions: 40 % of users without sessions, the others a geometric number (≤ d_max) that grows
+    with age; the session's device follows the user's age."""
+    rng = np.random.default_rng(seed)
+    age, reg = rng.integers(0, 5, n_u), rng.integers(0, 4, n_u)
+    deg = np.where(rng.random(n_u) < 0.4, 0, np.minimum(rng.geometric(0.25 + 0.1 * (age >= 3), n_u), d_max))
+    par = np.repeat(np.arange(n_u), deg)
+    dev = (age[par] + (rng.random(par.size) < 0.3)) % 3
+    users = pd.DataFrame({"id": np.arange(n_u), "age": age, "region": reg})
+    sess = pd.DataFrame({"sid": np.arange(par.size), "uid": par, "device": dev, "hour": rng.integers(0, 4, par.size)})
+    tables = {"users": (users, Domain(("age", "region"), (5, 4))), "sessions": (sess, Domain(("device", "hour"), (3, 4)))}
+    return tables, {"from": "sessions.uid", "to": "users.id"}, deg
+
+
+O2M_BUDGETS = {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "sessions": {"epsilon": 1.0, "delta": 1e-6}},
+               "links": {"epsilon": 1.0, "delta": 1e-6}}
+
+
+@pytest.mark.parametrize("n_u", [3_000, 40_000])
+def test_one_to_many_children_per_parent_follow_the_release(n_u: int) -> None:
+    """Small tables: the two-value release (parents with / without children); large ones: a binned histogram
+    with the one-to-many sensitivity. Either way one charge, d_max kept, the children-per-parent distribution
+    close to the real one, and the cross-table error what the learned links had before the repair (the
+    reshaping moves children between parents with identical codes first)."""
+    from privcube.mechanisms.relational.composition import compose_budgets
+    from privcube.privacy.budget import PrivacyBudget
+    from privcube.privacy.ledger import PrivacyLedger
+
+    tables, links, deg = _o2m(n_u, 8, 0)
+    ledger = PrivacyLedger(compose_budgets(O2M_BUDGETS, ["users", "sessions"]), noise=NoiseSource(3))
+    res = run_relational(tables, links, {"d_max": 8, "iterations": 3, "evaluate_nonprivate": True}, O2M_BUDGETS,
+                         noise=NoiseSource(3), ledger=ledger)
+    rep, ev = res.report, res.report["nonprivate_evaluation"]
+    rho = 0.05 * PrivacyBudget.from_config(O2M_BUDGETS["links"]).rho
+    (charge,) = [c for c in ledger.to_dict()["charges"] if c["label"] == "links:degrees"]
+    assert charge["rho"] == pytest.approx(rho)
+    if n_u == 3_000:
+        assert rep["degrees"]["source"].startswith("noisy histogram (parents with and without children)")
+        assert charge["sigma"] == pytest.approx(math.sqrt(2) * 8 / math.sqrt(2 * rho))
+    else:
+        b = bin_counts((0, n_u), 8, rho, False, one_to_many=True)[1]
+        assert b >= 3 and f"children per parent ({b} bins)" in rep["degrees"]["source"]
+        assert charge["sigma"] == pytest.approx(degree_sigma(8, rho, False, one_to_many=True))
+    counts = res.links.iloc[:, 1].value_counts()
+    assert counts.max() <= 8 and rep["degrees"]["d_max_respected"] is True
+    assert ev["degree_tv"]["right"] < (0.15 if n_u == 3_000 else 0.08)
+    with_children = (deg > 0).sum()  # within 4 noise std of the release (the count of childless parents)
+    assert abs(ev["right_records_with_links"]["synthetic"] - with_children) < 4 * charge["sigma"] + 0.02 * n_u
+    assert ev["average_cross_error_pct"] <= ev["before_degree_repair_pct"] + 0.5

@@ -138,44 +138,6 @@ def release_degree_histogram(degree_histogram: np.ndarray, d_max: int, rho: floa
     return noise.add_gaussian(("relational", "degrees"), counts, sigma)
 
 
-def target_degrees(noisy: np.ndarray, n_parents: int, n_children: int, d_max: int,
-                   rng: np.random.Generator) -> np.ndarray:
-    """A degree per synthetic parent from the noisy binned histogram (post-processing): the share of parents
-    with children (counts clipped at 0), as a number of parents clipped to what the public sizes allow
-    (at least ⌈children / d_max⌉, at most min(parents, children)); those parents, drawn at random, get
-    degrees uniform in [1, d_max] adjusted (within [1, d_max]) to sum to the number of children, the
-    others none. The clip matters at small budgets: an under-estimated share used to push the surplus onto
-    childless parents one link each, until every parent had a child."""
-    w = np.clip(np.asarray(noisy, dtype=float), 0.0, None)
-    share = w[1] / w.sum() if w.sum() > 0 else 0.5
-    lo_k = -(-int(n_children) // int(d_max)) if d_max > 0 else n_parents
-    k = int(np.clip(round(share * n_parents), lo_k, min(n_parents, n_children)))
-    deg = np.zeros(n_parents, dtype=np.int64)
-    if k == 0:
-        return deg
-    who = rng.choice(n_parents, size=k, replace=False)
-    d = 1 + np.floor(rng.random(k) * d_max).astype(np.int64)
-    diff = int(n_children - d.sum())
-    while diff != 0:  # a unit each to parents with room; feasible since k ≤ children ≤ k·d_max
-        room = np.flatnonzero(d < d_max) if diff > 0 else np.flatnonzero(d > 1)
-        if not room.size:
-            break
-        pick = rng.choice(room, size=min(abs(diff), room.size), replace=False)
-        d[pick] += 1 if diff > 0 else -1
-        diff = int(n_children - d.sum())
-    deg[who] = d
-    return deg
-
-
-def match_degrees(current: np.ndarray, target: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Targets reassigned by rank: the parent with the most children now gets the largest target (ties at
-    random), so matching the degrees moves as few links as possible."""
-    order = np.lexsort((rng.random(current.size), -current))
-    out = np.empty_like(target)
-    out[order] = np.sort(target)[::-1]
-    return out
-
-
 def _take(cands: list[int], room: np.ndarray, existing: set, row: int, n2: int, no_diagonal: bool = False) -> int:
     """A candidate with room that ``row`` is not linked to yet (and is not ``row`` itself under
     ``no_diagonal``; full candidates are dropped), or -1."""
@@ -191,5 +153,4 @@ def _take(cands: list[int], room: np.ndarray, existing: set, row: int, n2: int, 
     return -1
 
 
-__all__ = ["balanced_degrees", "links_with_degrees", "bad_pairs", "cap_degrees", "degree_bins", "release_degree_histogram",
-           "target_degrees", "match_degrees"]
+__all__ = ["balanced_degrees", "links_with_degrees", "bad_pairs", "cap_degrees", "degree_bins", "release_degree_histogram"]

@@ -122,17 +122,14 @@ from privcube.domain import Domain
 from privcube.errors import ConfigError, DataError
 from privcube.mechanisms.base import Mechanism, MechanismResult, RunContext
 from privcube.mechanisms.relational.composition import compose_budgets, restore_ledger
-from privcube.mechanisms.relational.degrees import (
-    cap_degrees,
-    match_degrees,
-    release_degree_histogram,
-    target_degrees,
-)
+from privcube.mechanisms.relational.degrees import cap_degrees, release_degree_histogram
 from privcube.mechanisms.relational.inputs import Problem, prepare
 from privcube.mechanisms.relational.many_degrees import (
+    childless_distribution,
     degree_distribution,
     degree_sigma,
     release_degrees,
+    group_targets,
     shape_degrees,
 )
 from privcube.mechanisms.relational.linking import (
@@ -330,11 +327,12 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     report["privacy"]["rho_degrees"] = rho_deg
     if state is not None and state["meta"].get("stage") == "links":
         ls = restore_link_state(state, {w.label(): w for w in cand_w}, pr.m_syn, ls.init_err)
-    elif rho_deg > 0 and pr.kind == "one_to_many":
-        ls.degree_hist = release_degree_histogram(pr.real.degree_histogram(1), int(p["d_max"]), rho_deg, ledger, noise)
-    elif rho_deg > 0:
+    elif rho_deg > 0 and any(deg_bins):  # binned histograms (2, d_max + 1): many-to-many, or large one-to-many
         ls.degree_hist = release_degrees((pr.real.degree_histogram(0), pr.real.degree_histogram(1)), deg_bins,
-                                         int(p["d_max"]), rho_deg, pr.self_ref, ledger, noise)
+                                         int(p["d_max"]), rho_deg, pr.self_ref, ledger, noise,
+                                         one_to_many=pr.kind == "one_to_many")
+    elif rho_deg > 0:  # one-to-many, smaller tables: parents with and without children (two values)
+        ls.degree_hist = release_degree_histogram(pr.real.degree_histogram(1), int(p["d_max"]), rho_deg, ledger, noise)
     if not sched.informative:
         # public sizes and the budget say no measurement can meet max_noise: expected gain ≤ 0
         msg = ("links budget too small for these table sizes and d_max: even one measurement of the smallest "
@@ -425,8 +423,11 @@ def _degree_source(pr: Problem, ls: LinkState) -> str:
         if pr.kind == "one_to_many" or float(pr.p["degree_share"]) <= 0:
             return "d_max cap only"
         return "d_max cap only (degree_share of the links budget cannot inform a degree histogram at these table sizes)"
+    if ls.degree_hist.ndim == 1:
+        return "noisy histogram (parents with and without children)"
     if pr.kind == "one_to_many":
-        return "noisy histogram"
+        return (f"noisy histogram of children per parent ({int(np.isfinite(ls.degree_hist[1]).sum())} bins); "
+                "children moved only between parents with identical codes")
     label = ((f"{pr.names[0]} out-links", f"{pr.names[1]} in-links") if pr.self_ref else pr.names)
     sides = [f"{label[s]} ({int(np.isfinite(ls.degree_hist[s]).sum())} bins)" for s in (0, 1)
              if np.isfinite(ls.degree_hist[s]).any()]
@@ -440,11 +441,13 @@ def _full_keys(codes: np.ndarray, dom: Any, n: int) -> np.ndarray:
 
 def _degree_repair(pr: Problem, syn_codes: list[np.ndarray], ls: LinkState, noise: NoiseSource,
                    rho_deg: float) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """``degrees: preserve``: right-side degrees to d_max (many-to-many; left degrees are kept, or learned ≤ d_max), or
-    (one-to-many) children per parent to a degree sequence drawn from the noisy histogram, matched by rank.
-    Surplus links move to parents with the same codes first. Many-to-many with a degree release: then each
-    released side's degrees follow it, links moving only between records with identical codes (no cross-table
-    count changes; ``many_degrees``). Post-processing of DP outputs."""
+    """``degrees: preserve``: right records capped at d_max (surplus links to records with the same codes
+    first), then, with a degree release, each released side's degrees made to follow it (``many_degrees``):
+    first by re-dealing links between records with identical codes (no cross-table count changes); one-to-many
+    then also matches the children per parent to a degree sequence drawn from the released distribution, by
+    rank, moving children to parents with the same codes first (parents whose codes are rare cannot be reshaped
+    inside their group; before, this step alone, from a uniform shape, moved many children across codes).
+    Post-processing of DP outputs."""
     p = pr.p
     if p["degrees"] != "preserve":
         return ls.si, ls.sj, {}
@@ -452,19 +455,26 @@ def _degree_repair(pr: Problem, syn_codes: list[np.ndarray], ls: LinkState, nois
     d_max = int(p["d_max"])
     rng = noise.generator("relational", "degree-repair")
     keys2 = _full_keys(syn_codes[1], pr.doms[1], n2s)
-    cap: Any = d_max
-    if pr.kind == "one_to_many" and ls.degree_hist is not None:
-        target = target_degrees(ls.degree_hist, n2s, n1s, d_max, rng)
-        cap = match_degrees(np.bincount(ls.sj, minlength=n2s), target, rng)
-    si, sj = cap_degrees(ls.si, ls.sj, n2s, cap, keys2, rng, no_diagonal=pr.no_diag)
-    if pr.kind == "one_to_many" or ls.degree_hist is None:
+    si, sj = cap_degrees(ls.si, ls.sj, n2s, d_max, keys2, rng, no_diagonal=pr.no_diag)
+    if ls.degree_hist is None:
         return si, sj, {}
     ls.si = ls.sj = np.empty(0, dtype=np.int64)  # only si, sj hold the links now (shaped in place below)
-    sigma = degree_sigma(d_max, rho_deg, pr.self_ref)
-    probs = tuple(degree_distribution(ls.degree_hist[s], pr.n_real[s], sigma, pr.m_syn / (n1s, n2s)[s], d_max)
-                  if np.isfinite(ls.degree_hist[s]).any() else None for s in (0, 1))
     keys = (_full_keys(syn_codes[0], pr.doms[0], n1s), keys2)
-    return shape_degrees(si, sj, (n1s, n2s), keys, probs, rng, no_diagonal=pr.no_diag, in_place=True)
+    one = pr.kind == "one_to_many"
+    sigma = degree_sigma(d_max, rho_deg, pr.self_ref, one_to_many=one)
+    if one and ls.degree_hist.ndim == 1:  # the two-value release: parents without / with children
+        probs: tuple[np.ndarray | None, ...] = (None, childless_distribution(ls.degree_hist, n2s, n1s, d_max))
+    else:
+        probs = tuple(degree_distribution(ls.degree_hist[s], pr.n_real[s], sigma, pr.m_syn / (n1s, n2s)[s], d_max,
+                                          np.bincount(np.bincount(sj if s else si, minlength=(n1s, n2s)[s])))
+                      if np.isfinite(ls.degree_hist[s]).any() else None for s in (0, 1))
+    si, sj, rep = shape_degrees(si, sj, (n1s, n2s), keys, probs, rng, no_diagonal=pr.no_diag, in_place=True)
+    if one:
+        target = group_targets(np.bincount(sj, minlength=n2s), np.zeros(n2s, np.int64), probs[1], rng)
+        sj_in = sj
+        si, sj = cap_degrees(si, sj, n2s, target, keys2, rng, no_diagonal=pr.no_diag)  # copies sj if it moves any
+        rep["right"]["moved_to_other_codes"] = int(np.count_nonzero(keys2[sj_in] != keys2[sj]))
+    return si, sj, rep
 
 
 class Relational(Mechanism):

@@ -150,20 +150,23 @@ def privacy_schedule(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1
 
 def degree_release(p: Mapping[str, Any], kind: str, self_ref: bool, rho_links: float,
                    sizes: tuple[int, int] | None) -> tuple[float, tuple[int, int]]:
-    """``(ρ, bins per side)`` of the degree release, from public inputs only. One-to-many: the parents'
-    two-bin histogram, always (``degrees: preserve``). Many-to-many: each side's histogram in as many
-    equal-width bins as ``degree_share`` of the links budget can inform at the public table ``sizes``
-    (``many_degrees.bin_counts``; 0: that side is not released); no sizes (a data-free plan) or no side
-    informative: nothing is released or spent."""
+    """``(ρ, bins per side)`` of the degree release, from public inputs only (``degrees: preserve``).
+    Many-to-many: each side's links-per-record histogram in as many equal-width bins as ``degree_share`` of
+    the links budget can inform at the public table ``sizes`` (``many_degrees.bin_counts``; 0: that side is
+    not released); no sizes (a data-free plan) or no side informative: nothing is released or spent.
+    One-to-many: always ρ; the parents' children-per-parent histogram in ≥ 3 equal-width bins when the
+    sizes allow (bins ``(0, B)``), else the two-bin count of parents with and without children (bins
+    ``(0, 0)``, ``degrees.release_degree_histogram``)."""
     if p["degrees"] != "preserve" or float(p["degree_share"]) <= 0:
-        return 0.0, (0, 0)
-    rho = float(p["degree_share"]) * rho_links
-    if kind == "one_to_many":
-        return rho, (0, 2)
-    if sizes is None:
         return 0.0, (0, 0)
     from privcube.mechanisms.relational.many_degrees import bin_counts
 
+    rho = float(p["degree_share"]) * rho_links
+    if kind == "one_to_many":
+        b = bin_counts(sizes, int(p["d_max"]), rho, False, one_to_many=True)[1] if sizes is not None else 0
+        return rho, (0, b if b >= 3 else 0)
+    if sizes is None:
+        return 0.0, (0, 0)
     bins = bin_counts(sizes, int(p["d_max"]), rho, self_ref)
     return (rho, bins) if any(bins) else (0.0, (0, 0))
 

@@ -44,6 +44,10 @@ def test_plan_reads_no_data_and_states_every_part(tmp_path: Path) -> None:
     assert link["link"] == "children.parent_id -> parents.id" and link["kind"] == "one_to_many"
     assert link["d_max"] == 10 and link["rho"] == parts["links"]["rho"]
     assert link["rho_degrees"] == pytest.approx(0.05 * parts["links"]["rho"], rel=1e-12)
+    # the degree release's form depends on the public number of parents: both forms are stated
+    sig2 = math.sqrt(2) * 10 / math.sqrt(2 * link["rho_degrees"])
+    assert link["degree_release"].startswith("the children-per-parent histogram")
+    assert f"without and with children, sigma {sig2:.4g}" in link["degree_release"]
     # without the public link count, max_noise's measurement count is bounded, not claimed
     assert "at most" in link["measurements"] and link["count_noise_std_max"] > 0
     assert link["score"].startswith("auto: gain from 2000 links")  # 200 · d_max, decided once m is known

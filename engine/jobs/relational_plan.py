@@ -45,8 +45,8 @@ def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, 
     out = {"link": f"{link.left}.{link.left_col} {arrow} {link.right}.{link.right_col}", "kind": link.kind,
            "rho": budget.rho, "rho_degrees": rho_deg, "candidates": len(cand), "alpha": sched.alpha,
            "em_epsilon": sched.eps_em, "d_max": int(p["d_max"]), "sensitivity_pairs": d_sens}
-    if link.kind == "many_to_many" and p["degrees"] == "preserve" and float(p["degree_share"]) > 0:
-        out["degree_release"] = _many_degree_plan(p, self_ref, budget.rho)
+    if p["degrees"] == "preserve" and float(p["degree_share"]) > 0:
+        out["degree_release"] = _degree_plan(p, link.kind, self_ref, budget.rho)
     if links or p["max_noise"] is None:
         informative = sched.informative
         if not informative:  # as the run does: one measurement with the whole links budget, or random links
@@ -71,17 +71,26 @@ def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, 
     return out
 
 
-def _many_degree_plan(p: Mapping[str, Any], self_ref: bool, rho_links: float) -> str:
-    """What the many-to-many degree release will do; it depends on the public table sizes, which a plan
-    does not read, so the sizes at which it happens are stated instead."""
+def _degree_plan(p: Mapping[str, Any], kind: str, self_ref: bool, rho_links: float) -> str:
+    """What the degree release will do; its bins depend on the public table sizes, which a plan does not read,
+    so the sizes from which each form is used are stated instead."""
     from privcube.mechanisms.relational.many_degrees import BIN_NOISE, degree_sigma
 
+    d_max = int(p["d_max"])
     rho = float(p["degree_share"]) * rho_links
-    sigma = degree_sigma(int(p["d_max"]), rho, self_ref)
+    one = kind == "one_to_many"
+    sigma = degree_sigma(d_max, rho, self_ref, one_to_many=one)
+    n_all = math.ceil(sigma * math.sqrt(d_max + 1) / BIN_NOISE)
+    if one:
+        n_min = math.ceil(sigma * math.sqrt(3) / BIN_NOISE)
+        return (f"the children-per-parent histogram, rho {rho:.4g} (degree_share of the links budget, taken from "
+                f"the measurements above): in equal-width bins, sigma {sigma:.4g} per bin, from {n_min} parents "
+                f"(3 bins; d_max + 1 = {d_max + 1} bins from {n_all}); with fewer parents the count of parents "
+                f"without and with children, sigma {math.sqrt(2) * d_max / math.sqrt(2 * rho):.4g}; decided at "
+                "run time from the public table sizes")
     n_min = math.ceil(sigma * math.sqrt(2) / BIN_NOISE)
-    n_all = math.ceil(sigma * math.sqrt(int(p["d_max"]) + 1) / BIN_NOISE)
     return (f"each side's links-per-record histogram, sigma {sigma:.4g} per bin, rho {rho:.4g} (degree_share of "
-            f"the links budget), for a table of at least {n_min} rows (2 bins; d_max + 1 = {int(p['d_max']) + 1} "
+            f"the links budget), for a table of at least {n_min} rows (2 bins; d_max + 1 = {d_max + 1} "
             f"bins from {n_all} rows); decided at run time from the public table sizes: when it is released, the "
             "measurements above share the rest of the links budget; when neither table is that large, nothing "
             "is spent on it")

@@ -83,9 +83,10 @@ schedule is ``candidate_orders: k, max_noise: null, noise_penalty: false, shrink
   n_a·d_max — closer with exact releases, a wash under the noise of the benchmarks' budgets, see the README)
   and right records are capped at d_max; when the public table sizes make it informative, each side's
   links-per-record histogram is released (``degree_share`` of the links budget) and the links are re-dealt
-  between records with identical codes to follow it (``many_degrees``: no cross-table count changes). One-to-many
-  parents get a degree sequence from a noisy count of childless parents (``degree_share`` of the links
-  budget). ``free`` is the earlier behaviour.
+  between records with identical codes to follow it (``many_degrees``: no cross-table count changes).
+  One-to-many: the children per parent are released (binned when the parents are many enough, else the
+  count of childless parents), re-dealt the same way, then matched by rank (children moving to parents with
+  the same codes first). ``free`` is the earlier behaviour.
 - ``shrink_towards: initial``: the shrinkage prior is the marginal of the data-independent random start
   (fixed), not the current synthetic marginal (``current``, the earlier default): re-shrinking towards
   the current state every iteration let the targets creep towards the noisy releases until the noise

@@ -123,6 +123,24 @@ def self_referential_like(n_households: int = 80, *, d_max: int = 4, seed: int =
             "links": {"pairs": pairs, "left": "people.id", "right": "people.id", "columns": ["child_id", "parent_id"]}}
 
 
+def users_sessions_like(n_users: int = 10_000, *, d_max: int = 20, seed: int = 0) -> dict[str, Any]:
+    """``users`` (age 5, region 4) ← ``sessions`` (device 3, hour 4), one-to-many: 40 % of users have no
+    session, the others a geometric number (≤ d_max) whose mean grows with age; a session's device follows
+    its user's age. The children-per-parent distribution is skewed, as real session counts are, and the
+    tables' few codes repeat (large groups of interchangeable records). Also returns the real degrees."""
+    rng = np.random.default_rng(seed)
+    age, reg = rng.integers(0, 5, n_users), rng.integers(0, 4, n_users)
+    deg = np.where(rng.random(n_users) < 0.4, 0, np.minimum(rng.geometric(0.25 + 0.1 * (age >= 3), n_users), d_max))
+    par = np.repeat(np.arange(n_users), deg)
+    dev = (age[par] + (rng.random(par.size) < 0.3)) % 3
+    users = pd.DataFrame({"id": np.arange(n_users), "age": age, "region": reg})
+    sessions = pd.DataFrame({"sid": np.arange(par.size), "uid": par, "device": dev,
+                             "hour": rng.integers(0, 4, par.size)})
+    return {"tables": {"users": (users, Domain(("age", "region"), (5, 4))),
+                       "sessions": (sessions, Domain(("device", "hour"), (3, 4)))},
+            "links": {"from": "sessions.uid", "to": "users.id"}, "degrees": deg}
+
+
 def read_table(path: str | Path) -> pd.DataFrame:
     """A table from CSV or Parquet (by suffix)."""
     p = Path(path)
@@ -162,4 +180,5 @@ def encode_columns(frame: pd.DataFrame, spec: dict[str, Any], table: str) -> tup
     return out, Domain.from_mapping(sizes)
 
 
-__all__ = ["movielens_like", "parent_child_like", "self_referential_like", "read_table", "encode_columns"]
+__all__ = ["movielens_like", "parent_child_like", "self_referential_like", "users_sessions_like", "read_table",
+           "encode_columns"]

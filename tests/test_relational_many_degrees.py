@@ -346,20 +346,6 @@ def test_one_to_many_sensitivity_bounds_reassigned_children() -> None:
     assert checked > 5000 and worst <= bound + 1e-12
 
 
-def _o2m(n_u: int, d_max: int, seed: int) -> tuple[dict, dict, np.ndarray]:
-    """Users ← sessions: 40 % of users without sessions, the others a geometric number (≤ d_max) that grows
-    with age; the session's device follows the user's age."""
-    rng = np.random.default_rng(seed)
-    age, reg = rng.integers(0, 5, n_u), rng.integers(0, 4, n_u)
-    deg = np.where(rng.random(n_u) < 0.4, 0, np.minimum(rng.geometric(0.25 + 0.1 * (age >= 3), n_u), d_max))
-    par = np.repeat(np.arange(n_u), deg)
-    dev = (age[par] + (rng.random(par.size) < 0.3)) % 3
-    users = pd.DataFrame({"id": np.arange(n_u), "age": age, "region": reg})
-    sess = pd.DataFrame({"sid": np.arange(par.size), "uid": par, "device": dev, "hour": rng.integers(0, 4, par.size)})
-    tables = {"users": (users, Domain(("age", "region"), (5, 4))), "sessions": (sess, Domain(("device", "hour"), (3, 4)))}
-    return tables, {"from": "sessions.uid", "to": "users.id"}, deg
-
-
 O2M_BUDGETS = {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "sessions": {"epsilon": 1.0, "delta": 1e-6}},
                "links": {"epsilon": 1.0, "delta": 1e-6}}
 
@@ -374,7 +360,10 @@ def test_one_to_many_children_per_parent_follow_the_release(n_u: int) -> None:
     from privcube.privacy.budget import PrivacyBudget
     from privcube.privacy.ledger import PrivacyLedger
 
-    tables, links, deg = _o2m(n_u, 8, 0)
+    from privcube.storage.relational_data import users_sessions_like
+
+    ds = users_sessions_like(n_u, d_max=8, seed=0)
+    tables, links, deg = ds["tables"], ds["links"], ds["degrees"]
     ledger = PrivacyLedger(compose_budgets(O2M_BUDGETS, ["users", "sessions"]), noise=NoiseSource(3))
     res = run_relational(tables, links, {"d_max": 8, "iterations": 3, "evaluate_nonprivate": True}, O2M_BUDGETS,
                          noise=NoiseSource(3), ledger=ledger)

@@ -88,7 +88,7 @@ def test_childless_distribution_follows_the_noisy_share_within_public_bounds() -
     """The two-value release gives the share of parents without children (a negative count clipped) and,
     on 1..d_max, the maximum-entropy shape with the public mean: decreasing, and the whole mean is
     children / parents."""
-    from privcube.mechanisms.relational.many_degrees import childless_distribution
+    from privcube.mechanisms.relational.degree_distributions import childless_distribution
 
     assert degree_bins(50) == [(0, 0), (1, 50)]
     p = childless_distribution(np.array([700.0, 300.0]), 1000, 4000, 50)
@@ -102,7 +102,7 @@ def test_childless_distribution_follows_the_noisy_share_within_public_bounds() -
 def test_childless_distribution_under_estimated_share_keeps_parents_childless() -> None:
     """A noisy count that says few parents have children (fewer than the public sizes allow) is clipped to
     ⌈children / d_max⌉ parents with children, not spread over every childless parent one link each."""
-    from privcube.mechanisms.relational.many_degrees import childless_distribution
+    from privcube.mechanisms.relational.degree_distributions import childless_distribution
 
     p = childless_distribution(np.array([9900.0, 100.0]), 10_000, 47_217, 50)
     assert 10_000 * (1 - p[0]) == pytest.approx(-(-47_217 // 50))  # 945 parents, the fewest that can hold every child
@@ -111,7 +111,7 @@ def test_childless_distribution_under_estimated_share_keeps_parents_childless() 
     assert (p * np.arange(51)).sum() == pytest.approx(4.7217, rel=1e-6)
 
 
-def test_one_to_many_degrees_are_released_charged_and_respected(pc: dict) -> None:
+def test_one_to_degree_distributions_are_released_charged_and_respected(pc: dict) -> None:
     b = {"tables": {"children": {"epsilon": 1.0, "delta": 1e-6}, "parents": {"epsilon": 1.0, "delta": 1e-6}},
          "links": {"epsilon": 2.0, "delta": 1e-6}}
     noise = NoiseSource(3)

@@ -84,7 +84,7 @@ def test_plan_of_many_to_many_states_when_degrees_are_released(tmp_path: Path) -
     """The many-to-many degree release depends on the public table sizes, which a plan does not read: it states
     σ, ρ and the rows from which it happens (σ·√2/0.12 for two bins), and a run on tables below that spends
     nothing on it."""
-    from privcube.mechanisms.relational.many_degrees import degree_sigma
+    from privcube.mechanisms.relational.degree_distributions import degree_sigma
 
     cfg = _m2m_files(tmp_path)
     path = _write(cfg, tmp_path)

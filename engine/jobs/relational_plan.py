@@ -74,7 +74,7 @@ def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, 
 def _degree_plan(p: Mapping[str, Any], kind: str, self_ref: bool, rho_links: float) -> str:
     """What the degree release will do; its bins depend on the public table sizes, which a plan does not read,
     so the sizes from which each form is used are stated instead."""
-    from privcube.mechanisms.relational.many_degrees import BIN_NOISE, degree_sigma
+    from privcube.mechanisms.relational.degree_distributions import BIN_NOISE, degree_sigma
 
     d_max = int(p["d_max"])
     rho = float(p["degree_share"]) * rho_links

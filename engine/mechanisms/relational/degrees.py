@@ -7,8 +7,8 @@ start (the slices and the record types keep row sums; with ``left_degrees: learn
 each type's total up to n_a·d_max and share it evenly, ``type_linking``) and repairs the right side to d_max
 at the end, moving surplus links
 to records with the same codes, so the cross-table marginals are unchanged by the repair when such a
-record has room. All of this is data-independent given DP inputs (post-processing). Many-to-many degree
-distributions (a release, then links re-dealt within same-code groups) are in ``many_degrees``.
+record has room. All of this is data-independent given DP inputs (post-processing). The degree
+distributions (a release, then links re-dealt within same-code groups) are in ``degree_distributions``.
 """
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ schedule is ``candidate_orders: k, max_noise: null, noise_penalty: false, shrink
   n_a·d_max — closer with exact releases, a wash under the noise of the benchmarks' budgets, see the README)
   and right records are capped at d_max; when the public table sizes make it informative, each side's
   links-per-record histogram is released (``degree_share`` of the links budget) and the links are re-dealt
-  between records with identical codes to follow it (``many_degrees``: no cross-table count changes).
+  between records with identical codes to follow it (``degree_distributions``: no cross-table count changes).
   One-to-many: the children per parent are released (binned when the parents are many enough, else the
   count of childless parents), re-dealt the same way, then matched by rank (children moving to parents with
   the same codes first). ``free`` is the earlier behaviour.
@@ -125,7 +125,7 @@ from privcube.mechanisms.base import Mechanism, MechanismResult, RunContext
 from privcube.mechanisms.relational.composition import compose_budgets, restore_ledger
 from privcube.mechanisms.relational.degrees import cap_degrees, release_degree_histogram
 from privcube.mechanisms.relational.inputs import Problem, prepare
-from privcube.mechanisms.relational.many_degrees import (
+from privcube.mechanisms.relational.degree_distributions import (
     childless_distribution,
     degree_distribution,
     degree_sigma,
@@ -443,7 +443,7 @@ def _full_keys(codes: np.ndarray, dom: Any, n: int) -> np.ndarray:
 def _degree_repair(pr: Problem, syn_codes: list[np.ndarray], ls: LinkState, noise: NoiseSource,
                    rho_deg: float) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """``degrees: preserve``: right records capped at d_max (surplus links to records with the same codes
-    first), then, with a degree release, each released side's degrees made to follow it (``many_degrees``):
+    first), then, with a degree release, each released side's degrees made to follow it (``degree_distributions``):
     first by re-dealing links between records with identical codes (no cross-table count changes); one-to-many
     then also matches the children per parent to a degree sequence drawn from the released distribution, by
     rank, moving children to parents with the same codes first (parents whose codes are rare cannot be reshaped

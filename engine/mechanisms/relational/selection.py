@@ -16,6 +16,7 @@ import numpy as np
 
 from privcube.domain import Domain
 from privcube.errors import ConfigError, WorkloadError
+from privcube.mechanisms.relational.degree_distributions import bin_counts
 from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, RealCross, cross_workloads
 from privcube.privacy.primitives import exponential_mechanism, exponential_rho, gaussian_sigma
 
@@ -152,15 +153,13 @@ def degree_release(p: Mapping[str, Any], kind: str, self_ref: bool, rho_links: f
                    sizes: tuple[int, int] | None) -> tuple[float, tuple[int, int]]:
     """``(ρ, bins per side)`` of the degree release, from public inputs only (``degrees: preserve``).
     Many-to-many: each side's links-per-record histogram in as many equal-width bins as ``degree_share`` of
-    the links budget can inform at the public table ``sizes`` (``many_degrees.bin_counts``; 0: that side is
+    the links budget can inform at the public table ``sizes`` (``degree_distributions.bin_counts``; 0: that side is
     not released); no sizes (a data-free plan) or no side informative: nothing is released or spent.
     One-to-many: always ρ; the parents' children-per-parent histogram in ≥ 3 equal-width bins when the
     sizes allow (bins ``(0, B)``), else the two-bin count of parents with and without children (bins
     ``(0, 0)``, ``degrees.release_degree_histogram``)."""
     if p["degrees"] != "preserve" or float(p["degree_share"]) <= 0:
         return 0.0, (0, 0)
-    from privcube.mechanisms.relational.many_degrees import bin_counts
-
     rho = float(p["degree_share"]) * rho_links
     if kind == "one_to_many":
         b = bin_counts(sizes, int(p["d_max"]), rho, False, one_to_many=True)[1] if sizes is not None else 0
@@ -174,8 +173,8 @@ def degree_release(p: Mapping[str, Any], kind: str, self_ref: bool, rho_links: f
 def links_schedule(p: Mapping[str, Any], kind: str, self_ref: bool, dom1: Domain, dom2: Domain, rho_links: float,
                    m: int, sizes: tuple[int, int] | None = None) -> tuple[list[CrossWorkload], Schedule, float]:
     """``(candidates, schedule, ρ of the degree release)`` of the links stage from public inputs only (the
-    domains, the parameters, the links budget, the public link count ``m`` and, for a many-to-many degree
-    release, the public table ``sizes``): what a run measures and what ``privcube plan`` previews. A
+    domains, the parameters, the links budget, the public link count ``m`` and, for the degree release,
+    the public table ``sizes``): what a run measures and what ``privcube plan`` previews. A
     self-referential record is on both ends: 2·d_max pairs change."""
     cand_w = candidate_workloads(dom1, dom2, int(p["k"]), p["candidate_orders"])
     d_sens = 2 * int(p["d_max"]) if self_ref else int(p["d_max"])

@@ -1,6 +1,6 @@
 """Shrinkage of noisy releases towards a data-independent prior: linear (Wiener) weights from the estimated
 signal power, whole or per orthogonal ANOVA component, then onto the probability simplex (post-processing).
-Used for the cross-table releases (``linking``) and the many-to-many degree histograms (``many_degrees``).
+Used for the cross-table releases (``linking``) and the many-to-many degree histograms (``degree_distributions``).
 """
 from __future__ import annotations
 

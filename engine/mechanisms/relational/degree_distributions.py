@@ -1,9 +1,9 @@
-"""Many-to-many degree distributions: a private release of how many records have 0..d_max links, and a
-repair that gives the synthetic records those degrees without changing any cross-table count.
+"""Degree distributions: a private release of how many records have 0..d_max links, and a repair that gives
+the synthetic records those degrees without changing any cross-table count.
 
-Every many-to-many record starts from a balanced degree (⌊m/n⌋ or ⌈m/n⌉); learning then moves links
-between record types, so a type's total follows the releases, but inside a type the degrees stay nearly
-equal. The real distribution (how many users rate 0, 1, …, d_max movies) is released here in equal-width
+Every many-to-many record starts from a balanced degree (⌊m/n⌋ or ⌈m/n⌉), every one-to-many parent from a
+uniform draw; learning then moves links between record types, so a type's total follows the releases, but
+inside a type the degrees stay nearly equal. The real distribution (how many users rate 0, 1, …, d_max movies) is released here in equal-width
 bins with the Gaussian mechanism, as many bins as the public sizes say can be informative (none: nothing is
 released), and the synthetic links are then re-dealt inside groups of records with identical codes on every
 attribute: such records are interchangeable in every marginal, so moving a link's end from one to another

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from privcube.domain import Domain
-from privcube.mechanisms.relational.many_degrees import (
+from privcube.mechanisms.relational.degree_distributions import (
     bin_counts,
     bin_edges,
     degree_sensitivity,

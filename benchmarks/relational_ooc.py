@@ -28,11 +28,12 @@ With the warm-started exact capped projection (same day, seeds 0/1/2, another be
 vs random 9.58 / 9.55 / 9.56 %. With Newton on the multipliers warm-started too (same day, the test suite on the
 cores, load 1.5–2.7): run 113 / 102 / 105 s, driver 0.85 / 0.92 / 0.94 GB, largest worker 1.46 GB, learned
 3.75 / 0.85 / 1.11 % vs random 9.58 / 9.55 / 9.56 %. With the many-to-many degree release (2026-11-27, seeds
-0/1/2, load 1.1–2.0, the first run beside a short test run): run 125 / 99 / 100 s, driver 0.85 / 0.92 / 0.90 GB,
-largest worker 1.49 GB, learned 3.75 / 0.85 / 1.11 % vs random 9.58 / 9.55 / 9.56 % (unchanged), 51 bins per
-side; NON-private total variation between the real and synthetic links-per-record distributions: users
-0.042 / 0.040 / 0.040, movies 0.032 / 0.034 / 0.046 (the first version of the re-dealing, a full sort of the
-links per pass and an extra copy: 158 s and 1.21 GB on seed 0).
+0/1/2, final version, load 0.4–1.6): run 101 / 99 / 99 s, driver 0.85 / 0.92 / 0.89 GB, largest worker 1.5 GB,
+learned 3.75 / 0.85 / 1.11 % vs random 9.58 / 9.55 / 9.56 % (unchanged), 51 bins per side; NON-private total
+variation between the real and synthetic links-per-record distributions: users 0.042 / 0.040 / 0.040, movies
+0.032 / 0.034 / 0.046, against 0.882 / 0.243 with ``--degree-share 0`` (seed 0; 144 s at load 2.7–3.2). The
+first version of the re-dealing (a full sort of the links per pass and an extra copy) took 158 s and 1.21 GB
+on seed 0.
 """
 from __future__ import annotations
 

@@ -424,11 +424,12 @@ def _degree_source(pr: Problem, ls: LinkState) -> str:
         if pr.kind == "one_to_many" or float(pr.p["degree_share"]) <= 0:
             return "d_max cap only"
         return "d_max cap only (degree_share of the links budget cannot inform a degree histogram at these table sizes)"
+    how = ("; children re-dealt between parents with identical codes, then matched by rank to a degree sequence "
+           "drawn from it (moves to parents with the same codes first; shaped.right.moved_to_other_codes counts the rest)")
     if ls.degree_hist.ndim == 1:
-        return "noisy histogram (parents with and without children)"
+        return "noisy histogram (parents with and without children)" + how
     if pr.kind == "one_to_many":
-        return (f"noisy histogram of children per parent ({int(np.isfinite(ls.degree_hist[1]).sum())} bins); "
-                "children moved only between parents with identical codes")
+        return f"noisy histogram of children per parent ({int(np.isfinite(ls.degree_hist[1]).sum())} bins)" + how
     label = ((f"{pr.names[0]} out-links", f"{pr.names[1]} in-links") if pr.self_ref else pr.names)
     sides = [f"{label[s]} ({int(np.isfinite(ls.degree_hist[s]).sum())} bins)" for s in (0, 1)
              if np.isfinite(ls.degree_hist[s]).any()]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from privcube.mechanisms.relational.shrinkage import shrink
+from privcube.privacy.primitives import gaussian_sigma
 
 #: a side's histogram gets the most equal-width bins B with expected relative noise norm σ·√B/n at most this
 #: (none: not released). Picked by simulation (``benchmarks/relational_degree_bins.py``: Poisson degrees,
@@ -49,7 +50,7 @@ def degree_sensitivity(d_max: int, self_ref: bool, *, one_to_many: bool = False)
 
 def degree_sigma(d_max: int, rho: float, self_ref: bool, *, one_to_many: bool = False) -> float:
     """σ of the degree release with ρ (zCDP: ρ = Δ²/(2σ²))."""
-    return degree_sensitivity(d_max, self_ref, one_to_many=one_to_many) / math.sqrt(2.0 * rho)
+    return gaussian_sigma(rho, degree_sensitivity(d_max, self_ref, one_to_many=one_to_many))
 
 
 def bin_counts(sizes: tuple[int, int], d_max: int, rho: float, self_ref: bool, *,

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from privcube.privacy.primitives import gaussian_sigma
+
 
 def balanced_degrees(n: int, m: int, rng: np.random.Generator) -> np.ndarray:
     """n degrees summing to m, each ⌊m/n⌋ or ⌈m/n⌉ (which records get the extra link: uniform)."""
@@ -130,8 +132,7 @@ def release_degree_histogram(degree_histogram: np.ndarray, d_max: int, rho: floa
     most d_max, the two in opposite directions: L2 sensitivity √2·d_max. ``degree_histogram[d]`` is the
     number of parents with d children (an aggregate, counted where the links are).
     """
-    sens = math.sqrt(2.0) * d_max
-    sigma = sens / math.sqrt(2.0 * rho)
+    sigma = gaussian_sigma(rho, math.sqrt(2.0) * d_max)
     ledger.charge("links:degrees", rho=rho, sigma=sigma, bins=len(degree_bins(d_max)))
     hist = np.asarray(degree_histogram, dtype=np.int64)
     counts = np.array([hist[lo:hi + 1].sum() for lo, hi in degree_bins(d_max)], dtype=float)

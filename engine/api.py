@@ -44,10 +44,12 @@ _WORKER_LOSS_NAMES = {"KilledWorker", "FutureCancelledError", "CancelledError", 
                       "FutureLostError"}
 
 
-def plan(config: str | Path | Mapping[str, Any] | JobConfig, *, links: int | None = None) -> PlanSummary:
+def plan(config: str | Path | Mapping[str, Any] | JobConfig, *,
+         links: int | Mapping[str, int] | None = None) -> PlanSummary:
     """Data-independent plan of a batch mechanism: expected error and measurements; reads no data. A
     relational job's plan previews each table's measurements and each link's schedule (``links``: the
-    public number of links, which sizes the links stage under ``max_noise``)."""
+    public number of links, which sizes the links stage under ``max_noise``; one number for every link, or
+    ``{link name: count}`` with the names of ``privacy.links``)."""
     if isinstance(config, (str, os.PathLike, Mapping)):  # anything else: load_config's one-line refusal
         from privcube.config import read_config_file
         from privcube.jobs import mechanism_name

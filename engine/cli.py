@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from privcube import __version__
-from privcube.errors import PrivcubeError
+from privcube.errors import ConfigError, PrivcubeError
 
 
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
@@ -40,8 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="expected error of a batch mechanism, without reading data")
     pl.add_argument("config", help="job config (YAML or JSON)")
     pl.add_argument("--json", action="store_true", help="machine-readable output")
-    pl.add_argument("--links", type=int, default=None, metavar="M",
-                    help="relational jobs: the public number of links (sizes the links stage under max_noise)")
+    pl.add_argument("--links", action="append", default=None, metavar="M|NAME=M",
+                    help="relational jobs: the public number of links (sizes the links stage under max_noise); "
+                         "NAME=M for one link of a schema graph (NAME as under privacy.links), repeatable")
 
     r = sub.add_parser("run", help="run a job: measure privately and write the run directory")
     r.add_argument("config", help="job config (YAML or JSON)")
@@ -190,13 +191,38 @@ def entry() -> None:
     os._exit(code)
 
 
+def _link_counts(values: list[str] | None) -> int | dict[str, int] | None:
+    """``plan --links``: one count for every link (``M``) or counts per link (``NAME=M``, repeated)."""
+    if not values:
+        return None
+
+    def count(text: str, what: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"plan: {what} must be a whole number of links, got {text!r}") from None
+
+    plain = [v for v in values if "=" not in v]
+    if plain and (len(values) > 1):
+        raise ConfigError("plan: --links takes either one count M for every link or NAME=M per link, not both")
+    if plain:
+        return count(plain[0], "--links")
+    out: dict[str, int] = {}
+    for v in values:
+        name, _, m = v.partition("=")
+        if name.strip() in out:
+            raise ConfigError(f"plan: --links names {name.strip()!r} twice")
+        out[name.strip()] = count(m, f"--links {name.strip()}")
+    return out
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     from privcube import api
 
     if args.command == "marginals":
         return _marginals(args)
     if args.command == "plan":
-        summary = api.plan(args.config, links=args.links)
+        summary = api.plan(args.config, links=_link_counts(args.links))
         if args.json:
             print(summary.to_json())
         else:
@@ -347,10 +373,16 @@ def _print_relational_plan(summary) -> None:  # noqa: ANN001
             (lp["rho_per_measurement"], lp["count_noise_std"])
         noise = f"{std:.6g}" if math.isfinite(std) else "none"
         print(f"link {lp['link']} ({lp['kind']}): {lp['candidates']} candidate workloads, measurements: "
-              f"{lp['measurements']}; per measurement rho {'>= ' if bound else ''}{rho:.6g}, count noise std "
+              f"{lp['measurements']}{'' if bound else ' at most'}; per measurement rho {'>= ' if bound else ''}"
+              f"{rho:.6g}, count noise std "
               f"{'<= ' if bound else ''}{noise} (d_max {lp['d_max']}), selection epsilon {lp['em_epsilon']:.6g}"
               + (f", degrees rho {lp['rho_degrees']:.6g}" if lp["rho_degrees"] else "")
               + f"; selection score {lp['score']}")
+        if lp.get("measure_all"):
+            ma = lp["measure_all"]
+            print(f"  measured first, without selection: {ma['workloads']} lowest-order workloads, rho {ma['rho']:.6g} "
+                  f"in all, count noise std {ma['count_noise_std'][0]:.6g} to {ma['count_noise_std'][1]:.6g}"
+                  + ("" if bound else f"; then {lp['drawn']} drawn at most"))
         if lp.get("degree_release"):
             print(f"  degree release: {lp['degree_release']}")
         if lp.get("warning"):

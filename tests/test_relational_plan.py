@@ -130,3 +130,49 @@ def test_cli_plan_relational_text_and_json(tmp_path: Path) -> None:
                         capture_output=True, text=True, timeout=120)
     assert js.returncode == 0, js.stderr
     assert json.loads(js.stdout)["details"]["links"][0]["kind"] == "one_to_many"
+
+
+def test_plan_takes_a_link_count_per_link(tmp_path: Path) -> None:
+    """A schema graph's links have their own public counts: ``links={name: M}`` (CLI ``--links NAME=M``, the
+    names of ``privacy.links``); a link not named is planned without its count; unknown names are refused."""
+    path = _write(_files(tmp_path), tmp_path)
+    plan = api.plan(path, links={"sessions.user_id": 500, "bookings.user_id": 300})
+    links = {lk["link"].split(" ")[0]: lk for lk in plan.details["links"]}
+    assert links["sessions.user_id"]["links"] == 500 and links["bookings.user_id"]["links"] == 300
+    part = api.plan(path, links={"bookings.user_id": 300}).details["links"]
+    assert "links" not in part[0] and "at most" in part[0]["measurements"] and part[1]["links"] == 300
+    with pytest.raises(ConfigError, match=r"unknown link\(s\) \['sessions.userid'\]"):
+        api.plan(path, links={"sessions.userid": 500})
+    with pytest.raises(ConfigError, match=r"links\['bookings.user_id'\] must be a positive number"):
+        api.plan(path, links={"bookings.user_id": 0})
+    cli = [sys.executable, "-m", "privcube", "plan", str(path), "--json"]
+    ok = subprocess.run(cli + ["--links", "sessions.user_id=500", "--links", "bookings.user_id=300"],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert [lk.get("links") for lk in json.loads(ok.stdout)["details"]["links"]] == [500, 300]
+    mixed = subprocess.run(cli + ["--links", "500", "--links", "bookings.user_id=300"], capture_output=True,
+                           text=True, timeout=120)
+    assert mixed.returncode == 2 and mixed.stderr.count("\n") == 1 and "not both" in mixed.stderr
+
+
+def test_plan_states_the_measure_all_round(tmp_path: Path) -> None:
+    """When the public measure-all test fires (many links), the plan says so: how many workloads, their ρ
+    and count noise, and the releases in all (measure-all's, then the draws on the candidates left)."""
+    from privcube.mechanisms.relational.parameters import check_params
+    from privcube.mechanisms.relational.selection import links_schedule
+    from privcube.relational_config import load_relational_config
+
+    path = _write(_o2m_files(tmp_path), tmp_path)
+    (link,) = api.plan(path, links=1_000_000).details["links"]
+    job = load_relational_config(yaml.safe_load(path.read_text()), tmp_path)
+    p = check_params(job.params)
+    cand, sched, _ = links_schedule(p, "one_to_many", False, job.tables["children"].domain,
+                                    job.tables["parents"].domain, job.parts["links"].rho, 1_000_000)
+    assert sched.first and link["measure_all"]["workloads"] == len(sched.first)
+    assert link["measure_all"]["rho"] == pytest.approx(sum(sched.first_rho), rel=1e-12)
+    assert link["measurements"] == len(sched.first) + link["drawn"]
+    assert link["drawn"] == min(len(cand) - len(sched.first), sched.T * sched.K)
+    text = subprocess.run([sys.executable, "-m", "privcube", "plan", str(path), "--links", "1000000"],
+                          capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0, text.stderr
+    assert f"  measured first, without selection: {len(sched.first)} lowest-order workloads" in text.stdout

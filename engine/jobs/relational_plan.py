@@ -47,6 +47,10 @@ def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, 
            "em_epsilon": sched.eps_em, "d_max": int(p["d_max"]), "sensitivity_pairs": d_sens}
     if p["degrees"] == "preserve" and float(p["degree_share"]) > 0:
         out["degree_release"] = _degree_plan(p, link.kind, self_ref, budget.rho)
+    if sched.first:  # the public measure-all test chose to measure the lowest-order candidates first
+        stds = [d_sens / math.sqrt(r) for r in sched.first_rho if r > 0]
+        out["measure_all"] = {"workloads": len(sched.first), "rho": float(sum(sched.first_rho)),
+                              "count_noise_std": [min(stds), max(stds)] if stds else []}
     if links or p["max_noise"] is None:
         informative = sched.informative
         if not informative:  # as the run does: one measurement with the whole links budget, or random links
@@ -54,7 +58,10 @@ def _link_plan(link: LinkSpec, budget: Any, job: RelationalJob, p: Mapping[str, 
             out.update({"em_epsilon": sched.eps_em, "warning": warning})
         cells = sorted(int(math.prod(w.sizes(dom1, dom2))) for w in cand)
         rho_each = sched.rho_measure(cells[len(cells) // 2]) if sched.n_sel and sched.T else 0.0  # median-sized
-        out.update({"measurements": sched.n_sel if sched.T else 0, "informative": informative,
+        # every release: measure-all's, then the draws (under max_noise a large workload costs more than one
+        # unit, so fewer draws may fit: the count is an upper bound)
+        out.update({"measurements": len(sched.first) + (sched.n_sel if sched.T else 0), "informative": informative,
+                    "drawn": sched.n_sel if sched.T else 0,
                     "rho_per_measurement": rho_each, "score": sched.score,
                     "count_noise_std": d_sens / math.sqrt(rho_each) if rho_each > 0 else math.inf,
                     **({"links": int(links)} if links else {})})
@@ -110,12 +117,27 @@ def _uninformative(sched: Any, p: Mapping[str, Any]) -> tuple[Any, str]:
     return one_measurement(sched, p["shrinkage"]), msg + "; the run makes one measurement with the whole links budget"
 
 
-def plan_relational(job: RelationalJob, links: int | None = None) -> PlanSummary:
+def _count(v: Any, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(f"plan: {what} must be a positive number of links, got {v!r}")
+    return v
+
+
+def _link_counts(links: int | Mapping[str, int] | None, names: list[str]) -> list[int | None]:
+    """Each link's public link count: one number for every link, or one per link name (as under
+    ``privacy.links``; a link not named is planned without its count)."""
+    if links is None or not isinstance(links, Mapping):
+        return [None if links is None else _count(links, "links")] * len(names)
+    unknown = sorted(set(links) - set(names))
+    if unknown:
+        raise ConfigError(f"plan: links: unknown link(s) {unknown}; the links of this job are {names}")
+    return [_count(links[n], f"links[{n!r}]") if n in links else None for n in names]
+
+
+def plan_relational(job: RelationalJob, links: int | Mapping[str, int] | None = None) -> PlanSummary:
     """The data-free plan of a relational job (see the module docstring); post-processing is not planned."""
     from privcube.mechanisms.relational.parameters import check_params
 
-    if links is not None and (isinstance(links, bool) or not isinstance(links, int) or links < 1):
-        raise ConfigError(f"plan: links must be a positive number of links, got {links!r}")
     p = check_params(job.params)
     tables = [n for n in job.tables if n not in job.public]
     plans = {n: _table_plan(n, job, p) for n in tables}
@@ -124,7 +146,8 @@ def plan_relational(job: RelationalJob, links: int | None = None) -> PlanSummary
     fks = job.fks if job.multi else [job.links]
     link_budgets: Mapping[str, Any] = {link_name(f): job.parts[link_name(f)] for f in fks} if job.multi \
         else {"links": job.parts["links"]}
-    link_plans = [_link_plan(f, b, job, p, links) for f, b in zip(fks, link_budgets.values())]
+    counts = _link_counts(links, list(link_budgets) if job.multi else [link_name(job.links)])
+    link_plans = [_link_plan(f, b, job, p, counts[i]) for i, (f, b) in enumerate(zip(fks, link_budgets.values()))]
     squares = sum(g["rmse"] ** 2 * g["cells"] for g in groups)
     cells = sum(g["cells"] for g in groups)
     privacy = {**job.total.to_dict(), "composition": COMPOSITION_NOTE,

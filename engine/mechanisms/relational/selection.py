@@ -170,6 +170,9 @@ def degree_release(p: Mapping[str, Any], kind: str, self_ref: bool, rho_links: f
     return (rho, bins) if any(bins) else (0.0, (0, 0))
 
 
+#: share of the links budget left unplanned so that rounding in the sum of its charges never exceeds it
+ROUNDING_MARGIN = 1e-12
+
 def links_schedule(p: Mapping[str, Any], kind: str, self_ref: bool, dom1: Domain, dom2: Domain, rho_links: float,
                    m: int, sizes: tuple[int, int] | None = None) -> tuple[list[CrossWorkload], Schedule, float]:
     """``(candidates, schedule, ρ of the degree release)`` of the links stage from public inputs only (the
@@ -179,10 +182,17 @@ def links_schedule(p: Mapping[str, Any], kind: str, self_ref: bool, dom1: Domain
     cand_w = candidate_workloads(dom1, dom2, int(p["k"]), p["candidate_orders"])
     d_sens = 2 * int(p["d_max"]) if self_ref else int(p["d_max"])
     rho_deg, _ = degree_release(p, kind, self_ref, rho_links, sizes)
+    # the charges add up in floating point: plan to spend a hair less than the budget (1e-12 relative), so
+    # their sum is never above it, whatever the order of the additions (rounding is ~1e-16 per charge)
+    rho_links = rho_deg + (rho_links - rho_deg) * (1.0 - ROUNDING_MARGIN)
     first, first_rho = measure_all_plan(p, cand_w, dom1, dom2, rho_links - rho_deg, m, d_sens)
+    later = [w for w in cand_w if w not in set(first)]  # what the adaptive draws can still choose from
+    if first and not later:  # measure-all covers every candidate: it takes the whole budget (nothing left idle)
+        first_rho = [r * (rho_links - rho_deg) / float(sum(first_rho)) for r in first_rho]
     rest = rho_links - rho_deg - float(sum(first_rho))
-    spent_all = bool(first) and rest <= 1e-12 * max(rho_links, 1e-300)
-    sched = privacy_schedule(p, cand_w, dom1, dom2, rho_links - rho_deg if spent_all else rest, m, d_sens)
+    spent_all = bool(first) and (rest <= 1e-12 * max(rho_links, 1e-300) or not later)
+    sched = privacy_schedule(p, later if first and later else cand_w, dom1, dom2,
+                             rho_links - rho_deg if spent_all else rest, m, d_sens)
     if spent_all:  # measure-all took the whole budget: no adaptive draws
         sched.ks, sched.n_sel = [0] * sched.T, 0
     if first:
@@ -269,7 +279,14 @@ def select_and_measure(t: int, kt: int, sched: Schedule, p: Mapping[str, Any], r
         w = pool[q]
         rho_m = float(cost[q])
         rest = sched.rho_links - spent - rho_m
-        if rest < (sched.rho_select + float(cost.min())) * (1 - 1e-9):  # nothing else fits: this one takes the rest
+        # no other undrawn candidate fits into what is left (when the pool is all of them; a smaller pool
+        # leaves later iterations other candidates), or none is left: this one takes the rest, nothing idles
+        others = np.isfinite(scores)
+        others[q] = False
+        cheapest = float(cost[others].min()) if others.any() else math.inf
+        if len(pool) < len(remaining):
+            cheapest = min(cheapest, float(cost.min()))
+        if rest < (sched.rho_select + cheapest) * (1 - 1e-9):
             rho_m = max(sched.rho_links - spent, rho_m) if rest > 0 else rho_m
         sigma = sched.sigma_of(rho_m)
         ledger.charge("links:measure", rho=rho_m, iteration=t, workloads=[w.label()], sigma=sigma)

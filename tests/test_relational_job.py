@@ -204,6 +204,14 @@ def test_bad_input_refused_and_nothing_written(tmp_path: Path) -> None:
     bad = json.loads(json.dumps(cfg))
     bad["data"]["tables"]["children"]["path"] = "orphans.parquet"
     _expect_refusal(bad, tmp_path, DataError, r"^links: the children.parent_id value in row 5 is not a key of parents.id$")
+    # a link table's id that is no key: named by the link file's own column
+    m2m = _m2m_files(tmp_path)
+    rt = pd.read_csv(tmp_path / "ratings.csv")
+    rt.loc[9, "movie_id"] = 999999
+    rt.to_csv(tmp_path / "ratings_dangling.csv", index=False)
+    m2m["data"]["links"]["path"] = "ratings_dangling.csv"
+    _expect_refusal(m2m, tmp_path, DataError,
+                    r"^links: the link table column 'movie_id' value in row 9 is not a key of movies.mid$")
     # degree above d_max without truncation
     _expect_refusal({**cfg, "mechanism": {**FAST, "d_max": 4}}, tmp_path, DataError, r"a record has more links than d_max=4.*truncate")
     # ε ≤ 0 and a missing delta
@@ -249,6 +257,15 @@ def test_truncation_runs_and_withholds_counts(tmp_path: Path) -> None:
     assert len(ch) < 160  # children whose link is truncated are dropped with it
     assert deg.max() >= 1 and ch["parent_id"].isin(set(res.result.synthetic["parents"]["id"])).all()
     assert res.report["mechanism_report"]["degree"] == {"d_max": 4, "truncated": True, "links_kept": len(ch)}
+    # the kept count is published (the paper's model: the truncated data is the input): the report says so,
+    # in a warning that does not depend on whether anything was dropped
+    from privcube.jobs.relational_report import TRUNCATE_WARNING
+
+    assert TRUNCATE_WARNING in res.report["warnings"] and "depends on the private degrees" in TRUNCATE_WARNING
+    cfg["mechanism"] = {**FAST, "d_max": 50, "truncate": True, "iterations": 1}  # nothing above d_max: same warning
+    res = run_relational_job(cfg, tmp_path, tmp_path / "o50", seed=0, quiet=True)
+    assert res.report["mechanism_report"]["degree"]["links_kept"] == 160
+    assert res.report["warnings"][0] == TRUNCATE_WARNING
 
 
 ISSUE_YAML = """

@@ -245,3 +245,42 @@ def test_cli_bad_graph_config_one_line_exit_2(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and not (tmp_path / "out").exists()
     assert len(proc.stderr.strip().splitlines()) == 1 and "sessions.user_id" in proc.stderr
+
+
+def test_children_that_cannot_fit_under_d_max_are_refused_before_anything_is_spent(tmp_path: Path) -> None:
+    """120 sessions on 40 users cannot keep their foreign keys with ≤ 2 children a user (80): refused up front
+    from the public sizes (one line, nothing written, no table synthesized), as with two tables; with
+    ``degrees: free`` (no d_max promise on the output) the job runs."""
+    cfg = _files(tmp_path)
+    cfg["mechanism"].update({"d_max": 2, "truncate": True})
+    with pytest.raises(ConfigError) as e:
+        _run(cfg, tmp_path)
+    msg = str(e.value)
+    assert "\n" not in msg and "120 synthetic rows of 'sessions'" in msg and "40 parents" in msg
+    assert "raise d_max to at least 3" in msg
+    assert not (tmp_path / "run").exists()
+    free = copy.deepcopy(cfg)
+    free["mechanism"]["degrees"] = "free"
+    assert (_run(free, tmp_path, "free") / ".complete").exists()
+
+
+def test_two_table_jobs_refuse_links_that_cannot_fit_under_d_max() -> None:
+    """The same check inside ``run_relational`` (two tables, where it needs ``synthetic_rows``: truncation drops
+    the children it unlinks there), before the first charge."""
+    from privcube.mechanisms.relational.mechanism import compose_budgets, run_relational
+    from privcube.privacy.ledger import PrivacyLedger
+    from privcube.storage.relational_data import movielens_like, parent_child_like
+
+    b = {"tables": {"parents": {"epsilon": 1, "delta": 1e-6}, "children": {"epsilon": 1, "delta": 1e-6}},
+         "links": {"epsilon": 1, "delta": 1e-6}}
+    pc = parent_child_like(n_parents=60, n_children=240, d_max=10, seed=2)
+    ledger = PrivacyLedger(compose_budgets(b, ["parents", "children"]))
+    with pytest.raises(ConfigError, match=r"the 240 synthetic rows of 'children' each need a parent in 'parents', "
+                                          r"but 20 parents with at most d_max 10 children hold 200"):
+        run_relational(pc["tables"], pc["links"], {"d_max": 10, "synthetic_rows": {"parents": 20}}, b, ledger)
+    assert ledger.spent_rho == 0.0
+    ml = movielens_like(n_users=120, n_movies=80, n_genres=4, d_max=10, seed=2)
+    bm = {"tables": {"users": {"epsilon": 1, "delta": 1e-6}, "movies": {"epsilon": 1, "delta": 1e-6}},
+          "links": {"epsilon": 1, "delta": 1e-6}}
+    with pytest.raises(ConfigError, match=r"synthetic links do not fit on the 10 synthetic rows of 'movies'"):
+        run_relational(ml["tables"], ml["links"], {"d_max": 10, "synthetic_rows": {"movies": 10}}, bm)

@@ -14,12 +14,14 @@ key of the synthetic parent.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from privcube.errors import ConfigError
 from privcube.relational_config import RelationalJob
 from privcube.relational_graph import link_name
 
@@ -100,19 +102,45 @@ def synthesize_graph_tables(job: RelationalJob, frames: dict[str, tuple[pd.DataF
     p = check_params(job.params)
     rows = dict(p["synthetic_rows"] or {})
     out: dict[str, np.ndarray] = {}
-    for name, (frame, dom) in frames.items():
+    oracles: dict[str, tuple[Any, int]] = {}
+    sizes: dict[str, int] = {}
+    for name, (frame, dom) in frames.items():  # the public row counts first: a job that cannot fit stops here
         if name in job.public:  # released as given: its codes come to this process
             out[name] = public_codes(frame, dom, name, ctx)
+            sizes[name] = len(out[name])
+        elif name in state.syn:
+            sizes[name] = len(state.syn[name])
+        else:
+            oracles[name] = table_oracle(frame, dom, name, ctx)
+            sizes[name] = int(rows.get(name, oracles[name][1]))
+    check_graph_room(job, p, sizes)
+    for name, (frame, dom) in frames.items():
+        if name in job.public:
             continue
         if name not in state.syn:
-            oracle, n_real = table_oracle(frame, dom, name, ctx)
-            state.syn[name] = synth_table(name, oracle, n_real, dom, int(rows.get(name, n_real)), job.parts[name],
+            oracle, n_real = oracles.pop(name)
+            state.syn[name] = synth_table(name, oracle, n_real, dom, sizes[name], job.parts[name],
                                           ledger, noise, p, ctx)
             state.save()
             if ctx.progress is not None:
                 ctx.progress(f"synthesize table {name}", 1.0)
         out[name] = table_codes(state.syn[name], dom, f"synthetic {name}")
     return out
+
+
+def check_graph_room(job: RelationalJob, p: Mapping[str, Any], sizes: Mapping[str, int]) -> None:
+    """Before any table is synthesized (nothing spent): every foreign key's synthetic children must fit on its
+    synthetic parents at ≤ d_max each (``degrees: preserve``); public row counts only. Link tables are checked
+    when their link count is read."""
+    from privcube.mechanisms.relational.inputs import room_error
+
+    if p["degrees"] != "preserve":
+        return
+    for f in job.fks:
+        if f.kind == "one_to_many":
+            msg = room_error(f.kind, (f.left, f.right), sizes[f.left], sizes[f.right], sizes[f.left], int(p["d_max"]))
+            if msg:
+                raise ConfigError(msg)
 
 
 def run_graph(job: RelationalJob, inputs: Any, ledger: Any, noise: Any, ctx: Any) -> GraphResult:
@@ -162,4 +190,5 @@ def link_state(f: Any, res: Any) -> np.ndarray:
     return res.links.iloc[:, :2].to_numpy().astype(np.int64).reshape(-1, 2)
 
 
-__all__ = ["GraphCheckpoint", "GraphResult", "LinkLedger", "link_state", "run_graph", "synthesize_graph_tables"]
+__all__ = ["GraphCheckpoint", "GraphResult", "LinkLedger", "check_graph_room", "link_state", "run_graph",
+           "synthesize_graph_tables"]

@@ -57,11 +57,20 @@ def graph_link_frames(job: RelationalJob, res: Any) -> dict[str, pd.DataFrame]:
     return out
 
 
+TRUNCATE_WARNING = (
+    "truncate: true: each record's links beyond d_max were dropped (first come) before anything was measured; "
+    "the DP guarantee covers the truncated data (as in the paper), and the number of links kept, published as "
+    "the link count (and, for a two-table foreign key, as the synthetic child rows), depends on the private "
+    "degrees: to publish only the input's sizes, take d_max from a public bound the data meets and truncate: false")
+
+
 def schema_warnings(job: RelationalJob) -> list[str]:
-    """One warning per table whose schema carries ``inferred_from_data: true``."""
+    """One warning per table whose schema carries ``inferred_from_data: true``, and one when ``truncate: true``
+    (stated whether or not anything was dropped: the warning itself must not depend on the private degrees)."""
     from privcube.storage.schema import inferred_warnings
 
-    return inferred_warnings({n: t.schema for n, t in job.tables.items()})
+    out = inferred_warnings({n: t.schema for n, t in job.tables.items()})
+    return out + ([TRUNCATE_WARNING] if (job.params or {}).get("truncate") else [])
 
 
 def dp_error(fit: Any) -> dict[str, Any] | None:

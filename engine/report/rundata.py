@@ -70,7 +70,11 @@ def load_run(path: str | Path) -> RunData:
 def recompute_plan(config: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
     """The data-free plan of a batch run from its saved config, or ``None`` and why there is none."""
     name = _mechanism_name(config)
-    if name in ("aim-grem", "relational"):
+    if name == "relational":
+        return None, ("relational: the links are learned adaptively, so their error depends on the data; the "
+                      "tables' data-free plan (expected RMSE per table and marginal) is what `privcube plan "
+                      "RUN/config.yaml` prints")
+    if name == "aim-grem":
         return None, f"{name} is adaptive: its error depends on the data, so there is no data-free plan"
     resolved = config.get("resolved") if isinstance(config.get("resolved"), dict) else {}
     if not resolved.get("domain"):

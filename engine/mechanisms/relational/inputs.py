@@ -95,6 +95,7 @@ def _synthetic_sizes(pr: Problem, synthetic_tables: Mapping[str, Any]) -> None:
     cells = n1s * (n2s - 1) if pr.no_diag else n1s * n2s
     if pr.kind == "one_to_many":
         pr.m_syn = n1s
+        _check_room(pr, n1s, n2s)
         return
     m_syn = p["m_syn"]
     if m_syn is None:
@@ -102,6 +103,34 @@ def _synthetic_sizes(pr: Problem, synthetic_tables: Mapping[str, Any]) -> None:
     if isinstance(m_syn, bool) or int(m_syn) != m_syn or not (1 <= int(m_syn) <= cells):
         raise ConfigError(f"mechanism 'relational': parameter 'm_syn' must be an integer in [1, {cells}], got {m_syn!r}")
     pr.m_syn = int(m_syn)
+    _check_room(pr, n1s, n2s)
+
+
+def _check_room(pr: Problem, n1s: int, n2s: int) -> None:
+    """``degrees: preserve`` promises ≤ d_max links a synthetic record: refuse, from the public sizes alone, a
+    job whose synthetic links cannot fit, instead of releasing links above d_max."""
+    if pr.p["degrees"] == "preserve":
+        msg = room_error(pr.kind, pr.names, n1s, n2s, pr.m_syn, int(pr.p["d_max"]))
+        if msg:
+            raise ConfigError(msg)
+
+
+def room_error(kind: str, names: tuple[str, str], n1s: int, n2s: int, m_syn: int, d_max: int) -> str | None:
+    """The one-line refusal when ``m_syn`` links cannot fit on ``n1s`` × ``n2s`` synthetic records with ≤ d_max
+    links each (one-to-many: every child row keeps its foreign key, so children ≤ parents × d_max), else None.
+    Public sizes only."""
+    if kind == "one_to_many":
+        if n1s > n2s * d_max:
+            return (f"links: the {n1s} synthetic rows of {names[0]!r} each need a parent in {names[1]!r}, but {n2s} "
+                    f"parents with at most d_max {d_max} children hold {n2s * d_max}: raise d_max to at least "
+                    f"{math.ceil(n1s / n2s)}, change synthetic_rows, or set degrees: free")
+        return None
+    for name, n in ((names[0], n1s), (names[1], n2s)):
+        if m_syn > n * d_max:
+            return (f"links: {m_syn} synthetic links do not fit on the {n} synthetic rows of {name!r} with at most "
+                    f"d_max {d_max} links each ({n * d_max}): raise d_max to at least {math.ceil(m_syn / n)}, change "
+                    "synthetic_rows or m_syn, or set degrees: free")
+    return None
 
 
 def prepare(tables: Mapping[str, tuple[Any, Domain]], links: Any, p: dict[str, Any], budgets: Mapping[str, Any],
@@ -124,4 +153,4 @@ def prepare(tables: Mapping[str, tuple[Any, Domain]], links: Any, p: dict[str, A
     return pr
 
 
-__all__ = ["Problem", "prepare"]
+__all__ = ["Problem", "prepare", "room_error"]

@@ -136,7 +136,10 @@ class RealSide:
         if self.kind == "one_to_many":
             what, targets = ("", f"{a}.{lk.fk}"), ("", f"{b}.{lk.right_key}")
         else:
-            what, targets = (f"pairs.{a}", f"pairs.{b}"), (f"{a}.{lk.left_key}", f"{b}.{lk.right_key}")
+            cols = tuple(map(str, lk.pair_columns)) if lk.pair_columns else None
+            what = ((f"link table column {cols[0]!r}", f"link table column {cols[1]!r}") if cols else
+                    (f"pairs.{a}", f"pairs.{b}"))  # the user's column names when the pairs have them
+            targets = (f"{a}.{lk.left_key}", f"{b}.{lk.right_key}")
         return F.LinkSpec(self.kind, (a, b), sides, what, targets, int(p["d_max"]), bool(p["truncate"]),
                           lk.self_ref and not p["self_loops"], lk.missing_column)
 

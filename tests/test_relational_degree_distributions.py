@@ -14,6 +14,7 @@ from privcube.domain import Domain
 from privcube.mechanisms.relational.degree_distributions import (
     bin_counts,
     bin_edges,
+    degree_distribution,
     degree_sensitivity,
     degree_sigma,
     group_shapes,
@@ -312,17 +313,21 @@ def test_self_referential_release_keeps_no_loops_no_repeats_and_d_max() -> None:
     assert ev["left"] < 0.2 and ev["right"] < 0.2
 
 
-def test_one_to_many_sensitivity_bounds_reassigned_children() -> None:
+@pytest.mark.parametrize("bins", ["unit", "zero-first"])
+def test_one_to_many_sensitivity_bounds_reassigned_children(bins: str) -> None:
     """One-to-many neighbours: a child changes its parent, or a parent changes its set of ≤ d_max children
     (its old children go to other parents, its new ones leave theirs). The children-per-parent histogram
-    moves by at most √(6·d_max² + 6·d_max + 2), checked over every such neighbour of random assignments."""
+    moves by at most √(6·d_max² + 6·d_max + 2), checked over every such neighbour of random assignments, in
+    unit bins and in the released coarse form (childless parents alone, then wider bins)."""
     rng = np.random.default_rng(6)
     d, n_p, n_c = 2, 4, 6
     bound = degree_sensitivity(d, False, one_to_many=True)
     assert bound == pytest.approx(math.sqrt(6 * d * d + 6 * d + 2))
+    e = bin_edges(d + 1, d) if bins == "unit" else bin_edges(2, d, zero_bin=True)
+    assert bins == "unit" or e.tolist() == [0, 1, 3]
 
     def hist(par: np.ndarray) -> np.ndarray:
-        return np.bincount(np.bincount(par, minlength=n_p), minlength=n_c + 1).astype(float)
+        return np.histogram(np.bincount(par, minlength=n_p), bins=e)[0].astype(float)
 
     worst, checked = 0.0, 0
     for _ in range(60):
@@ -384,3 +389,20 @@ def test_one_to_many_children_per_parent_follow_the_release(n_u: int) -> None:
     with_children = (deg > 0).sum()  # within 4 noise std of the release (the count of childless parents)
     assert abs(ev["right_records_with_links"]["synthetic"] - with_children) < 4 * charge["sigma"] + 0.02 * n_u
     assert ev["average_cross_error_pct"] <= ev["before_degree_repair_pct"] + 0.5
+
+
+def test_childless_parents_keep_their_own_bin() -> None:
+    """One-to-many parents are often mostly childless (Airbnb: 76 % of users have no session). In coarse
+    equal-width bins the zeros share bin [0, w) with small degrees and the spreading inside the bin gives many
+    of them children; the one-to-many release puts degree 0 in a bin of its own, so an exact release keeps it."""
+    d, n = 50, 10_000
+    tail = 0.9 ** np.arange(1, d + 1)
+    p = np.concatenate([[0.76], 0.24 * tail / tail.sum()])
+    mean = float((p * np.arange(d + 1)).sum())
+    hist = p * n
+    for zero_bin, lo, hi in ((True, 0.745, 0.775), (False, 0.0, 0.5)):
+        e = bin_edges(12, d, zero_bin=zero_bin)
+        assert e[0] == 0 and e[-1] == d + 1 and (e[1] == 1) == zero_bin and e.size == 13
+        q = degree_distribution(np.add.reduceat(hist, e[:-1]), n, 1e-9, mean, d, zero_bin=zero_bin)
+        assert lo <= q[0] <= hi, (zero_bin, q[0])
+        assert abs(float((q * np.arange(d + 1)).sum()) - mean) < 1e-3  # the public mean, either way

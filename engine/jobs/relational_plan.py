@@ -91,7 +91,7 @@ def _degree_plan(p: Mapping[str, Any], kind: str, self_ref: bool, rho_links: flo
     if one:
         n_min = math.ceil(sigma * math.sqrt(3) / BIN_NOISE)
         return (f"the children-per-parent histogram, rho {rho:.4g} (degree_share of the links budget, taken from "
-                f"the measurements above): in equal-width bins, sigma {sigma:.4g} per bin, from {n_min} parents "
+                f"the measurements above): childless parents in a bin of their own, the rest in equal-width bins, sigma {sigma:.4g} per bin, from {n_min} parents "
                 f"(3 bins; d_max + 1 = {d_max + 1} bins from {n_all}); with fewer parents the count of parents "
                 f"without and with children, sigma {math.sqrt(2) * d_max / math.sqrt(2 * rho):.4g}; decided at "
                 "run time from the public table sizes")

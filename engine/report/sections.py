@@ -89,7 +89,7 @@ def _charge_rho(run: RunData) -> tuple[list[str], list[float], str] | None:
     for c in run.ledger.get("charges") or []:
         if isinstance(c.get("rho"), (int, float)):
             by[str(c.get("label"))] = by.get(str(c.get("label")), 0.0) + float(c["rho"])
-    return (list(by), list(by.values()), "ledger charge") if by else None
+    return (list(by), list(by.values()), "ledger charge label (charges sharing a label summed)") if by else None
 
 
 def budget_split(run: RunData) -> str:

@@ -468,7 +468,8 @@ def _degree_repair(pr: Problem, syn_codes: list[np.ndarray], ls: LinkState, nois
         probs: tuple[np.ndarray | None, ...] = (None, childless_distribution(ls.degree_hist, n2s, n1s, d_max))
     else:
         probs = tuple(degree_distribution(ls.degree_hist[s], pr.n_real[s], sigma, pr.m_syn / (n1s, n2s)[s], d_max,
-                                          np.bincount(np.bincount(sj if s else si, minlength=(n1s, n2s)[s])))
+                                          np.bincount(np.bincount(sj if s else si, minlength=(n1s, n2s)[s])),
+                                          zero_bin=one)
                       if np.isfinite(ls.degree_hist[s]).any() else None for s in (0, 1))
     si, sj, rep = shape_degrees(si, sj, (n1s, n2s), keys, probs, rng, no_diagonal=pr.no_diag, in_place=True)
     if one:

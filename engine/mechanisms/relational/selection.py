@@ -155,7 +155,8 @@ def degree_release(p: Mapping[str, Any], kind: str, self_ref: bool, rho_links: f
     Many-to-many: each side's links-per-record histogram in as many equal-width bins as ``degree_share`` of
     the links budget can inform at the public table ``sizes`` (``degree_distributions.bin_counts``; 0: that side is
     not released); no sizes (a data-free plan) or no side informative: nothing is released or spent.
-    One-to-many: always ρ; the parents' children-per-parent histogram in ≥ 3 equal-width bins when the
+    One-to-many: always ρ; the parents' children-per-parent histogram in ≥ 3 bins (degree 0 alone, then
+    equal widths) when the
     sizes allow (bins ``(0, B)``), else the two-bin count of parents with and without children (bins
     ``(0, 0)``, ``degrees.release_degree_histogram``)."""
     if p["degrees"] != "preserve" or float(p["degree_share"]) <= 0:
@@ -173,6 +174,7 @@ def degree_release(p: Mapping[str, Any], kind: str, self_ref: bool, rho_links: f
 #: share of the links budget left unplanned so that rounding in the sum of its charges never exceeds it
 ROUNDING_MARGIN = 1e-12
 
+
 def links_schedule(p: Mapping[str, Any], kind: str, self_ref: bool, dom1: Domain, dom2: Domain, rho_links: float,
                    m: int, sizes: tuple[int, int] | None = None) -> tuple[list[CrossWorkload], Schedule, float]:
     """``(candidates, schedule, ρ of the degree release)`` of the links stage from public inputs only (the
@@ -186,7 +188,8 @@ def links_schedule(p: Mapping[str, Any], kind: str, self_ref: bool, dom1: Domain
     # their sum is never above it, whatever the order of the additions (rounding is ~1e-16 per charge)
     rho_links = rho_deg + (rho_links - rho_deg) * (1.0 - ROUNDING_MARGIN)
     first, first_rho = measure_all_plan(p, cand_w, dom1, dom2, rho_links - rho_deg, m, d_sens)
-    later = [w for w in cand_w if w not in set(first)]  # what the adaptive draws can still choose from
+    measured_first = set(first)
+    later = [w for w in cand_w if w not in measured_first]  # what the adaptive draws can still choose from
     if first and not later:  # measure-all covers every candidate: it takes the whole budget (nothing left idle)
         first_rho = [r * (rho_links - rho_deg) / float(sum(first_rho)) for r in first_rho]
     rest = rho_links - rho_deg - float(sum(first_rho))

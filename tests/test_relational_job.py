@@ -315,3 +315,23 @@ def test_many_to_many_bad_links_and_parameters_write_nothing(tmp_path: Path) -> 
     bad = json.loads(json.dumps(cfg))
     bad["privacy"]["links"] = {"epsilon": -0.5, "delta": "1e-6"}
     _expect_refusal(bad, tmp_path, BudgetError, "privacy.links.*epsilon")
+
+
+def test_private_degree_figures_only_in_the_nonprivate_section(tmp_path: Path) -> None:
+    """With evaluate_nonprivate the real maximum degrees and dropped-link counts are reported, but only inside
+    ``nonprivate_evaluation`` (labelled NON-PRIVATE); the public part of the report keeps the public three."""
+    cfg = _o2m_files(tmp_path)
+    cfg["mechanism"] = {**FAST, "d_max": 4, "truncate": True, "iterations": 1, "evaluate_nonprivate": True}
+    out = tmp_path / "run"
+    _run_mapping(cfg, tmp_path, out)
+    rep = json.loads((out / "report.json").read_text())
+    mech = rep["mechanism_report"]
+    assert set(mech["degree"]) == {"d_max", "truncated", "links_kept"} and mech["links_input"] == {}
+    assert "_nonprivate_input" not in mech and "nonprivate_withheld" not in mech
+    private = rep["nonprivate_evaluation"]["input"]["degree"]
+    assert private["links_dropped"] == private["links_in"] - mech["degree"]["links_kept"] > 0
+    assert private["max_degree_parents"] > 4  # the real maximum, before truncation
+    from privcube.report import render_report
+
+    html = render_report(out)  # the page: the figures under the NON-PRIVATE section, not under Degrees
+    assert html.count("links_dropped") == 1 and html.index("links_dropped") > html.index('<section id="nonprivate"')

@@ -89,7 +89,7 @@ def _charge_rho(run: RunData) -> tuple[list[str], list[float], str] | None:
     for c in run.ledger.get("charges") or []:
         if isinstance(c.get("rho"), (int, float)):
             by[str(c.get("label"))] = by.get(str(c.get("label")), 0.0) + float(c["rho"])
-    return (list(by), list(by.values()), "ledger charge label (charges sharing a label summed)") if by else None
+    return (list(by), list(by.values()), "ledger charge") if by else None
 
 
 def budget_split(run: RunData) -> str:
@@ -111,7 +111,8 @@ def budget_split(run: RunData) -> str:
     svg = figures.hbar("budget", [labels[i] for i in order], [rho[i] for i in order],
                        title="Budget split (ρ, zCDP)", xlabel="ρ", colors=[figures.PALETTE[1]] * len(order))
     spent = (run.ledger.get("spent") or {}).get("rho")
-    note = f"ρ per {what}: {len(rho)} items summing to {total:.6g}" + \
+    items = "labels (the charges that share a label summed)" if what == "ledger charge" else "items"
+    note = f"ρ per {what}: {len(rho)} {items} summing to {total:.6g}" + \
         (f" (ledger: {spent:.6g} spent)." if isinstance(spent, (int, float)) else ".") + cap
     return section("budget", "Budget split", figure(svg, "Privacy budget (zCDP ρ) given to each measurement."),
                    note=note)

@@ -186,12 +186,15 @@ def _base_report(pr: Problem, n_cross: int) -> dict[str, Any]:
     if pr.self_ref:
         report["self_referential"] = {"directed": True, "self_loops": bool(pr.p["self_loops"]),
                                       "sensitivity_degree": 2 * d_max}
-    if not _evaluating(pr.p):
-        # max degrees and dropped-link counts are read off the private links: not released by default
-        dr = pr.deg_report
-        nonpriv_degree = {k: v for k, v in dr.items() if k not in ("d_max", "truncated", "links_kept")}
-        report["degree"] = {"d_max": dr["d_max"], "truncated": dr["truncated"], "links_kept": pr.m}
-        report["links_input"] = {}
+    # max degrees, dropped-link and repeated-pair counts are read off the private links: never in the report's
+    # public part; with evaluate_nonprivate they go to the NON-private section (``input``), else are withheld
+    dr = pr.deg_report
+    nonpriv_degree = {k: v for k, v in dr.items() if k not in ("d_max", "truncated", "links_kept")}
+    report["degree"] = {"d_max": dr["d_max"], "truncated": dr["truncated"], "links_kept": pr.m}
+    report["links_input"] = {}
+    if _evaluating(pr.p):
+        report["_nonprivate_input"] = {"degree": nonpriv_degree, "links_input": dict(lk.report)}
+    else:
         report["nonprivate_withheld"] = sorted([*nonpriv_degree, *lk.report])
     return report
 
@@ -364,9 +367,12 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
                              "source": _degree_source(pr, ls), "rho": rho_deg,
                              "note": "the release is charged to the links budget (links:degrees); the repair is "
                                      "post-processing of DP outputs", **({"shaped": shaped} if shaped else {})}
+    private_input = report.pop("_nonprivate_input", None)
     if evaluate:
         report["nonprivate_evaluation"] = _nonprivate_evaluation(pr, real, syn, syn_codes, ls, si, sj, all_w,
                                                                  before_repair)
+        if private_input is not None:
+            report["nonprivate_evaluation"]["input"] = private_input
     order = np.lexsort((sj, si))  # the output's row order; each unsorted array is freed once sorted
     si = si[order]
     sj = sj[order]

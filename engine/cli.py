@@ -19,7 +19,8 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--scheduler-address", metavar="A", help="connect to an existing Dask scheduler")
     g.add_argument("--scheduler-file", metavar="F", help="connect through a scheduler file (HPC)")
-    p.add_argument("--workers", type=int, metavar="N", help="workers for a LocalCluster (overrides the config)")
+    p.add_argument("--workers", type=int, metavar="N", help="workers for a LocalCluster (overrides the config; with "
+                   "cluster: threads, the number of threads; Slurm/PBS: the number of jobs)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 

@@ -540,7 +540,8 @@ def input_columns(path: Any, storage_options: Mapping[str, Any] | None = None,
             raise DataError(f"{prefix}cannot read Parquet input {_source_str(path)!r}: {_one_line(e)}") from None
         available = [str(c) for c in probe.columns]
     for cols in per_file.values():  # a column only some files have: the check below names a file without it
-        available += [c for c in cols if c not in available]
+        # (not pandas' saved index, ``__index_level_N__``: it is the frame's index, not a column)
+        available += [c for c in cols if c not in available and not str(c).startswith("__index_level_")]
     needed = [c for c in (columns if columns is not None else available) if c in available]
     try:
         _check_same_columns(per_file, needed, _source_str(path))

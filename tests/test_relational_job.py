@@ -335,3 +335,20 @@ def test_private_degree_figures_only_in_the_nonprivate_section(tmp_path: Path) -
 
     html = render_report(out)  # the page: the figures under the NON-PRIVATE section, not under Degrees
     assert html.count("links_dropped") == 1 and html.index("links_dropped") > html.index('<section id="nonprivate"')
+
+
+def test_link_parquet_with_a_saved_pandas_index_has_two_columns(tmp_path: Path) -> None:
+    """A link file written by pandas from a concatenated frame keeps its index as ``__index_level_0__``;
+    it is the frame's index, not a third column, so the two id columns are found without ``columns``."""
+    cfg = _m2m_files(tmp_path)
+    rt = pd.read_csv(tmp_path / "ratings.csv")[["user_id", "movie_id"]]
+    pd.concat([rt.iloc[::2], rt.iloc[1::2]]).to_parquet(tmp_path / "ratings.parquet")
+    import pyarrow.parquet as pq
+
+    assert "__index_level_0__" in pq.read_schema(tmp_path / "ratings.parquet").names
+    cfg["data"]["links"] = {"path": "ratings.parquet", "left": "users.uid", "right": "movies.mid"}
+    out = tmp_path / "run"
+    _run_mapping(cfg, tmp_path, out)
+    assert (out / ".complete").exists()
+    assert len(pd.read_parquet(out / "synthetic" / "links.parquet")) == json.loads(
+        (out / "report.json").read_text())["sizes"]["links_synthetic"] > 0

@@ -105,16 +105,18 @@ def _degree_plan(p: Mapping[str, Any], kind: str, self_ref: bool, rho_links: flo
 
 def _uninformative(sched: Any, p: Mapping[str, Any]) -> tuple[Any, str]:
     """The schedule a run follows when even one measurement cannot meet ``max_noise`` (public sizes and budget
-    say so), and the warning it gives: one measurement with the whole links budget, or (``uninformative:
-    random``) the random links, nothing spent on them."""
+    say so), and the warning it gives: one selection and one measurement with the links budget, or
+    (``uninformative: random``) the random links, nothing measured."""
     from privcube.mechanisms.relational.selection import one_measurement
 
     msg = ("links budget too small for these table sizes and d_max: even one measurement of the smallest cross "
            "workload would be noisier than max_noise")
     if p["uninformative"] == "random":
         sched.T = 0
-        return sched, msg + "; the run releases the data-independent random links (no links budget spent)"
-    return one_measurement(sched, p["shrinkage"]), msg + "; the run makes one measurement with the whole links budget"
+        return sched, msg + ("; the run releases the data-independent random links (nothing is measured; only the "
+                             "degree release, if any, is charged)")
+    return one_measurement(sched, p["shrinkage"]), msg + ("; the run makes one selection and one measurement with "
+                                                          "the links budget (less the degree release, if any)")
 
 
 def _count(v: Any, what: str) -> int:

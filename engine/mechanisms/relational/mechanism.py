@@ -343,13 +343,14 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
                "cross workload would be noisier than max_noise")
         if p["uninformative"] == "random":
             sched.T = 0
-            report["warnings"] = [msg + "; the data-independent random links are released (no links budget spent)"]
+            report["warnings"] = [msg + "; the data-independent random links are released (nothing is measured; "
+                                        "only the degree release, if any, is charged to the links budget)"]
         else:
             sched = one_measurement(sched, p["shrinkage"])
             report["privacy"].update(sched.report(len(cand_w), report["privacy"]["rho_tables"]))
-            report["warnings"] = [msg + "; one measurement with the whole links budget is made anyway (set "
-                                  "mechanism parameter 'uninformative: random' to release random links and spend "
-                                  "nothing on them)"]
+            report["warnings"] = [msg + "; one selection and one measurement take the links budget anyway (less the "
+                                  "degree release, if any; set mechanism parameter 'uninformative: random' to "
+                                  "release random links without measuring)"]
     run = LinkRun(p, pr.kind, real, syn, pr.m, pr.m_syn, pr.no_diag, sched, cand_w, ledger, noise,
                   context.map if context is not None else None, save, len(pr.need), progress)
     ls = learn_links(run, ls)

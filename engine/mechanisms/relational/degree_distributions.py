@@ -129,14 +129,18 @@ def degree_distribution(noisy: np.ndarray, n: int, sigma: float, mean: float, d_
     return tilt(p[None, :], np.array([mean]))[0]
 
 
-def childless_distribution(noisy: np.ndarray, n_parents: int, n_children: int, d_max: int) -> np.ndarray:
+def childless_distribution(noisy: np.ndarray, n_parents: int, n_children: int, d_max: int,
+                           n_real_parents: int | None = None) -> np.ndarray:
     """A children-per-parent distribution over 0..d_max from the two-value release (parents without / with
-    children, ``degrees.release_degree_histogram``; post-processing): the noisy share with children as a
-    number of parents clipped to what the public sizes allow (⌈children / d_max⌉ to min(parents, children)),
-    and on 1..d_max the maximum-entropy shape with the public mean children / parents-with-children (a
-    truncated geometric: the uniform distribution tilted to that mean)."""
-    w = np.clip(np.asarray(noisy, dtype=float), 0.0, None)
-    share = w[1] / w.sum() if w.sum() > 0 else 0.5
+    children, ``degrees.release_degree_histogram``; post-processing): the share with children, as a number of
+    parents clipped to what the public sizes allow (⌈children / d_max⌉ to min(parents, children)), and on
+    1..d_max the maximum-entropy shape with the public mean children / parents-with-children (a truncated
+    geometric: the uniform distribution tilted to that mean). The two counts add up to the public number of
+    real parents N, so the share is read as (N + with − without) / 2N: both noisy counts inform it, with half
+    the noise variance of either (the ratio with / (with + without) has noise in its denominator too)."""
+    w = np.asarray(noisy, dtype=float)
+    n_real = int(n_real_parents if n_real_parents is not None else n_parents)
+    share = float(np.clip((n_real + w[1] - w[0]) / (2.0 * n_real), 0.0, 1.0)) if n_real > 0 else 0.5
     lo_k = -(-int(n_children) // int(d_max))
     k = int(np.clip(round(share * n_parents), max(lo_k, 1), max(min(n_parents, n_children), 1)))
     p = np.zeros(d_max + 1)

@@ -472,7 +472,8 @@ def _degree_repair(pr: Problem, syn_codes: list[np.ndarray], ls: LinkState, nois
     one = pr.kind == "one_to_many"
     sigma = degree_sigma(d_max, rho_deg, pr.self_ref, one_to_many=one)
     if one and ls.degree_hist.ndim == 1:  # the two-value release: parents without / with children
-        probs: tuple[np.ndarray | None, ...] = (None, childless_distribution(ls.degree_hist, n2s, n1s, d_max))
+        probs: tuple[np.ndarray | None, ...] = (None, childless_distribution(ls.degree_hist, n2s, n1s, d_max,
+                                                                            int(pr.n_real[1])))
     else:
         probs = tuple(degree_distribution(ls.degree_hist[s], pr.n_real[s], sigma, pr.m_syn / (n1s, n2s)[s], d_max,
                                           np.bincount(np.bincount(sj if s else si, minlength=(n1s, n2s)[s])),

@@ -45,11 +45,10 @@ def _twin(real_codes: np.ndarray, syn_codes: np.ndarray, dom, rng: np.random.Gen
     return out
 
 
-def transplant_floor(ds: dict, res, rng: np.random.Generator) -> float:
-    """NON-private error floor: the real links mapped onto the synthetic tables (same-code twins)."""
+def _floor_inputs(ds: dict, res) -> tuple:
+    """(real links' row positions li, lj; real codes r1, r2; synthetic codes s1, s2; domains d1, d2)."""
     from _real_links import real_positions
     from privcube.mechanisms.relational.mechanism import table_codes
-    from privcube.mechanisms.relational.workloads import CrossTables, LinkedCodes, average_error, cross_workloads
 
     tables, li, lj = real_positions(ds)
     left, right = ds["links"]["left"].split(".")[0], ds["links"]["right"].split(".")[0]
@@ -57,9 +56,21 @@ def transplant_floor(ds: dict, res, rng: np.random.Generator) -> float:
     r1, r2 = table_codes(tables[left][0], d1, left), table_codes(tables[right][0], d2, right)
     s1 = res.tables[left][list(d1.attributes)].to_numpy()
     s2 = res.tables[right][list(d2.attributes)].to_numpy()
-    si, sj = _twin(r1, s1, d1, rng)[li], _twin(r2, s2, d2, rng)[lj]
+    return li, lj, r1, r2, s1, s2, d1, d2
+
+
+def _error_on(li, lj, r1, r2, s1, s2, d1, d2, si: np.ndarray, sj: np.ndarray) -> float:
+    """Average % L1 over the cross 3-way marginals of links (si, sj) on the synthetic tables, against the real."""
+    from privcube.mechanisms.relational.workloads import CrossTables, LinkedCodes, average_error, cross_workloads
+
     return average_error(LinkedCodes(CrossTables(r1, d1, r2, d2), li, lj), CrossTables(s1, d1, s2, d2), si, sj,
                          cross_workloads(d1, d2, 3))
+
+
+def transplant_floor(ds: dict, res, rng: np.random.Generator) -> float:
+    """NON-private error floor: the real links mapped onto the synthetic tables (same-code twins)."""
+    li, lj, r1, r2, s1, s2, d1, d2 = _floor_inputs(ds, res)
+    return _error_on(li, lj, r1, r2, s1, s2, d1, d2, _twin(r1, s1, d1, rng)[li], _twin(r2, s2, d2, rng)[lj])
 
 
 def _nearest_with_room(code: np.ndarray, syn: np.ndarray, room: np.ndarray, rng: np.random.Generator,
@@ -79,16 +90,7 @@ def capped_floor(ds: dict, res, rng: np.random.Generator, d_max: int = 10) -> fl
     movie to a synthetic movie with room and the nearest codes that this user is not linked to yet: every
     synthetic record keeps ≤ d_max links and pairs stay distinct, as in every run's output (the plain floor piles
     the links of several real records onto one twin)."""
-    from _real_links import real_positions
-    from privcube.mechanisms.relational.mechanism import table_codes
-    from privcube.mechanisms.relational.workloads import CrossTables, LinkedCodes, average_error, cross_workloads
-
-    tables, li, lj = real_positions(ds)
-    left, right = ds["links"]["left"].split(".")[0], ds["links"]["right"].split(".")[0]
-    d1, d2 = tables[left][1], tables[right][1]
-    r1, r2 = table_codes(tables[left][0], d1, left), table_codes(tables[right][0], d2, right)
-    s1 = res.tables[left][list(d1.attributes)].to_numpy()
-    s2 = res.tables[right][list(d2.attributes)].to_numpy()
+    li, lj, r1, r2, s1, s2, d1, d2 = _floor_inputs(ds, res)
     room1, room2 = np.full(len(s1), d_max), np.full(len(s2), d_max)
     si, sj = np.empty(li.size, np.int64), np.empty(lj.size, np.int64)
     partners: dict[int, set] = {}
@@ -104,8 +106,7 @@ def capped_floor(ds: dict, res, rng: np.random.Generator, d_max: int = 10) -> fl
             room1[cur] -= 1
             room2[v] -= 1
             partners.setdefault(cur, set()).add(v)
-    return average_error(LinkedCodes(CrossTables(r1, d1, r2, d2), li, lj), CrossTables(s1, d1, s2, d2), si, sj,
-                         cross_workloads(d1, d2, 3))
+    return _error_on(li, lj, r1, r2, s1, s2, d1, d2, si, sj)
 
 
 def _bins(report: dict) -> str:

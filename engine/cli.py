@@ -376,7 +376,8 @@ def _print_relational_plan(summary) -> None:  # noqa: ANN001
         print(f"link {lp['link']} ({lp['kind']}): {lp['candidates']} candidate workloads, measurements: "
               f"{lp['measurements']}{'' if bound else ' at most'}; per measurement rho {'>= ' if bound else ''}"
               f"{rho:.6g}, count noise std "
-              f"{'<= ' if bound else ''}{noise} (d_max {lp['d_max']}), selection epsilon {lp['em_epsilon']:.6g}"
+              f"{'<= ' if bound else ''}{noise} (d_max {lp['d_max']}), selection epsilon {'<= ' if bound else ''}"
+              f"{lp['em_epsilon']:.6g}"
               + (f", degrees rho {lp['rho_degrees']:.6g}" if lp["rho_degrees"] else "")
               + f"; selection score {lp['score']}")
         if lp.get("measure_all"):

@@ -81,8 +81,8 @@ def describe_mismatch(saved: Mapping[str, Any], current: Mapping[str, Any]) -> s
         if a == b:
             continue
         if k == "config":
-            parts.append("the job config differs (data, domain or schemas, workload or links, privacy, mechanism "
-                         "options or noise_sampler changed)")
+            parts.append("the job config differs (data paths, domain or schemas, workload or links, privacy, "
+                         "mechanism options or noise_sampler changed)")
         elif k == "seed":
             parts.append(f"seed: the checkpoint was written with {'--seed ' + str(a) if a is not None else 'no seed'}, "
                          f"this run has {'--seed ' + str(b) if b is not None else 'no seed'}")

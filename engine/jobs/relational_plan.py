@@ -91,10 +91,12 @@ def _degree_plan(p: Mapping[str, Any], kind: str, self_ref: bool, rho_links: flo
     if one:
         n_min = math.ceil(sigma * math.sqrt(3) / BIN_NOISE)
         return (f"the children-per-parent histogram, rho {rho:.4g} (degree_share of the links budget, taken from "
-                f"the measurements above): childless parents in a bin of their own, the rest in equal-width bins, sigma {sigma:.4g} per bin, from {n_min} parents "
-                f"(3 bins; d_max + 1 = {d_max + 1} bins from {n_all}); with fewer parents the count of parents "
-                f"without and with children, sigma {math.sqrt(2) * d_max / math.sqrt(2 * rho):.4g}; decided at "
-                "run time from the public table sizes")
+                f"the measurements above): childless parents in a bin of their own, the rest in equal-width bins, "
+                f"sigma {sigma:.4g} per bin, from {n_min} parents (3 bins; d_max + 1 = {d_max + 1} bins from "
+                f"{n_all}); with fewer parents the count of parents without and with children, sigma "
+                f"{math.sqrt(2) * d_max / math.sqrt(2 * rho):.4g} each (read together against the public number of "
+                f"parents: {d_max / math.sqrt(2 * rho):.4g} on the parents with children); decided at run time from "
+                "the public table sizes")
     n_min = math.ceil(sigma * math.sqrt(2) / BIN_NOISE)
     return (f"each side's links-per-record histogram, sigma {sigma:.4g} per bin, rho {rho:.4g} (degree_share of "
             f"the links budget), for a table of at least {n_min} rows (2 bins; d_max + 1 = {d_max + 1} "

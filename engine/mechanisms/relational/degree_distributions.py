@@ -3,9 +3,10 @@ the synthetic records those degrees without changing any cross-table count.
 
 Every many-to-many record starts from a balanced degree (⌊m/n⌋ or ⌈m/n⌉), every one-to-many parent from a
 uniform draw; learning then moves links between record types, so a type's total follows the releases, but
-inside a type the degrees stay nearly equal. The real distribution (how many users rate 0, 1, …, d_max movies) is released here in equal-width
-bins (one-to-many: childless parents in a bin of their own) with the Gaussian mechanism, as many bins as the public sizes say can be informative (none: nothing is
-released), and the synthetic links are then re-dealt inside groups of records with identical codes on every
+inside a type the degrees stay nearly equal. The real distribution (how many users rate 0, 1, …, d_max
+movies) is released here in equal-width bins (one-to-many: childless parents in a bin of their own) with the
+Gaussian mechanism, as many bins as the public sizes say can be informative (none: nothing is released), and
+the synthetic links are then re-dealt inside groups of records with identical codes on every
 attribute: such records are interchangeable in every marginal, so moving a link's end from one to another
 changes no cross-table count, only who holds the link. Each group keeps its total; its records' degrees
 follow a distribution with the group's mean, and the groups' distributions together make up the released

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -123,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import json
 
-    from privcube.mechanisms.relational.mechanism import run_relational
-    from privcube.privacy.noise import NoiseSource
+    from _relational_runs import load_footer, timed_run
 
     import tempfile
 
@@ -153,9 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         budgets = {"tables": {"users": {"epsilon": a.eps_table, "delta": 1e-6},
                               "sessions": {"epsilon": a.eps_table, "delta": 1e-6}},
                    "links": {"epsilon": eps, "delta": 1e-6}}
-        t0 = time.perf_counter()
-        res = run_relational(ds["tables"], ds["links"], params, budgets, noise=NoiseSource(seed))
-        dt = time.perf_counter() - t0
+        res, dt = timed_run(ds, params, budgets, seed)
         ev = res.report["nonprivate_evaluation"]
         e, r = ev["average_cross_error_pct"], ev["initial_random_links_error_pct"]
         floor = real_links_floor(ds, res, d_max, np.random.default_rng(seed))
@@ -175,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  eps_rel {eps:5.2f}: learned {arr[:, 0].mean():6.2f} ± {arr[:, 0].std():5.2f}  random "
                   f"{arr[:, 1].mean():6.2f}  floor {arr[:, 2].mean():6.2f} ± {arr[:, 2].std():5.2f}  learned/floor "
                   f"{ratio.mean():5.3f} (per seed {' / '.join(f'{x:.3f}' for x in ratio)})")
-    print("load average (1, 5, 15 min) at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
-          + f" on {os.cpu_count()} cores")
+    print(load_footer())
     return 0
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 
 
@@ -27,8 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eps-rel", type=float, default=1.0)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     a = ap.parse_args(argv)
-    from privcube.mechanisms.relational.mechanism import run_relational
-    from privcube.privacy.noise import NoiseSource
+    from _relational_runs import load_footer, timed_run
     from privcube.storage.relational_data import users_sessions_like
 
     budgets = {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "sessions": {"epsilon": 1.0, "delta": 1e-6}},
@@ -40,17 +38,14 @@ def main(argv: list[str] | None = None) -> int:
             ds = users_sessions_like(n, d_max=a.d_max, seed=seed)
             for share in (0.05, 0.0):
                 params = {"d_max": a.d_max, "iterations": 3, "evaluate_nonprivate": True, "degree_share": share}
-                t0 = time.perf_counter()
-                res = run_relational(ds["tables"], ds["links"], params, budgets, noise=NoiseSource(seed))
-                dt = time.perf_counter() - t0
+                res, dt = timed_run(ds, params, budgets, seed)
                 ev, deg = res.report["nonprivate_evaluation"], res.report["degrees"]
                 wl = ev["right_records_with_links"]
                 print(f"{n:7d} {seed:4d} {share:5.2f} {ev['average_cross_error_pct']:7.2f} "
                       f"{ev['before_degree_repair_pct']:8.2f} {ev['initial_random_links_error_pct']:7.2f} "
                       f"{ev['degree_tv']['right']:6.3f} {str(wl['synthetic']) + '/' + str(int((ds['degrees'] > 0).sum())):>18} "
                       f"{dt:7.1f} {os.getloadavg()[0]:5.2f}  {deg['source']}; {deg.get('shaped', '')}", flush=True)
-    print("load average (1, 5, 15 min) at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
-          + f" on {os.cpu_count()} cores")
+    print(load_footer())
     return 0
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 import numpy as np
 
@@ -139,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--param", action="append", default=[], metavar="KEY=JSON",
                     help="override a mechanism parameter, e.g. --param iterations=20")
     a = ap.parse_args(argv)
-    from privcube.mechanisms.relational.mechanism import run_relational
-    from privcube.privacy.noise import NoiseSource
+    from _relational_runs import load_footer, timed_run
     from privcube.storage.relational_data import movielens_like
 
     print(f"users {a.users}, movies {a.movies}, genres {a.genres}, "
@@ -162,10 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 params[k] = json.loads(v)
             budgets = {"tables": {"users": {"epsilon": 1.0, "delta": 1e-5}, "movies": {"epsilon": 1.0, "delta": 1e-5}},
                        "links": {"epsilon": eps, "delta": 1e-5}}
-            t0 = time.perf_counter()
-            res = run_relational(ds["tables"], ds["links"], params, budgets, noise=NoiseSource(seed),
-                                 synthetic_tables=syn)
-            dt = time.perf_counter() - t0
+            res, dt = timed_run(ds, params, budgets, seed, synthetic_tables=syn)
             ev = res.report["nonprivate_evaluation"]
             e, r = ev["average_cross_error_pct"], ev["initial_random_links_error_pct"]
             f = transplant_floor(ds, res, np.random.default_rng(seed))
@@ -185,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
               f"learned/floor {ratio.mean():5.3f} (max {ratio.max():5.3f})  wins {int((arr[:, 0] < arr[:, 1]).sum())}"
               f"/{len(rs)}  paper AIM {ref if ref is not None else '-'}"
               + (f"  learned/floor<=d_max {(arr[:, 0] / arr[:, 3]).mean():5.3f}" if a.capped_floor else ""))
-    print("load average (1, 5, 15 min) at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
-          + f" on {os.cpu_count()} cores")
+    print(load_footer())
     return 0
 
 

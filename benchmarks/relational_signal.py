@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,8 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     import numpy as np
 
-    from privcube.mechanisms.relational.mechanism import run_relational
-    from privcube.privacy.noise import NoiseSource
+    from _relational_runs import load_footer, timed_run
     from privcube.storage.relational_data import parent_child_like
 
     params = {"d_max": a.d_max, "iterations": 10, "evaluate_nonprivate": True}
@@ -49,9 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                 ds = parent_child_like(a.parents, a.children, d_max=a.d_max, beta=beta, seed=seed)
                 budgets = {"tables": {n: {"epsilon": 1.0, "delta": 1e-6} for n in ds["tables"]},
                            "links": {"epsilon": eps, "delta": 1e-6}}
-                t0 = time.perf_counter()
-                res = run_relational(ds["tables"], ds["links"], params, budgets, noise=NoiseSource(seed))
-                dt = time.perf_counter() - t0
+                res, dt = timed_run(ds, params, budgets, seed)
                 ev = res.report["nonprivate_evaluation"]
                 e, r = ev["average_cross_error_pct"], ev["initial_random_links_error_pct"]
                 ratios.append(e / r)
@@ -59,8 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{res.report['privacy']['selections']:8d} {dt:7.1f} {os.getloadavg()[0]:5.2f}", flush=True)
             print(f"  beta {beta:g}, eps_rel {eps:g}: learned / random {np.mean(ratios):.3f} (max {max(ratios):.3f}), "
                   f"learned below random on {sum(x < 1 for x in ratios)} of {len(ratios)} seeds", flush=True)
-    print("load average (1, 5, 15 min) at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
-          + f" on {os.cpu_count()} cores")
+    print(load_footer())
     return 0
 
 

@@ -286,9 +286,7 @@ def select_and_measure(t: int, kt: int, sched: Schedule, p: Mapping[str, Any], r
         # leaves later iterations other candidates), or none is left: this one takes the rest, nothing idles
         others = np.isfinite(scores)
         others[q] = False
-        cheapest = float(cost[others].min()) if others.any() else math.inf
-        if len(pool) < len(remaining):
-            cheapest = min(cheapest, float(cost.min()))
+        cheapest = float(cost.min()) if len(pool) < len(remaining) else float(cost[others].min(initial=math.inf))
         if rest < (sched.rho_select + cheapest) * (1 - 1e-9):
             rho_m = max(sched.rho_links - spent, rho_m) if rest > 0 else rho_m
         sigma = sched.sigma_of(rho_m)

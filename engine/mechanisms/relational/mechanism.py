@@ -146,7 +146,6 @@ from privcube.mechanisms.relational.links import KINDS, Links, RelationalData, p
 from privcube.mechanisms.relational.parameters import PARAMS, check_params
 from privcube.mechanisms.relational.selection import (  # noqa: F401 (selection_count: re-export)
     candidate_workloads,
-    degree_release,
     links_schedule,
     one_measurement,
     selection_count,
@@ -322,7 +321,7 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     report = _base_report(pr, len(all_w))
     cand_w, sched, rho_deg = links_schedule(p, pr.kind, pr.self_ref, doms[0], doms[1], pr.b_links.rho, pr.m,
                                             tuple(pr.n_real))
-    _, deg_bins = degree_release(p, pr.kind, pr.self_ref, pr.b_links.rho, tuple(pr.n_real))
+    deg_bins = sched.degree_bins
     real.want([*cand_w, *(all_w if evaluate else [])])  # one pass over the joined links counts them all
     if evaluate:
         ls.init_err = average_error(real, syn, ls.si, ls.sj, all_w)

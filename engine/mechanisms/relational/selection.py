@@ -75,6 +75,7 @@ class Schedule:
     first: list[CrossWorkload] = field(default_factory=list)  # measure-all: released in iteration 0, no selection
     first_rho: list[float] = field(default_factory=list)  # their ρ each (public)
     score: str = "aim"  # the EM's score, resolved from ``score`` (``auto``: ``score_for``, public sizes)
+    degree_bins: tuple[int, int] = (0, 0)  # the degree release's bins per side (``degree_release``)
 
     @property
     def rho_select(self) -> float:
@@ -183,7 +184,7 @@ def links_schedule(p: Mapping[str, Any], kind: str, self_ref: bool, dom1: Domain
     self-referential record is on both ends: 2·d_max pairs change."""
     cand_w = candidate_workloads(dom1, dom2, int(p["k"]), p["candidate_orders"])
     d_sens = 2 * int(p["d_max"]) if self_ref else int(p["d_max"])
-    rho_deg, _ = degree_release(p, kind, self_ref, rho_links, sizes)
+    rho_deg, deg_bins = degree_release(p, kind, self_ref, rho_links, sizes)
     # the charges add up in floating point: plan to spend a hair less than the budget (1e-12 relative), so
     # their sum is never above it, whatever the order of the additions (rounding is ~1e-16 per charge)
     rho_links = rho_deg + (rho_links - rho_deg) * (1.0 - ROUNDING_MARGIN)
@@ -201,6 +202,7 @@ def links_schedule(p: Mapping[str, Any], kind: str, self_ref: bool, dom1: Domain
     if first:
         # the adaptive part is planned on what is left; the loop's budget check runs on the whole links budget
         sched.rho_links, sched.first, sched.first_rho, sched.informative = rho_links - rho_deg, first, first_rho, True
+    sched.degree_bins = deg_bins
     return cand_w, sched, rho_deg
 
 

@@ -35,9 +35,8 @@ def _tiny(seed: int) -> tuple[CrossTables, list[CrossWorkload], list[np.ndarray]
     return syn, ws, targets
 
 
-def _record_optimum(syn: CrossTables, ws: list[CrossWorkload], targets: list[np.ndarray], scale: float,
-                    kind: str, m: int, deg: np.ndarray | None) -> float:
-    """The record-level relaxed problem (dense Q_w built explicitly, every record pair a variable) by SLSQP."""
+def _record_operators(syn: CrossTables, ws: list[CrossWorkload]) -> list[np.ndarray]:
+    """Per workload the dense record-level Q_w (cells × record pairs), built entry by entry."""
     n1, n2 = syn.n1, syn.n2
     Qs = []
     for w in ws:
@@ -48,6 +47,14 @@ def _record_optimum(syn: CrossTables, ws: list[CrossWorkload], targets: list[np.
             for j in range(n2):
                 Q[c1[i] * s2 + c2[j], i * n2 + j] = 1.0
         Qs.append(Q)
+    return Qs
+
+
+def _record_optimum(syn: CrossTables, ws: list[CrossWorkload], targets: list[np.ndarray], scale: float,
+                    kind: str, m: int, deg: np.ndarray | None) -> float:
+    """The record-level relaxed problem (dense Q_w built explicitly, every record pair a variable) by SLSQP."""
+    n1, n2 = syn.n1, syn.n2
+    Qs = _record_operators(syn, ws)
 
     def f(b: np.ndarray) -> float:
         return float(sum(np.sum(((Q @ b - t) / scale) ** 2) for Q, t in zip(Qs, targets)))
@@ -102,7 +109,30 @@ def test_type_optimum_equals_record_level_optimum(kind: str, seed: int) -> None:
         assert np.all(L.sum(axis=1) <= t1.count * 2.0 + 1e-6) and L.sum() == pytest.approx(m, rel=1e-10)
 
 
-def test_weighted_projection_matches_a_qp_solver() -> None:
+@pytest.mark.parametrize("seed", [0, 4])
+def test_type_gradient_step_is_the_record_level_step(seed: int) -> None:
+    """The type solver's gradient step is the paper's record-level one on block-uniform B: the same gradient
+    at every record pair of a block, the same step size (σ_max² of C·diag(√W) equals ‖Q‖₂² of the dense
+    record-level operator), and its projection is in the record-level norm (tested against a QP below)."""
+    syn, ws, targets = _tiny(seed)
+    t1, t2 = link_types(syn, ws)
+    W = np.outer(t1.count, t2.count).astype(float)
+    op = type_operator([t1.cells(syn.dom1, w.left) for w in ws], [t2.cells(syn.dom2, w.right) for w in ws],
+                       [w.sizes(syn.dom1, syn.dom2) for w in ws], W)
+    Q = np.vstack(_record_operators(syn, ws))
+    assert op.sigma2(np.random.default_rng(0), iters=5000, tol=1e-14, scale=np.sqrt(W)) == pytest.approx(
+        float(np.linalg.norm(Q, 2)) ** 2, rel=1e-8)
+    x = np.random.default_rng(seed).random(W.shape)
+    B = x[t1.of][:, t2.of]  # the block-uniform record pairs
+    grad_B = 2.0 * Q.T @ (Q @ B.ravel() - np.concatenate(targets))
+    g = 2.0 * op.adjoint_counts([q - t for q, t in zip(op.apply(x), targets)])
+    assert W.size < B.size  # a real aggregation
+    np.testing.assert_allclose(grad_B.reshape(B.shape), g[t1.of][:, t2.of], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("norm", ["euclidean", "records"])
+def test_weighted_projection_matches_a_qp_solver(norm: str) -> None:
+    """D = W (default): the Euclidean projection; D = 1: the projection in the norm Σ W (x − z)²."""
     rng = np.random.default_rng(3)
     for _ in range(20):
         B = int(rng.integers(1, 6))
@@ -110,32 +140,35 @@ def test_weighted_projection_matches_a_qp_solver() -> None:
         hi = np.where(rng.random((2, B)) < 0.3, 0.5, 1.0)
         r = (W * hi).sum(axis=1) * rng.random(2)
         Z = rng.normal(size=(2, B))
-        X = project_weighted_rows(Z, W, r, hi)
+        weight = np.ones_like(W) if norm == "euclidean" else W
+        X = project_weighted_rows(Z, W, r, hi, D=None if norm == "euclidean" else np.ones_like(W))
         np.testing.assert_allclose((W * X).sum(axis=1), r, rtol=1e-10, atol=1e-10)
         for a in range(2):
-            res = minimize(lambda v: float(((v - Z[a]) ** 2).sum()), np.clip(Z[a], 0, hi[a]),
+            res = minimize(lambda v: float((weight[a] * (v - Z[a]) ** 2).sum()), np.clip(Z[a], 0, hi[a]),
                            bounds=list(zip(np.zeros(B), hi[a])), method="SLSQP",
                            constraints=[{"type": "eq", "fun": lambda v: W[a] @ v - r[a]}],
                            options={"ftol": 1e-15, "maxiter": 500})
-            assert float(((X[a] - Z[a]) ** 2).sum()) <= res.fun + 1e-9
+            assert float((weight[a] * (X[a] - Z[a]) ** 2).sum()) <= res.fun * (1 + 1e-9) + 1e-9  # SLSQP: ~1e-11 rel.
 
 
-def _bisection_projection(z: np.ndarray, w: np.ndarray, r: float, hi: np.ndarray) -> np.ndarray:
-    """Reference for one row: the KKT shift y by plain bisection (300 halvings), x = clip(z + y·w, 0, hi)."""
+def _bisection_projection(z: np.ndarray, w: np.ndarray, r: float, hi: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Reference for one row: the KKT shift y by plain bisection (300 halvings), x = clip(z + y·d, 0, hi)."""
     live = (w > 0) & (hi > 0)
     if not live.any() or r <= 0:
         return np.where(live, 0.0, np.clip(z, 0, hi))
-    lo, up = float(np.min(-z[live] / w[live])), float(np.max((hi[live] - z[live]) / w[live]))
+    d = np.where(w > 0, d, 0.0)  # entries with w = 0 (no records) do not move
+    lo, up = float(np.min(-z[live] / d[live])), float(np.max((hi[live] - z[live]) / d[live]))
     for _ in range(300):
         mid = 0.5 * (lo + up)
-        if float((w * np.clip(z + mid * w, 0, hi)).sum()) < r:
+        if float((w * np.clip(z + mid * d, 0, hi)).sum()) < r:
             lo = mid
         else:
             up = mid
-    return np.clip(z + 0.5 * (lo + up) * w, 0, hi)
+    return np.clip(z + 0.5 * (lo + up) * d, 0, hi)
 
 
-def test_weighted_projection_matches_bisection_on_hard_rows() -> None:
+@pytest.mark.parametrize("norm", ["euclidean", "records"])
+def test_weighted_projection_matches_bisection_on_hard_rows(norm: str) -> None:
     # totals at 0 and at capacity, zero weights and zero bounds, badly scaled inputs: the Newton/bisection
     # solver equals a plain bisection of the KKT shift, and entries with W = 0 (which do not count in the
     # total) stay at clip(z, 0, hi)
@@ -147,12 +180,13 @@ def test_weighted_projection_matches_bisection_on_hard_rows() -> None:
         hi[rng.random((A, B)) < 0.05] = 0.0
         r = (W * hi).sum(axis=1) * rng.choice([0.0, 1.0, 0.5, 0.999, 1e-3], A)
         Z = rng.normal(size=(A, B)) * rng.choice([1e-2, 1.0, 100.0])
-        X = project_weighted_rows(Z, W, r, hi)
+        D = W if norm == "euclidean" else np.ones_like(W)
+        X = project_weighted_rows(Z, W, r, hi, D=D)
         np.testing.assert_allclose((W * X).sum(axis=1), r, rtol=1e-10, atol=1e-9)
         for a in range(A):
-            np.testing.assert_allclose(X[a], _bisection_projection(Z[a], W[a], r[a], hi[a]), atol=1e-7)
+            np.testing.assert_allclose(X[a], _bisection_projection(Z[a], W[a], r[a], hi[a], D[a]), atol=1e-7)
         # a start for the multipliers (anywhere, even far outside the bracket) changes only the work
-        X0 = project_weighted_rows(Z, W, r, hi, y0=rng.normal(size=A) * rng.choice([1e-3, 1.0, 1e4]))
+        X0 = project_weighted_rows(Z, W, r, hi, y0=rng.normal(size=A) * rng.choice([1e-3, 1.0, 1e4]), D=D)
         np.testing.assert_allclose(X0, X, atol=1e-7)
 
 
@@ -196,6 +230,7 @@ def test_many_to_many_run_on_types_keeps_degrees_and_reports_relinking() -> None
     hist = r.report["iterations"]
     assert hist and all(h["optimiser"] == "types" and h["relinked_share"] == 1.0 for h in hist)
     assert all(0.0 <= h["links_changed_share"] <= 1.0 for h in hist)
+    assert all(h["type_iters"] == 500 for h in hist)  # a small grid: the full 500 steps with type_iters auto
     si, sj = r.links.iloc[:, 0].to_numpy(), r.links.iloc[:, 1].to_numpy()
     m_syn = r.report["m_syn"]
     assert si.size == m_syn and np.unique(si * 80 + sj).size == m_syn
@@ -263,6 +298,24 @@ def test_type_cell_budget_falls_back_to_slices() -> None:
     r = run_relational(ml["tables"], ml["links"], {**FAST, "type_cells": 1}, {"links": {"epsilon": 4.0, "delta": 1e-6}},
                        noise=NoiseSource(0), synthetic_tables=syn)
     assert all(h["optimiser"] == "slices" and 0.0 < h["relinked_share"] <= 1.0 for h in r.report["iterations"])
+
+
+def test_type_iterations_auto_bounds_the_work_of_a_solve() -> None:
+    """``type_iters: auto``: 500 steps on small grids, a fixed work budget (type pairs × steps) on larger ones,
+    never fewer than 50; an explicit integer is kept; anything else is refused naming the key."""
+    from privcube.errors import ConfigError
+    from privcube.mechanisms.relational.parameters import check_params
+    from privcube.mechanisms.relational.type_linking import TYPE_WORK, type_iterations
+
+    auto = check_params({})
+    assert auto["type_iters"] == "auto" and auto["type_cells"] == 3_000_000
+    assert type_iterations(auto, 38_000) == 500 and type_iterations(auto, TYPE_WORK // 500) == 500
+    assert type_iterations(auto, 549_000) == TYPE_WORK // 549_000 == 91
+    assert type_iterations(auto, 1_140_000) == 50 and type_iterations(auto, 3_000_000) == 50
+    assert type_iterations(check_params({"type_iters": 7}), 3_000_000) == 7
+    for bad in ("fast", 0, 2.5, True):
+        with pytest.raises(ConfigError, match="'type_iters' must be an integer >= 1 or auto"):
+            check_params({"type_iters": bad})
 
 
 def test_type_runs_are_reproducible_with_a_seed() -> None:
@@ -359,7 +412,8 @@ def test_type_operator_equals_the_dense_count_matrices(dense: bool, monkeypatch:
 
 
 def _qp_projection(Z: np.ndarray, W: np.ndarray, hi: np.ndarray, rows, total: float, caps, row_caps) -> np.ndarray:
-    """Reference: the projection as a QP solved by cvxpy (Clarabel)."""
+    """Reference: the projection in the record-level norm Σ_ab W_ab (x_ab − z_ab)² (the norm of the
+    block-uniform record pairs) as a QP solved by cvxpy (Clarabel)."""
     import cvxpy as cp
 
     x = cp.Variable(Z.shape)
@@ -370,7 +424,7 @@ def _qp_projection(Z: np.ndarray, W: np.ndarray, hi: np.ndarray, rows, total: fl
         cons.append(cp.sum(L, axis=0) <= caps)
     if row_caps is not None:
         cons.append(cp.sum(L, axis=1) <= row_caps)
-    cp.Problem(cp.Minimize(cp.sum_squares(x - Z)), cons).solve(solver=cp.CLARABEL, tol_gap_abs=1e-12,
+    cp.Problem(cp.Minimize(cp.sum(cp.multiply(W, cp.square(x - Z)))), cons).solve(solver=cp.CLARABEL, tol_gap_abs=1e-12,
                                                                tol_gap_rel=1e-12, tol_feas=1e-12)
     return np.asarray(x.value)
 

@@ -22,7 +22,7 @@ PARAMS: dict[str, Any] = {
     "chunk_size": 1_000_000, "evaluate_nonprivate": False, "evaluate": None, "shrinkage": "auto",
     "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.2,
     "self_loops": False, "shrink_towards": "initial", "refit": True, "degrees": "preserve",
-    "degree_share": 0.05, "uninformative": "warn", "optimiser": "auto", "type_cells": 50_000, "type_iters": 500,
+    "degree_share": 0.05, "uninformative": "warn", "optimiser": "auto", "type_cells": 3_000_000, "type_iters": "auto",
     "shrink_by": "pooled", "strategy": "auto", "left_degrees": "kept", "score": "auto",
 }
 
@@ -45,10 +45,12 @@ def _check_counts(q: Mapping[str, Any]) -> None:
         v = q[key]
         if key == "slices_per_iteration" and v == "all":
             continue  # every link (many-to-many with degrees kept) or every parent, each iteration
+        if key == "type_iters" and v == "auto":
+            continue  # 500, fewer on large type grids (type_linking.type_iterations)
         lo = 0 if key == "iterations" else 1
         if not _is_int(v) or v < lo:
-            raise ConfigError(f"{_WHO}: parameter {key!r} must be an integer >= {lo}"
-                              f"{' or all' if key == 'slices_per_iteration' else ''}, got {v!r}")
+            alt = {"slices_per_iteration": " or all", "type_iters": " or auto"}.get(key, "")
+            raise ConfigError(f"{_WHO}: parameter {key!r} must be an integer >= {lo}{alt}, got {v!r}")
     for key in ("m_syn", "workloads_per_slice"):
         v = q[key]
         if v is not None and (not _is_int(v) or v < 1):

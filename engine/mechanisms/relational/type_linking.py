@@ -41,6 +41,19 @@ def type_pairs(syn: CrossTables, ws: Sequence[CrossWorkload]) -> int:
     return t1.size * t2.size
 
 
+TYPE_STEPS = 500  # accelerated PGD steps per solve with ``type_iters: auto`` on grids up to WORK / 500 pairs
+TYPE_WORK = 50_000_000  # type pairs × steps per solve beyond that (about 0.1 s a step per million pairs)
+TYPE_STEPS_MIN = 50
+
+
+def type_iterations(p: Mapping[str, Any], pairs: int) -> int:
+    """PGD steps per type-level solve: ``type_iters``, or with ``auto`` 500 while the grid is small and a fixed
+    amount of work (``TYPE_WORK`` type-pair steps, at least 50 steps) beyond, so one solve costs seconds."""
+    if p["type_iters"] != "auto":
+        return int(p["type_iters"])
+    return max(TYPE_STEPS_MIN, min(TYPE_STEPS, TYPE_WORK // max(pairs, 1)))
+
+
 def learned_left_degrees(p: Mapping[str, Any], kind: str) -> bool:
     """Many-to-many with ``degrees: preserve`` and ``left_degrees: learned``: each left type's link total is
     a variable of the problem, capped at d_max per record (the right side is capped as before)."""
@@ -81,7 +94,7 @@ def type_step(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray,
     targets = [m_syn * np.asarray(a, dtype=float) for a in answers]
     current = type_pair_counts(t1, t2, si, sj)
     x0 = np.divide(current, cons.W)
-    iters = int(p["type_iters"])
+    iters = type_iterations(p, t1.size * t2.size)
     x = solve_types(op, targets, float(m_syn), cons, x0, iters=iters, rng=rng)
     capped = False
     d_max = int(p["d_max"])
@@ -106,7 +119,7 @@ def type_step(p: Mapping[str, Any], kind: str, syn: CrossTables, si: np.ndarray,
     if ni.size != m_syn:
         raise DataError(f"internal: link count changed from {m_syn} to {ni.size} in the type assignment")
     kept = _kept_links(si, sj, ni, nj)
-    info = {"optimiser": "types", "types": [t1.size, t2.size], "right_cap_in_problem": capped,
+    info = {"optimiser": "types", "types": [t1.size, t2.size], "type_iters": iters, "right_cap_in_problem": capped,
             "left_degrees": "learned" if cons.row_caps is not None else "kept" if deg1 is not None else "free",
             "links_changed_share": 1.0 - kept / max(m_syn, 1)}
     return TypeStep(ni, nj, info)
@@ -125,4 +138,4 @@ def _kept_links(si: np.ndarray, sj: np.ndarray, ni: np.ndarray, nj: np.ndarray, 
     return kept
 
 
-__all__ = ["TypeStep", "type_pairs", "type_step"]
+__all__ = ["TypeStep", "type_iterations", "type_pairs", "type_step"]

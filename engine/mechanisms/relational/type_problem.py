@@ -8,8 +8,11 @@ feasible L is met by B uniform inside each block (B_ij = L_ab/U_ab): the optimum
 B, with #types1 × #types2 variables instead of n1 × n2.
 
 We optimise the block densities x = L / W (W_ab = n_a·n_b): that is the record-level problem restricted to
-block-uniform B, so a gradient step and the Euclidean projection are exactly the record-level ones (the
-paper's step η = s²/(2σ²), here with Nesterov acceleration and restarts), at the cost of the types.
+block-uniform B. The steps are the record-level ones: the gradient of f at every record pair of a block
+(∂f/∂L_ab), the paper's step η = s²/(2σ²) with σ = ‖Q‖ (= σ_max of C·diag(√W)), and the projection in the
+norm of B, Σ_ab W_ab (x_ab − z_ab)²; here with Nesterov acceleration and restarts, at the cost of the types.
+(Steps in the plain Euclidean norm of x scale block ab's curvature by W_ab², so blocks of few records
+barely move: after 100 steps at the paper's MovieLens size the objective was 0.093 against 0.059.)
 """
 from __future__ import annotations
 
@@ -94,9 +97,9 @@ class TypeConstraints:
     """The aggregated feasible set, in densities x = L/W: 0 ≤ x ≤ hi, row totals of L = ``rows`` (or, when
     ``rows`` is None, the grand total ``total``), optional column caps Σ_a L_ab ≤ ``caps``_b and row caps
     Σ_b L_ab ≤ ``row_caps``_a (left degrees learned up to d_max); ``dykstra``: most rounds of a capped
-    projection; ``norm``: "records" projects in the record-level norm Σ_ab W_ab (x_ab − z_ab)² (the norm of
-    the block-uniform B), "types" in the plain Euclidean norm of x. One object serves one solve: it keeps the
-    last projection's multipliers as the next start."""
+    projection, in the record-level norm Σ_ab W_ab (x_ab − z_ab)² (the Euclidean norm of the block-uniform B,
+    so a multiplier shifts every density of its row or column alike). One object serves one solve: it keeps
+    the last projection's multipliers as the next start."""
 
     W: np.ndarray
     hi: np.ndarray
@@ -105,19 +108,10 @@ class TypeConstraints:
     caps: np.ndarray | None = None
     dykstra: int = 10
     row_caps: np.ndarray | None = None
-    norm: str = "records"
 
     def __post_init__(self) -> None:
-        if self.norm not in ("records", "types", "counts"):
-            raise DataError(f"type constraints: norm must be 'records' or 'types', got {self.norm!r}")
         self._warm: dict[str, Any] = {}  # the last projection's multipliers (a warm start, never a result)
-
-    @property
-    def D(self) -> np.ndarray:
-        """How a multiplier shifts each density in the projection's KKT conditions: 1 (record norm) or W."""
-        if self.norm == "counts":
-            return 1.0 / self.W
-        return np.ones_like(self.W) if self.norm == "records" else self.W
+        self.D = np.ones_like(self.W)  # how a multiplier shifts each density (KKT of the record-level norm)
 
     def _rows(self, Z: np.ndarray, y0: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Onto the row totals (or the grand total): the projection and its multipliers (per row, or one),
@@ -300,9 +294,7 @@ def solve_types(op: TypeOperator, targets: Sequence[np.ndarray], scale: float, c
     relative. Returns the relaxed densities (feasible)."""
     if scale <= 0:
         raise DataError(f"type problem: scale must be positive, got {scale!r}")
-    records = cons.norm == "records"
-    sc = {"records": np.sqrt(op.W), "counts": np.ones_like(op.W), "types": None}[cons.norm]
-    sigma2 = 1.05 * op.sigma2(rng or np.random.default_rng(0), scale=sc)
+    sigma2 = 1.05 * op.sigma2(rng or np.random.default_rng(0), scale=np.sqrt(op.W))  # ‖Q‖² at record level
     x = cons.project(np.asarray(x0, dtype=float))
     if sigma2 <= 0 or iters <= 0:
         return x
@@ -313,8 +305,8 @@ def solve_types(op: TypeOperator, targets: Sequence[np.ndarray], scale: float, c
         if history is not None:
             history.append(objective(op, x, targets, scale))
         g = op.adjoint_counts(res) * (2.0 / (scale * scale))  # ∂f/∂L = ∂f/∂B_ij for every (i, j) of a block
-        grad = g * op.W  # ∂f/∂x
-        x_new = cons.project(y - eta * (g if records else grad if cons.norm == "types" else g / op.W))
+        grad = g * op.W  # ∂f/∂x (the restart test's directional derivative)
+        x_new = cons.project(y - eta * g)  # the record-level step on every B_ij of a block
         if float(np.vdot(grad, x_new - x)) > 0:  # restart: momentum points uphill
             t = 1.0
         t_new = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))

@@ -215,7 +215,8 @@ def group_shapes(p: np.ndarray, means: np.ndarray, weights: np.ndarray, iters: i
 def group_targets(current: np.ndarray, groups: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """A target degree per record: inside each group (records with identical codes) degrees drawn from the
     group's shape (``group_shapes``: its mean, and together the distribution ``p``), adjusted by single units
-    (within 0..d_max) so the group's total is kept, then matched by rank to the current degrees (the record
+    (within 0..d_max; records with links first, so the number with none stays as drawn) so the group's total
+    is kept, then matched by rank to the current degrees (the record
     with the most links gets the largest target) so reaching them moves as few links as possible."""
     current = np.asarray(current, dtype=np.int64)
     K = p.size - 1
@@ -239,7 +240,10 @@ def group_targets(current: np.ndarray, groups: np.ndarray, p: np.ndarray, rng: n
         sign = np.sign(diff)[g]
         room = ((sign > 0) & (t < K)) | ((sign < 0) & (t > 0))
         cand = np.flatnonzero(room)
-        order = cand[np.lexsort((rng.random(cand.size), g[cand]))]
+        # records that stay on their side of zero first (a unit onto a record with links, off one with two or
+        # more), so the adjustment does not change how many records have links (one-to-many: childless parents)
+        crosses = np.where(sign[cand] > 0, t[cand] == 0, t[cand] == 1)
+        order = cand[np.lexsort((rng.random(cand.size), crosses, g[cand]))]
         first = np.searchsorted(g[order], np.arange(G))
         rank = np.arange(order.size) - first[g[order]]
         take = order[rank < np.abs(diff)[g[order]]]

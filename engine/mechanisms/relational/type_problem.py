@@ -289,9 +289,9 @@ def objective(op: TypeOperator, x: np.ndarray, targets: Sequence[np.ndarray], sc
 def solve_types(op: TypeOperator, targets: Sequence[np.ndarray], scale: float, cons: TypeConstraints,
                 x0: np.ndarray, *, iters: int = 500, rng: np.random.Generator | None = None,
                 history: list[float] | None = None, tol: float = 1e-7) -> np.ndarray:
-    """Accelerated projected gradient (FISTA with gradient restarts) from ``x0``; step 1/L with
-    L = 2σ²/scale² (the paper's η = scale²/(2σ²)); stops early when a step moves x by less than ``tol``
-    relative. Returns the relaxed densities (feasible)."""
+    """Accelerated projected gradient (FISTA with gradient restarts) from ``x0`` in the record-level norm:
+    step 1/L with L = 2σ²/scale², σ = ‖Q‖ (the paper's η = scale²/(2σ²)); stops early when a step moves x by
+    less than ``tol`` relative. Returns the relaxed densities (feasible)."""
     if scale <= 0:
         raise DataError(f"type problem: scale must be positive, got {scale!r}")
     sigma2 = 1.05 * op.sigma2(rng or np.random.default_rng(0), scale=np.sqrt(op.W))  # ‖Q‖² at record level

@@ -33,7 +33,8 @@ learned 3.75 / 0.85 / 1.11 % vs random 9.58 / 9.55 / 9.56 % (unchanged), 51 bins
 variation between the real and synthetic links-per-record distributions: users 0.042 / 0.040 / 0.040, movies
 0.032 / 0.034 / 0.046, against 0.882 / 0.243 with ``--degree-share 0`` (seed 0; 144 s at load 2.7–3.2). The
 first version of the re-dealing (a full sort of the links per pass and an extra copy) took 158 s and 1.21 GB
-on seed 0.
+on seed 0. With the record-level steps on record types (stop 29, load 1.1–1.5): run 112 / 108 / 108 s, driver
+0.87 / 0.89 / 0.94 GB, largest worker 1.48–1.52 GB, learned 2.81 / 0.37 / 0.39 % vs random 9.58 / 9.55 / 9.56 %.
 """
 from __future__ import annotations
 

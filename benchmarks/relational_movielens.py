@@ -14,10 +14,10 @@ synthetic, so compare trends, not absolute values. ``--identity-tables`` feeds t
 The paper's size (ML-1M truncated to d_max 10: 6,040 users, 3,883 movies, 18 genres, about 10^4 ratings):
 
     python benchmarks/relational_movielens.py --users 6040 --movies 3883 --genres 18 --mean-degree 1.45 \
-        --eps-rel 2 --param type_cells=3000000 --param slice_fraction=null --param slices_per_iteration=8 \
-        --param type_iters=150
+        --eps-rel 2 --iterations 10 --param slice_fraction=null --param slices_per_iteration=8
 
-(about 7–10 minutes a run at ε_rel 2 on one core; see relational-quality.md for what the floor means at this size).
+(the engine's defaults; about 6–8 minutes a run at ε_rel 2 on 2 shared cores; see relational-quality.md for what
+the floor means at this size).
 """
 from __future__ import annotations
 

@@ -28,46 +28,41 @@ from privcube.errors import DataError
 
 
 def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.ndarray, *,
-                          max_iter: int = 200, shifts: bool = False, y0: np.ndarray | None = None,
-                          D: np.ndarray | None = None) -> Any:
-    """Projection of every row z of ``Z`` onto {0 ≤ x ≤ hi, Σ_b W_b x_b = r_row} (W ≥ 0) in the norm
-    Σ_b (W_b / D_b)(x_b − z_b)²: ``D`` None (= W) is the Euclidean norm, ``D`` = 1 the W-weighted one
-    (entries with W = 0 are no records: they stay at clip(z, 0, hi) either way).
+                          max_iter: int = 200, shifts: bool = False, y0: np.ndarray | None = None) -> Any:
+    """Projection of every row z of ``Z`` onto {0 ≤ x ≤ hi, Σ_b W_b x_b = r_row} (W ≥ 0) in the record-level
+    norm Σ_b W_b (x_b − z_b)² (entries with W = 0 are no records: they stay at clip(z, 0, hi)).
 
-    KKT: x = clip(z + y·D, 0, hi) with one scalar y per row solving g(y) = Σ_b W_b clip(z_b + y D_b, 0, hi_b)
-    = r; g is piecewise linear and non-decreasing. Each row's root is found by Newton steps on the current
-    free set (slope Σ_free W_b D_b), safeguarded by bisection of a bracket that always holds the root: once a
+    KKT: x = clip(z + y, 0, hi) with one scalar y per row solving g(y) = Σ_b W_b clip(z_b + y, 0, hi_b) = r;
+    g is piecewise linear and non-decreasing. Each row's root is found by Newton steps on the current
+    free set (slope Σ_free W_b), safeguarded by bisection of a bracket that always holds the root: once a
     step lands on the right linear piece it is exact, so a row ends after a few passes over it (vectorised
     over the rows still open; no sort). A last float residual is spread over entries with room (the box is
     kept). ``shifts``: also return each row's multiplier y (the dual of its total); ``y0``: a start for the
     multipliers (e.g. the previous PGD step's), clipped into the bracket; only the work depends on it.
     """
     Z, W, hi = np.asarray(Z, dtype=float), np.asarray(W, dtype=float), np.asarray(hi, dtype=float)
-    D = W if D is None else np.where(W > 0, np.broadcast_to(np.asarray(D, dtype=float), W.shape), 0.0)
     r = np.asarray(r, dtype=float)
     cap = (W * hi).sum(axis=1)
     if np.any(r < -1e-9 * np.maximum(1.0, cap)) or np.any(r > cap * (1 + 1e-12) + 1e-9):
         raise DataError("type projection: a row total lies outside [0, its capacity]")
     live = (W > 0) & (hi > 0)
-    Wl = np.where(live, D, 1.0)
     # bracket: below y_lo every live entry sits at 0 (g = 0 ≤ r), above y_hi at hi (g = cap ≥ r)
-    y_lo = np.where(live, -Z / Wl, np.inf).min(axis=1, initial=np.inf)
-    y_hi = np.where(live, (hi - Z) / Wl, -np.inf).max(axis=1, initial=-np.inf)
+    y_lo = np.where(live, -Z, np.inf).min(axis=1, initial=np.inf)
+    y_hi = np.where(live, hi - Z, -np.inf).max(axis=1, initial=-np.inf)
     y_lo = np.where(np.isfinite(y_lo), y_lo, 0.0)
     y_hi = np.where(np.isfinite(y_hi), np.maximum(y_hi, y_lo), y_lo)
     start = np.zeros(Z.shape[0]) if y0 is None else np.broadcast_to(np.asarray(y0, dtype=float), (Z.shape[0],))
     y = np.clip(start, y_lo, y_hi)  # warm start: z itself, or the caller's multipliers
     y = np.where(r <= 0, y_lo, np.where(r >= cap, y_hi, y))  # the ends: every live entry at 0, or at hi
     tol = 1e-13 * np.maximum(1.0, cap)
-    w2 = np.where(live, W * D, 0.0)
+    w2 = np.where(live, W, 0.0)  # an entry's weight in the slope (0 unless it counts in the total)
     open_ = np.flatnonzero((y_hi > y_lo) & (r > 0) & (r < cap))
     for _ in range(max_iter):
         if open_.size == 0:
             break
         every = open_.size == Z.shape[0]  # all rows still open: views, no gathered copies
         Zo, Wo, ho, w2o = (Z, W, hi, w2) if every else (Z[open_], W[open_], hi[open_], w2[open_])
-        V = (D if every else D[open_]) * y[open_, None]
-        V += Zo
+        V = Zo + y[open_, None]  # entries with W = 0 do not count in g or its slope
         g = np.einsum("ij,ij->i", Wo, np.clip(V, 0.0, ho))
         diff = r[open_] - g
         lo, up = y_lo[open_], y_hi[open_]
@@ -83,7 +78,7 @@ def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.nd
         done = (np.abs(diff) <= tol[open_]) | (up - lo <= 1e-15 * np.maximum(1.0, np.maximum(np.abs(lo), np.abs(up))))
         y[open_] = np.where(done, y[open_], y_new)
         open_ = open_[~done]
-    X = np.clip(Z + y[:, None] * D, 0.0, hi)
+    X = np.clip(np.where(W > 0, Z + y[:, None], Z), 0.0, hi)
     res = r - (W * X).sum(axis=1)
     room = np.where(live, np.where(res[:, None] > 0, hi - X, X), 0.0)  # entries with W = 0 do not count in the total
     wroom = (W * room).sum(axis=1)
@@ -98,7 +93,7 @@ class TypeConstraints:
     ``rows`` is None, the grand total ``total``), optional column caps Σ_a L_ab ≤ ``caps``_b and row caps
     Σ_b L_ab ≤ ``row_caps``_a (left degrees learned up to d_max); ``dykstra``: most rounds of a capped
     projection, in the record-level norm Σ_ab W_ab (x_ab − z_ab)² (the Euclidean norm of the block-uniform B,
-    so a multiplier shifts every density of its row or column alike). One object serves one solve: it keeps
+    so a multiplier shifts every density of its row or column alike: x = clip(z + y_a − ν_a − μ_b, 0, hi)). One object serves one solve: it keeps
     the last projection's multipliers as the next start."""
 
     W: np.ndarray
@@ -111,16 +106,14 @@ class TypeConstraints:
 
     def __post_init__(self) -> None:
         self._warm: dict[str, Any] = {}  # the last projection's multipliers (a warm start, never a result)
-        self.D = np.ones_like(self.W)  # how a multiplier shifts each density (KKT of the record-level norm)
 
     def _rows(self, Z: np.ndarray, y0: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Onto the row totals (or the grand total): the projection and its multipliers (per row, or one),
         Newton started from ``y0``."""
-        D = self.D
         if self.rows is not None:
-            return project_weighted_rows(Z, self.W, self.rows, self.hi, shifts=True, y0=y0, D=D)
+            return project_weighted_rows(Z, self.W, self.rows, self.hi, shifts=True, y0=y0)
         flat, y = project_weighted_rows(Z.reshape(1, -1), self.W.reshape(1, -1), np.array([self.total]),
-                                        self.hi.reshape(1, -1), shifts=True, y0=y0, D=D.reshape(1, -1))
+                                        self.hi.reshape(1, -1), shifts=True, y0=y0)
         return flat.reshape(Z.shape), y
 
     def _kkt_gap(self, X: np.ndarray, mu: np.ndarray | None, nu: np.ndarray | None) -> float:
@@ -148,7 +141,7 @@ class TypeConstraints:
             X, self._warm["y"] = self._rows(Z, y0)
             return X
         Z = np.asarray(Z, dtype=float)
-        W, D = self.W, self.D
+        W = self.W
         A, B = Z.shape
         y = np.zeros(A if self.rows is not None else 1) if y0 is None else y0
         mu = self._warm.get("mu", np.zeros(B)) if self.caps is not None else None
@@ -164,10 +157,10 @@ class TypeConstraints:
         for _ in range(max(1, self.dykstra)):
             yl = y[:, None] if self.rows is not None else y[0]
             if mu is not None:  # column caps, given y and ν
-                mu = _cap_multipliers((Z + D * (yl - row_shift())).T, W.T, self.caps, self.hi.T, mu, D.T)
+                mu = _cap_multipliers((Z + (yl - row_shift())).T, W.T, self.caps, self.hi.T, mu)
             if nu is not None:  # row caps, given y and μ
-                nu = _cap_multipliers(Z + D * (yl - col_shift()), W, self.row_caps, self.hi, nu, D)
-            X, y = self._rows(Z - D * (col_shift() + row_shift()), y)
+                nu = _cap_multipliers(Z + (yl - col_shift()), W, self.row_caps, self.hi, nu)
+            X, y = self._rows(Z - (col_shift() + row_shift()), y)
             if self._kkt_gap(X, mu, nu) <= 1e-9:
                 break  # caps met, and every cap with a positive multiplier is tight: the projection
         self._warm.update({k: v for k, v in (("y", y), ("mu", mu), ("nu", nu)) if v is not None})
@@ -175,14 +168,14 @@ class TypeConstraints:
 
 
 def _cap_multipliers(Z: np.ndarray, W: np.ndarray, cap: np.ndarray, hi: np.ndarray,
-                     start: np.ndarray | None = None, D: np.ndarray | None = None) -> np.ndarray:
-    """Per row of Z, the multiplier μ ≥ 0 of {0 ≤ x ≤ hi, Σ_b W_b x_b ≤ cap_row}: x = clip(z − μ·D, 0, hi)
-    (D = W by default); rows under their cap once clipped have μ = 0; Newton starts from ``start``."""
+                     start: np.ndarray | None = None) -> np.ndarray:
+    """Per row of Z, the multiplier μ ≥ 0 of {0 ≤ x ≤ hi, Σ_b W_b x_b ≤ cap_row} in the record-level norm:
+    x = clip(z − μ, 0, hi); rows under their cap once clipped have μ = 0; Newton starts from ``start``."""
     mu = np.zeros(Z.shape[0])
     over = np.flatnonzero((W * np.clip(Z, 0.0, hi)).sum(axis=1) > cap)
     if over.size:
         _, y = project_weighted_rows(Z[over], W[over], cap[over], hi[over], shifts=True,
-                                     y0=None if start is None else -start[over], D=None if D is None else D[over])
+                                     y0=None if start is None else -start[over])
         mu[over] = np.maximum(-y, 0.0)
     return mu
 
@@ -198,7 +191,7 @@ def _one_hot(b: np.ndarray, s2: int, dense_cells: int = 1 << 18) -> Any:
 
 @dataclass
 class TypeOperator:
-    """x ↦ [C_w (W∘x)]_w and its adjoint without a dense Q_w.
+    """x ↦ [C_w (W∘x)]_w, and C's adjoint on count tables, without a dense Q_w.
 
     C_w L = S1_w L S2_wᵀ (one-hot aggregation of left types, then right types). Workloads with the same
     left cells share the row aggregation, so a product costs one pass over the A × B type pairs per distinct
@@ -240,10 +233,6 @@ class TypeOperator:
                 out[k] = np.asarray(M @ self._s2[k]).ravel()
         return out
 
-    def adjoint(self, R: Sequence[np.ndarray]) -> np.ndarray:
-        """W∘Σ_w R_w[cell(a, b)] (the adjoint of ``apply``)."""
-        return self.adjoint_counts(R) * self.W
-
     def adjoint_counts(self, R: Sequence[np.ndarray]) -> np.ndarray:
         """Σ_w R_w[cell(a, b)] (the adjoint of ``apply_counts``), gathered once per left attribute set."""
         G = np.zeros(self.W.shape)
@@ -254,11 +243,10 @@ class TypeOperator:
             G += acc[a]
         return G
 
-    def sigma2(self, rng: np.random.Generator, iters: int = 100, tol: float = 1e-6,
-               scale: np.ndarray | None = None) -> float:
-        """σ_max² of x ↦ C(s∘x) by power iteration, s = ``scale`` (default W: the operator ``apply``); an
-        estimate from below, callers add a margin."""
-        s = self.W if scale is None else scale
+    def sigma2(self, rng: np.random.Generator, iters: int = 100, tol: float = 1e-6) -> float:
+        """σ_max² of u ↦ C(√W∘u), i.e. ‖Q‖² of the record-level operator, by power iteration (an estimate
+        from below; callers add a margin)."""
+        s = np.sqrt(self.W)
         v = rng.random(self.W.shape) + 0.1
         v /= np.linalg.norm(v)
         est = 0.0
@@ -294,7 +282,7 @@ def solve_types(op: TypeOperator, targets: Sequence[np.ndarray], scale: float, c
     less than ``tol`` relative. Returns the relaxed densities (feasible)."""
     if scale <= 0:
         raise DataError(f"type problem: scale must be positive, got {scale!r}")
-    sigma2 = 1.05 * op.sigma2(rng or np.random.default_rng(0), scale=np.sqrt(op.W))  # ‖Q‖² at record level
+    sigma2 = 1.05 * op.sigma2(rng or np.random.default_rng(0))  # ‖Q‖² at record level
     x = cons.project(np.asarray(x0, dtype=float))
     if sigma2 <= 0 or iters <= 0:
         return x

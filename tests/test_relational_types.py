@@ -12,6 +12,7 @@ from privcube.mechanisms.relational.mechanism import run_relational
 from privcube.mechanisms.relational.record_types import link_types, side_types, type_pair_counts
 from privcube.mechanisms.relational.type_assignment import assign_links, round_type_counts
 from privcube.mechanisms.relational.type_problem import (
+    RowBox,
     TypeConstraints,
     objective,
     project_weighted_rows,
@@ -185,6 +186,29 @@ def test_weighted_projection_matches_bisection_on_hard_rows() -> None:
         # a start for the multipliers (anywhere, even far outside the bracket) changes only the work
         X0 = project_weighted_rows(Z, W, r, hi, y0=rng.normal(size=A) * rng.choice([1e-3, 1.0, 1e4]))
         np.testing.assert_allclose(X0, X, atol=1e-7)
+
+
+def test_weighted_projection_fast_paths_match_bisection() -> None:
+    # every entry live and one bound for all (the scalar clip, no masks: the common case on record types),
+    # many rows so that passes over all rows with some closed and passes over gathered open rows both run,
+    # and a RowBox computed once and reused across projections: equal to the bisection reference, totals kept
+    rng = np.random.default_rng(29)
+    for trial in range(60):
+        A, B = int(rng.integers(2, 60)), int(rng.integers(1, 50))
+        W = np.outer(rng.integers(1, 9, A), rng.integers(1, 9, B)).astype(float)
+        hi = np.full((A, B), float(rng.choice([1.0, 0.7])))
+        box = RowBox.of(W, hi)
+        assert box.live is None and box.top == hi[0, 0]
+        r = (W * hi).sum(axis=1) * rng.choice([0.0, 1.0, 0.5, 0.999, 1e-3, 0.25], A)
+        y0 = None
+        for _ in range(3):  # consecutive projections of nearby points, warm-started as in a solve
+            Z = rng.normal(size=(A, B)) * rng.choice([1e-2, 1.0, 100.0])
+            X, y0 = project_weighted_rows(Z, W, r, hi, shifts=True, y0=y0, box=box)
+            np.testing.assert_allclose((W * X).sum(axis=1), r, rtol=1e-12, atol=1e-9)
+            assert np.all(X >= 0) and np.all(X <= hi)
+            for a in range(A):
+                np.testing.assert_allclose(X[a], _bisection_projection(Z[a], W[a], r[a], hi[a]), atol=1e-7)
+            np.testing.assert_array_equal(project_weighted_rows(Z, W, r, hi, y0=y0), X)  # box or not: the same
 
 
 def test_rounding_keeps_row_totals_bounds_and_is_unbiased() -> None:

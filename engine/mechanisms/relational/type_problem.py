@@ -27,8 +27,32 @@ from scipy import sparse
 from privcube.errors import DataError
 
 
+@dataclass(frozen=True)
+class RowBox:
+    """What a row projection needs of its weights W and bounds hi, computed once per feasible set: the live
+    entries (W > 0 and hi > 0; None when all are), the slope weights, the row capacities Σ_b W_b hi_b and,
+    when every bound is the same, that scalar (a scalar clip is the cheap one)."""
+
+    W: np.ndarray
+    hi: np.ndarray
+    live: np.ndarray | None
+    w2: np.ndarray
+    cap: np.ndarray
+    top: float | None
+
+    @classmethod
+    def of(cls, W: np.ndarray, hi: np.ndarray) -> "RowBox":
+        """The box of weights ``W`` and upper bounds ``hi`` (same shape)."""
+        W, hi = np.asarray(W, dtype=float), np.asarray(hi, dtype=float)
+        live = (W > 0) & (hi > 0)
+        every = bool(live.all())
+        top = float(hi.flat[0]) if hi.size and bool(np.all(hi == hi.flat[0])) else None
+        return cls(W, hi, None if every else live, W if every else np.where(live, W, 0.0), (W * hi).sum(axis=1), top)
+
+
 def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.ndarray, *,
-                          max_iter: int = 200, shifts: bool = False, y0: np.ndarray | None = None) -> Any:
+                          max_iter: int = 200, shifts: bool = False, y0: np.ndarray | None = None,
+                          box: RowBox | None = None) -> Any:
     """Projection of every row z of ``Z`` onto {0 ≤ x ≤ hi, Σ_b W_b x_b = r_row} (W ≥ 0) in the record-level
     norm Σ_b W_b (x_b − z_b)² (entries with W = 0 are no records: they stay at clip(z, 0, hi)).
 
@@ -36,54 +60,79 @@ def project_weighted_rows(Z: np.ndarray, W: np.ndarray, r: np.ndarray, hi: np.nd
     g is piecewise linear and non-decreasing. Each row's root is found by Newton steps on the current
     free set (slope Σ_free W_b), safeguarded by bisection of a bracket that always holds the root: once a
     step lands on the right linear piece it is exact, so a row ends after a few passes over it (vectorised
-    over the rows still open; no sort). A last float residual is spread over entries with room (the box is
-    kept). ``shifts``: also return each row's multiplier y (the dual of its total); ``y0``: a start for the
-    multipliers (e.g. the previous PGD step's), clipped into the bracket; only the work depends on it.
+    over the rows still open; no sort). A residual above 1e-12 of the row's total is spread over entries with
+    room (the box is kept). ``shifts``: also return each row's multiplier y (the dual of its total); ``y0``: a
+    start for the multipliers (e.g. the previous PGD step's), clipped into the bracket; only the work depends on it.
+    ``box``: ``RowBox.of(W, hi)`` when the caller projects onto the same box many times (then W, hi unused).
     """
-    Z, W, hi = np.asarray(Z, dtype=float), np.asarray(W, dtype=float), np.asarray(hi, dtype=float)
+    Z = np.asarray(Z, dtype=float)
+    box = box if box is not None else RowBox.of(W, hi)
+    W, hi, live, w2, cap = box.W, box.hi, box.live, box.w2, box.cap
+    bound: Any = box.top if box.top is not None else hi  # the clip's upper bound: a scalar when it can be
     r = np.asarray(r, dtype=float)
-    cap = (W * hi).sum(axis=1)
     if np.any(r < -1e-9 * np.maximum(1.0, cap)) or np.any(r > cap * (1 + 1e-12) + 1e-9):
         raise DataError("type projection: a row total lies outside [0, its capacity]")
-    live = (W > 0) & (hi > 0)
     # bracket: below y_lo every live entry sits at 0 (g = 0 ≤ r), above y_hi at hi (g = cap ≥ r)
-    y_lo = np.where(live, -Z, np.inf).min(axis=1, initial=np.inf)
-    y_hi = np.where(live, hi - Z, -np.inf).max(axis=1, initial=-np.inf)
+    if live is None:
+        y_lo = -Z.max(axis=1, initial=-np.inf)
+        y_hi = (hi - Z).max(axis=1, initial=-np.inf) if box.top is None else box.top - Z.min(axis=1, initial=np.inf)
+    else:
+        y_lo = np.where(live, -Z, np.inf).min(axis=1, initial=np.inf)
+        y_hi = np.where(live, hi - Z, -np.inf).max(axis=1, initial=-np.inf)
     y_lo = np.where(np.isfinite(y_lo), y_lo, 0.0)
     y_hi = np.where(np.isfinite(y_hi), np.maximum(y_hi, y_lo), y_lo)
     start = np.zeros(Z.shape[0]) if y0 is None else np.broadcast_to(np.asarray(y0, dtype=float), (Z.shape[0],))
     y = np.clip(start, y_lo, y_hi)  # warm start: z itself, or the caller's multipliers
     y = np.where(r <= 0, y_lo, np.where(r >= cap, y_hi, y))  # the ends: every live entry at 0, or at hi
     tol = 1e-13 * np.maximum(1.0, cap)
-    w2 = np.where(live, W, 0.0)  # an entry's weight in the slope (0 unless it counts in the total)
     open_ = np.flatnonzero((y_hi > y_lo) & (r > 0) & (r < cap))
+    V_all, I_all = np.empty_like(Z), np.empty(Z.shape, dtype=bool)  # one pass's work arrays, reused
     for _ in range(max_iter):
         if open_.size == 0:
             break
-        every = open_.size == Z.shape[0]  # all rows still open: views, no gathered copies
-        Zo, Wo, ho, w2o = (Z, W, hi, w2) if every else (Z[open_], W[open_], hi[open_], w2[open_])
-        V = Zo + y[open_, None]  # entries with W = 0 do not count in g or its slope
-        g = np.einsum("ij,ij->i", Wo, np.clip(V, 0.0, ho))
+        yo = y[open_]
+        whole = 2 * open_.size >= Z.shape[0]  # most rows open: pass over all of them (views), no gathered copies
+        if whole:
+            Zo, Wo, w2o, ho, shift = Z, W, w2, bound, y
+        else:
+            Zo, Wo, w2o, shift = Z[open_], W[open_], w2[open_], yo
+            ho = bound if box.top is not None else hi[open_]
+        V, free = V_all[:Zo.shape[0]], I_all[:Zo.shape[0]]
+        np.add(Zo, shift[:, None], out=V)
+        np.less(V, ho, out=free)
+        free &= V > 0.0  # the free set 0 < v < hi (entries with W = 0 have no slope: w2 is 0 there)
+        slope = np.einsum("ij,ij->i", w2o, free)
+        g = np.einsum("ij,ij->i", Wo, np.clip(V, 0.0, ho, out=V))
+        if whole and open_.size < Z.shape[0]:
+            slope, g = slope[open_], g[open_]
         diff = r[open_] - g
         lo, up = y_lo[open_], y_hi[open_]
         below = diff > 0
-        lo = np.where(below, y[open_], lo)
-        up = np.where(below, up, y[open_])
+        lo = np.where(below, yo, lo)
+        up = np.where(below, up, yo)
         y_lo[open_], y_hi[open_] = lo, up
-        slope = np.einsum("ij,ij->i", w2o, (V > 0.0) & (V < ho))
         step = np.divide(diff, slope, out=np.zeros_like(diff), where=slope > 0)
-        y_new = y[open_] + step
+        y_new = yo + step
         bad = ~((y_new > lo) & (y_new < up)) | (slope <= 0)
         y_new = np.where(bad, 0.5 * (lo + up), y_new)
         done = (np.abs(diff) <= tol[open_]) | (up - lo <= 1e-15 * np.maximum(1.0, np.maximum(np.abs(lo), np.abs(up))))
-        y[open_] = np.where(done, y[open_], y_new)
+        y[open_] = np.where(done, yo, y_new)
         open_ = open_[~done]
-    X = np.clip(np.where(W > 0, Z + y[:, None], Z), 0.0, hi)
-    res = r - (W * X).sum(axis=1)
-    room = np.where(live, np.where(res[:, None] > 0, hi - X, X), 0.0)  # entries with W = 0 do not count in the total
-    wroom = (W * room).sum(axis=1)
-    frac = np.where(wroom > 0, np.minimum(np.abs(res) / np.where(wroom > 0, wroom, 1.0), 1.0), 0.0)
-    X = X + np.sign(res)[:, None] * room * frac[:, None]
+    X = Z + y[:, None]
+    if live is not None:
+        X = np.where(W > 0, X, Z)  # entries with W = 0 are not shifted
+    np.clip(X, 0.0, bound, out=X)
+    res = r - np.einsum("ij,ij->i", W, X)
+    fix = np.flatnonzero(np.abs(res) > 1e-12 * np.maximum(1.0, np.abs(r)))  # rows off their total by more than
+    # float rounding of the sum (a Newton stop within ``tol`` of the capacity): spread the residual
+    if fix.size:  # over entries with room (the box is kept)
+        Xf, Wf, rf = X[fix], W[fix], res[fix]
+        room = np.where(rf[:, None] > 0, (bound if box.top is not None else hi[fix]) - Xf, Xf)
+        if live is not None:
+            room = np.where(live[fix], room, 0.0)  # entries with W = 0 do not count in the total
+        wroom = np.einsum("ij,ij->i", Wf, room)
+        frac = np.where(wroom > 0, np.minimum(np.abs(rf) / np.where(wroom > 0, wroom, 1.0), 1.0), 0.0)
+        X[fix] = Xf + room * (np.sign(rf) * frac)[:, None]
     return (X, y) if shifts else X
 
 
@@ -106,15 +155,17 @@ class TypeConstraints:
 
     def __post_init__(self) -> None:
         self._warm: dict[str, Any] = {}  # the last projection's multipliers (a warm start, never a result)
+        self._box: RowBox | None = None  # W and hi as the row projection needs them, once per solve
 
     def _rows(self, Z: np.ndarray, y0: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Onto the row totals (or the grand total): the projection and its multipliers (per row, or one),
         Newton started from ``y0``."""
-        if self.rows is not None:
-            return project_weighted_rows(Z, self.W, self.rows, self.hi, shifts=True, y0=y0)
-        flat, y = project_weighted_rows(Z.reshape(1, -1), self.W.reshape(1, -1), np.array([self.total]),
-                                        self.hi.reshape(1, -1), shifts=True, y0=y0)
-        return flat.reshape(Z.shape), y
+        shape = Z.shape if self.rows is not None else (1, -1)
+        if self._box is None:
+            self._box = RowBox.of(self.W.reshape(shape), self.hi.reshape(shape))
+        r = self.rows if self.rows is not None else np.array([self.total])
+        X, y = project_weighted_rows(Z.reshape(shape), self.W, r, self.hi, shifts=True, y0=y0, box=self._box)
+        return X.reshape(Z.shape), y
 
     def _kkt_gap(self, X: np.ndarray, mu: np.ndarray | None, nu: np.ndarray | None) -> float:
         """How far a row-feasible iterate x = clip(z + W∘(y − ν − μ)) is from the projection, relative to the
@@ -308,4 +359,4 @@ def solve_types(op: TypeOperator, targets: Sequence[np.ndarray], scale: float, c
     return x
 
 
-__all__ = ["project_weighted_rows", "TypeConstraints", "TypeOperator", "type_operator", "objective", "solve_types"]
+__all__ = ["RowBox", "project_weighted_rows", "TypeConstraints", "TypeOperator", "type_operator", "objective", "solve_types"]

@@ -42,7 +42,7 @@ def type_pairs(syn: CrossTables, ws: Sequence[CrossWorkload]) -> int:
 
 
 TYPE_STEPS = 500  # accelerated PGD steps per solve with ``type_iters: auto`` on grids up to WORK / 500 pairs
-TYPE_WORK = 50_000_000  # type pairs × steps per solve beyond that (0.15–0.45 s a step per million pairs)
+TYPE_WORK = 50_000_000  # type pairs × steps per solve beyond that (0.05–0.12 s a step per million pairs)
 TYPE_STEPS_MIN = 50
 
 

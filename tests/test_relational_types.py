@@ -201,7 +201,7 @@ def test_weighted_projection_fast_paths_match_bisection() -> None:
         assert box.live is None and box.top == hi[0, 0]
         r = (W * hi).sum(axis=1) * rng.choice([0.0, 1.0, 0.5, 0.999, 1e-3, 0.25], A)
         y0 = None
-        for _ in range(3):  # consecutive projections of nearby points, warm-started as in a solve
+        for _ in range(3):  # consecutive projections warm-started from the last multipliers, as in a solve
             Z = rng.normal(size=(A, B)) * rng.choice([1e-2, 1.0, 100.0])
             X, y0 = project_weighted_rows(Z, W, r, hi, shifts=True, y0=y0, box=box)
             np.testing.assert_allclose((W * X).sum(axis=1), r, rtol=1e-12, atol=1e-9)
@@ -209,6 +209,22 @@ def test_weighted_projection_fast_paths_match_bisection() -> None:
             for a in range(A):
                 np.testing.assert_allclose(X[a], _bisection_projection(Z[a], W[a], r[a], hi[a]), atol=1e-7)
             np.testing.assert_array_equal(project_weighted_rows(Z, W, r, hi, y0=y0), X)  # box or not: the same
+
+
+def test_weighted_projection_spreads_a_residual_left_by_the_tolerance() -> None:
+    # Newton stops within 1e-13 of a row's capacity; with heavy blocks (W 1e12) that is 0.4 here, far more than
+    # float rounding of a total of 5: the residual is spread so the total is met, the box kept, and a row that
+    # needs no spreading is left exactly as clip(z + y)
+    W = np.array([[1e12] * 4 + [1.0] * 10, [1.0] * 14])
+    hi = np.ones_like(W)
+    z_small = np.linspace(0.2, 0.7, 10)
+    r = np.array([z_small.sum() + 0.05, 3.0])
+    Z = np.vstack([np.r_[[-0.5] * 4, z_small], np.linspace(0.0, 0.4, 14)])
+    X, y = project_weighted_rows(Z, W, r, hi, shifts=True, y0=np.zeros(2))
+    assert y[0] == 0.0  # the start was within the tolerance: no Newton step taken, the residual 0.05 remains
+    np.testing.assert_allclose((W * X).sum(axis=1), r, rtol=1e-12)
+    assert np.all(X >= 0) and np.all(X <= hi)
+    np.testing.assert_array_equal(X[1], np.clip(Z[1] + y[1], 0.0, 1.0))
 
 
 def test_rounding_keeps_row_totals_bounds_and_is_unbiased() -> None:

@@ -118,6 +118,59 @@ def test_childless_share_reads_both_counts_against_the_public_total() -> None:
     assert exact[0] == pytest.approx(1 - with_children / n)
 
 
+def test_childless_share_with_sigma_is_the_posterior_mean_on_the_allowed_range() -> None:
+    """With the release's σ the share is the mean of the reading's normal truncated to the range the public
+    sizes allow: over true shares drawn uniformly from that range (the prior) its squared error is below the
+    clipped reading's; a precise reading inside the range is kept; a reading far outside gives the nearer end;
+    at Airbnb's size and ε_rel 0.5 (σ ≈ 1,500, real share 0.2424) a reading under the lower bound no longer
+    puts the share on it."""
+    from privcube.mechanisms.relational.degree_distributions import childless_distribution
+
+    n, m, d_max = 10_000, 47_217, 50
+    lo, hi = -(-m // d_max), n
+    rng = np.random.default_rng(5)
+    # MSE ratio posterior / clipped, measured on seeds 5 / 6 / 7: σ 300 0.979 / 0.979 / 0.989, σ 1500 0.906 /
+    # 0.898 / 0.900, σ 5000 0.587 / 0.581 / 0.602 (the more noise, the more the clipped reading piles on the ends)
+    for sigma, bound in ((300.0, 1.0), (1500.0, 0.95), (5000.0, 0.7)):
+        post, clip = [], []
+        for _ in range(1500):
+            k = rng.uniform(lo, hi)
+            noisy = np.array([n - k, k]) + rng.normal(0.0, sigma, 2)
+            post.append((n * (1 - childless_distribution(noisy, n, m, d_max, n, sigma)[0]) - k) ** 2)
+            clip.append((n * (1 - childless_distribution(noisy, n, m, d_max, n)[0]) - k) ** 2)
+        assert np.mean(post) < bound * np.mean(clip)
+    exact = np.array([n - 2424.0, 2424.0])
+    assert n * (1 - childless_distribution(exact, n, m, d_max, n, 1e-6)[0]) == pytest.approx(2424)
+    far_low, far_high = np.array([n + 1e7, -1e7]), np.array([-1e7, n + 1e7])
+    assert n * (1 - childless_distribution(far_low, n, m, d_max, n, 10.0)[0]) == pytest.approx(lo)
+    assert n * (1 - childless_distribution(far_high, n, m, d_max, n, 10.0)[0]) == pytest.approx(hi)
+    below = np.array([n - 500.0, 500.0])  # reads 0.05, under the bound 0.0945
+    k_post = n * (1 - childless_distribution(below, n, m, d_max, n, 1500.0)[0])
+    assert 1500 < k_post < 2000  # the truncated normal's mean: 0.05 + s·φ(α)/(1 − Φ(α)) ≈ 0.165 of 10,000
+
+
+def test_truncated_normal_mean_against_scipy_and_in_the_far_tail() -> None:
+    """Equal to scipy's truncnorm where that is accurate; far outside the interval (where scipy's returns a
+    wrong finite value with a warning: 2,694 parents instead of the bound's 945 in the case below) it tends to
+    the nearer end from inside, as the exact mean a + s²/(a − mu)·(1 + O(1/α²)) does."""
+    from scipy.stats import truncnorm
+
+    from privcube.mechanisms.relational.degree_distributions import truncated_normal_mean
+
+    rng = np.random.default_rng(2)
+    for _ in range(500):
+        a = rng.uniform(0.0, 0.5)
+        b, s = a + rng.uniform(1e-3, 1.0), 10 ** rng.uniform(-3, 0)
+        mu = rng.uniform(a - 5 * s, b + 5 * s)
+        ref = truncnorm.mean((a - mu) / s, (b - mu) / s, loc=mu, scale=s)
+        assert truncated_normal_mean(mu, s, a, b) == pytest.approx(ref, rel=1e-10, abs=1e-12)
+    for mu, s in ((-1000.0, 7e-4), (-3.0, 0.05), (-0.5, 0.02)):
+        m = truncated_normal_mean(mu, s, 0.0945, 1.0)
+        gap = s * s / (0.0945 - mu)  # the leading term of the excess over the bound
+        assert 0.0945 < m <= 0.0945 + gap * 1.01 and m >= 0.0945 + gap * 0.9
+        assert truncated_normal_mean(1.0945 - mu, s, 0.0945, 1.0) == pytest.approx(1.0945 - m, abs=1e-12)
+
+
 def test_childless_distribution_under_estimated_share_keeps_parents_childless() -> None:
     """A noisy count that says few parents have children (fewer than the public sizes allow) is clipped to
     ⌈children / d_max⌉ parents with children, not spread over every childless parent one link each."""

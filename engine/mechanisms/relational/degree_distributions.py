@@ -18,6 +18,7 @@ import math
 from typing import Any
 
 import numpy as np
+from scipy.special import erfcx, ndtr
 
 from privcube.mechanisms.relational.shrinkage import shrink
 from privcube.privacy.primitives import gaussian_sigma
@@ -130,19 +131,50 @@ def degree_distribution(noisy: np.ndarray, n: int, sigma: float, mean: float, d_
     return tilt(p[None, :], np.array([mean]))[0]
 
 
+def _tail_ratio(al: float, be: float) -> float:
+    """(φ(α) − φ(β)) / (Q(α) − Q(β)) for 0 ≤ α < β (Q = 1 − Φ), with the factor e^{−α²/2} cancelled
+    (Q(x) = erfcx(x/√2)·e^{−x²/2}/2), so it stays finite far in the tail (→ α)."""
+    d = math.exp(-0.5 * (be - al) * (be + al)) if math.isfinite(be) else 0.0
+    return (1.0 - d) / math.sqrt(2.0 * math.pi) / (0.5 * float(erfcx(al / math.sqrt(2.0)))
+                                                    - (0.5 * float(erfcx(be / math.sqrt(2.0))) * d if d else 0.0))
+
+
+def truncated_normal_mean(mu: float, s: float, a: float, b: float) -> float:
+    """Mean of N(mu, s²) truncated to [a, b] (a < b, s > 0): the posterior mean of a quantity with a uniform
+    prior on [a, b] read with Gaussian noise; stable when mu lies far outside the interval."""
+    al, be = (a - mu) / s, (b - mu) / s
+    if al >= 0:  # the reading at or below the interval
+        m = mu + s * _tail_ratio(al, be)
+    elif be <= 0:  # at or above it: the mirror image
+        m = mu - s * _tail_ratio(-be, -al)
+    else:
+        num = (math.exp(-0.5 * al * al) - math.exp(-0.5 * be * be)) / math.sqrt(2.0 * math.pi)
+        m = mu + s * num / float(ndtr(be) - ndtr(al))
+    return float(min(max(m, a), b))
+
+
 def childless_distribution(noisy: np.ndarray, n_parents: int, n_children: int, d_max: int,
-                           n_real_parents: int | None = None) -> np.ndarray:
+                           n_real_parents: int | None = None, sigma: float | None = None) -> np.ndarray:
     """A children-per-parent distribution over 0..d_max from the two-value release (parents without / with
     children, ``degrees.release_degree_histogram``; post-processing): the share with children, as a number of
-    parents clipped to what the public sizes allow (⌈children / d_max⌉ to min(parents, children)), and on
+    parents within what the public sizes allow (⌈children / d_max⌉ to min(parents, children)), and on
     1..d_max the maximum-entropy shape with the public mean children / parents-with-children (a truncated
     geometric: the uniform distribution tilted to that mean). The two counts add up to the public number of
     real parents N, so the share is read as (N + with − without) / 2N: both noisy counts inform it, with half
-    the noise variance of either (the ratio with / (with + without) has noise in its denominator too)."""
+    the noise variance of either (the ratio with / (with + without) has noise in its denominator too). With
+    the release's ``sigma`` the share is the posterior mean under a uniform prior on the allowed range (the
+    mean of the reading's normal truncated to it), not the reading clipped to it: a reading below the range
+    says the share is low, not that it sits on the bound."""
     w = np.asarray(noisy, dtype=float)
     n_real = int(n_real_parents if n_real_parents is not None else n_parents)
-    share = float(np.clip((n_real + w[1] - w[0]) / (2.0 * n_real), 0.0, 1.0)) if n_real > 0 else 0.5
     lo_k = -(-int(n_children) // int(d_max))
+    share = float(np.clip((n_real + w[1] - w[0]) / (2.0 * n_real), 0.0, 1.0)) if n_real > 0 else 0.5
+    if sigma is not None and sigma > 0 and n_real > 0 and n_parents > 0:
+        reading = (n_real + w[1] - w[0]) / (2.0 * n_real)
+        s = sigma / (math.sqrt(2.0) * n_real)  # std of the reading: (with − without) / 2 has σ/√2
+        a, b = max(lo_k, 1) / n_parents, max(min(n_parents, n_children), 1) / n_parents
+        if b > a:
+            share = truncated_normal_mean(reading, s, a, b)
     k = int(np.clip(round(share * n_parents), max(lo_k, 1), max(min(n_parents, n_children), 1)))
     p = np.zeros(d_max + 1)
     p[0] = 1.0 - k / max(n_parents, 1)
@@ -341,5 +373,5 @@ def shape_degrees(si: np.ndarray, sj: np.ndarray, sizes: tuple[int, int], codes:
 
 
 __all__ = ["BIN_NOISE", "degree_sensitivity", "degree_sigma", "bin_counts", "bin_edges", "release_degrees",
-           "degree_distribution", "childless_distribution", "tilt", "group_shapes",
+           "degree_distribution", "childless_distribution", "truncated_normal_mean", "tilt", "group_shapes",
            "group_targets", "move_to_degrees", "shape_degrees"]

@@ -122,6 +122,11 @@ def degree_bins(d_max: int) -> list[tuple[int, int]]:
     return [(0, 0), (1, d_max)]
 
 
+def two_value_sigma(d_max: int, rho: float) -> float:
+    """σ of ``release_degree_histogram`` with ρ (L2 sensitivity √2·d_max, zCDP: ρ = Δ²/(2σ²))."""
+    return gaussian_sigma(rho, math.sqrt(2.0) * d_max)
+
+
 def release_degree_histogram(degree_histogram: np.ndarray, d_max: int, rho: float, ledger: Any,
                              noise: Any) -> np.ndarray:
     """Gaussian release of how many parents have no child and how many have 1..d_max (charged first).
@@ -132,7 +137,7 @@ def release_degree_histogram(degree_histogram: np.ndarray, d_max: int, rho: floa
     most d_max, the two in opposite directions: L2 sensitivity √2·d_max. ``degree_histogram[d]`` is the
     number of parents with d children (an aggregate, counted where the links are).
     """
-    sigma = gaussian_sigma(rho, math.sqrt(2.0) * d_max)
+    sigma = two_value_sigma(d_max, rho)
     ledger.charge("links:degrees", rho=rho, sigma=sigma, bins=len(degree_bins(d_max)))
     hist = np.asarray(degree_histogram, dtype=np.int64)
     counts = np.array([hist[lo:hi + 1].sum() for lo, hi in degree_bins(d_max)], dtype=float)
@@ -154,4 +159,4 @@ def _take(cands: list[int], room: np.ndarray, existing: set, row: int, n2: int, 
     return -1
 
 
-__all__ = ["balanced_degrees", "links_with_degrees", "bad_pairs", "cap_degrees", "degree_bins", "release_degree_histogram"]
+__all__ = ["two_value_sigma", "balanced_degrees", "links_with_degrees", "bad_pairs", "cap_degrees", "degree_bins", "release_degree_histogram"]

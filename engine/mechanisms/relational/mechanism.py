@@ -123,7 +123,7 @@ from privcube.domain import Domain
 from privcube.errors import ConfigError, DataError
 from privcube.mechanisms.base import Mechanism, MechanismResult, RunContext
 from privcube.mechanisms.relational.composition import compose_budgets, restore_ledger
-from privcube.mechanisms.relational.degrees import cap_degrees, release_degree_histogram
+from privcube.mechanisms.relational.degrees import cap_degrees, release_degree_histogram, two_value_sigma
 from privcube.mechanisms.relational.inputs import Problem, prepare
 from privcube.mechanisms.relational.degree_distributions import (
     childless_distribution,
@@ -472,7 +472,8 @@ def _degree_repair(pr: Problem, syn_codes: list[np.ndarray], ls: LinkState, nois
     sigma = degree_sigma(d_max, rho_deg, pr.self_ref, one_to_many=one)
     if one and ls.degree_hist.ndim == 1:  # the two-value release: parents without / with children
         probs: tuple[np.ndarray | None, ...] = (None, childless_distribution(ls.degree_hist, n2s, n1s, d_max,
-                                                                            int(pr.n_real[1])))
+                                                                            int(pr.n_real[1]),
+                                                                            two_value_sigma(d_max, rho_deg)))
     else:
         probs = tuple(degree_distribution(ls.degree_hist[s], pr.n_real[s], sigma, pr.m_syn / (n1s, n2s)[s], d_max,
                                           np.bincount(np.bincount(sj if s else si, minlength=(n1s, n2s)[s])),

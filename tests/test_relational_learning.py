@@ -151,8 +151,9 @@ def test_childless_share_with_sigma_is_the_posterior_mean_on_the_allowed_range()
 
 def test_truncated_normal_mean_against_scipy_and_in_the_far_tail() -> None:
     """Equal to scipy's truncnorm where that is accurate; far outside the interval (where scipy's returns a
-    wrong finite value with a warning: 2,694 parents instead of the bound's 945 in the case below) it tends to
-    the nearer end from inside, as the exact mean a + s²/(a − mu)·(1 + O(1/α²)) does."""
+    wrong finite value with a warning: 0.269 instead of about the bound 0.0945 for a reading of −1,000 with
+    s ≈ 7·10⁻⁴, the first case below) it tends to the nearer end from inside, as the exact mean
+    a + s²/(a − mu)·(1 + O(1/α²)) does."""
     from scipy.stats import truncnorm
 
     from privcube.mechanisms.relational.degree_distributions import truncated_normal_mean

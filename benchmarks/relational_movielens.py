@@ -16,8 +16,8 @@ The paper's size (ML-1M truncated to d_max 10: 6,040 users, 3,883 movies, 18 gen
     python benchmarks/relational_movielens.py --users 6040 --movies 3883 --genres 18 --mean-degree 1.45 \
         --eps-rel 2 --iterations 10 --param slice_fraction=null --param slices_per_iteration=8
 
-(the engine's defaults; about 6–8 minutes a run at ε_rel 2 on 2 shared cores; see relational-quality.md for what
-the floor means at this size).
+(the engine's defaults; about 1.5 minutes a run at ε_rel 2 on 2 shared cores at load 1.8, longer with other runs
+on the cores; see relational-quality.md for what the floor means at this size).
 """
 from __future__ import annotations
 

@@ -167,15 +167,14 @@ def childless_distribution(noisy: np.ndarray, n_parents: int, n_children: int, d
     says the share is low, not that it sits on the bound."""
     w = np.asarray(noisy, dtype=float)
     n_real = int(n_real_parents if n_real_parents is not None else n_parents)
-    lo_k = -(-int(n_children) // int(d_max))
-    share = float(np.clip((n_real + w[1] - w[0]) / (2.0 * n_real), 0.0, 1.0)) if n_real > 0 else 0.5
-    if sigma is not None and sigma > 0 and n_real > 0 and n_parents > 0:
-        reading = (n_real + w[1] - w[0]) / (2.0 * n_real)
+    lo_k = max(-(-int(n_children) // int(d_max)), 1)  # parents with children: the range the public sizes allow
+    hi_k = max(min(n_parents, n_children), 1)
+    reading = (n_real + w[1] - w[0]) / (2.0 * n_real) if n_real > 0 else 0.5
+    share = float(np.clip(reading, 0.0, 1.0))
+    if sigma is not None and sigma > 0 and n_real > 0 and n_parents > 0 and hi_k > lo_k:
         s = sigma / (math.sqrt(2.0) * n_real)  # std of the reading: (with − without) / 2 has σ/√2
-        a, b = max(lo_k, 1) / n_parents, max(min(n_parents, n_children), 1) / n_parents
-        if b > a:
-            share = truncated_normal_mean(reading, s, a, b)
-    k = int(np.clip(round(share * n_parents), max(lo_k, 1), max(min(n_parents, n_children), 1)))
+        share = truncated_normal_mean(reading, s, lo_k / n_parents, hi_k / n_parents)
+    k = int(np.clip(round(share * n_parents), lo_k, hi_k))
     p = np.zeros(d_max + 1)
     p[0] = 1.0 - k / max(n_parents, 1)
     ones = np.zeros((1, d_max + 1))

@@ -142,8 +142,8 @@ class TypeConstraints:
     ``rows`` is None, the grand total ``total``), optional column caps Σ_a L_ab ≤ ``caps``_b and row caps
     Σ_b L_ab ≤ ``row_caps``_a (left degrees learned up to d_max); ``dykstra``: most rounds of a capped
     projection, in the record-level norm Σ_ab W_ab (x_ab − z_ab)² (the Euclidean norm of the block-uniform B,
-    so a multiplier shifts every density of its row or column alike: x = clip(z + y_a − ν_a − μ_b, 0, hi)). One object serves one solve: it keeps
-    the last projection's multipliers as the next start."""
+    so a multiplier shifts every density of its row or column alike: x = clip(z + y_a − ν_a − μ_b, 0, hi)).
+    One object serves one solve: it keeps the last projection's multipliers as the next start."""
 
     W: np.ndarray
     hi: np.ndarray

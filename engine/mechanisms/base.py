@@ -80,6 +80,9 @@ class MechanismResult:
     synthetic: dict[str, Any] = field(default_factory=dict)  # table name -> pandas DataFrame (codes)
     tensors: dict[str, np.ndarray] = field(default_factory=dict)  # name -> noisy array for store.zarr
     tensor_attrs: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> JSON attributes of that array
+    #: residual τ -> (z_τ in Decomp form, precision λ_τ): the sufficient statistics of the Gaussian residual
+    #: measurements, which post-processing fits (empty: it reads the marginal answers instead)
+    residuals: dict[tuple[str, ...], tuple[np.ndarray, float]] = field(default_factory=dict)
 
 
 #: a titled bar redraws its elapsed time this often while no item finishes

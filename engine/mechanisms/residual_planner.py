@@ -262,7 +262,7 @@ class ResidualPlanner(Mechanism):
         summary = _summary(self.name, self.params["objective"], workload, budget, rp)
         report = {"mechanism": self.name, "rho_spent": spend, "expected_rmse": summary.rmse,
                   "residuals": len(taus)}
-        return MechanismResult(answers, report=report)
+        return MechanismResult(answers, report=report, residuals={t: (z[t], 1.0 / rp.sigma2[t]) for t in z})
 
 
 def _noise_of(gamma: Clique, rp: Any, sampler: str) -> dict[str, Any]:

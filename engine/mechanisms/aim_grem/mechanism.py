@@ -687,7 +687,9 @@ class AIMGReM(Mechanism):
                                 "noise, neither included in the variance)" if self.params["completion"] == "maxent"
                                 else "estimated as zero (a bias not included in the variance)"),
         }
-        return MechanismResult(answers=answers, report=report, tensors=tensors, tensor_attrs=attrs)
+        return MechanismResult(answers=answers, report=report, tensors=tensors, tensor_attrs=attrs,
+                               residuals={t: (grem.z[t], float(grem.lam[t])) for t in grem.residuals
+                                          if grem.lam[t] > 0})
 
 
 __all__ = ["AIMGReM", "Problem"]

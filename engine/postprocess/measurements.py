@@ -1,0 +1,108 @@
+"""What a run measured, as the sufficient statistics of its Gaussian measurements: for every residual τ
+measured, its value and precision (AIM+GReM Sec. 3-4; Mullins et al. 2024).
+
+A residual τ measured as ``z_τ = Decomp(μ_τ + N(0, I/λ_τ))`` (ResidualPlanner's σ_τ² = 1/λ_τ; AIM+GReM's
+consolidated z_τ with precision λ_τ) has the log-likelihood −(λ_τ/2)·‖C_τ μ_τ − R_τ‖² up to a constant,
+where C_τ centres every axis of the τ-marginal and R_τ = Recon(z_τ, τ, τ) = C_τ R_τ. A marginal μ_c
+released with i.i.d. noise of variance v per cell holds, for every τ ⊆ c, the independent reading
+R_τ = C_τ(y_c summed to τ) with precision 1/(v·∏_{c∖τ} n); several readings of one τ are averaged by
+precision (GReM-MLE's consolidation). Everything here reads released values only: no budget.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from privcube.domain import Domain
+from privcube.postprocess.problem import Clique, measurable_subsets, project
+from privcube.residuals import recon
+
+Idx = tuple[int, ...]
+
+
+def center(x: np.ndarray) -> np.ndarray:
+    """C_τ x: every axis of a τ-table centred to mean zero (the τ-interaction component)."""
+    out = np.asarray(x, dtype=float)
+    for ax in range(out.ndim):
+        out = out - out.mean(axis=ax, keepdims=True)
+    return out
+
+
+@dataclass
+class ResidualStats:
+    """Residual readings R_τ (τ-shaped, centred; canonical τ) with precisions λ_τ, and the total."""
+
+    domain: Domain
+    value: dict[Clique, np.ndarray] = field(default_factory=dict)
+    precision: dict[Clique, float] = field(default_factory=dict)
+    total: float = 0.0
+    total_precision: float = 0.0
+
+    def add(self, tau: Clique, reading: np.ndarray, precision: float) -> None:
+        """Fold one more independent reading of τ into its precision-weighted average."""
+        if not (precision > 0 and math.isfinite(precision)):
+            return
+        if not tau:
+            t = self.total_precision + precision
+            self.total = (self.total * self.total_precision + float(reading) * precision) / t
+            self.total_precision = t
+            return
+        old = self.precision.get(tau, 0.0)
+        lam = old + precision
+        self.value[tau] = reading if old == 0 else (self.value[tau] * old + reading * precision) / lam
+        self.precision[tau] = lam
+
+    def dof(self, tau: Clique) -> int:
+        """Degrees of freedom of residual τ: ∏ (n_i − 1)."""
+        return int(math.prod(self.domain[a] - 1 for a in tau))
+
+    def energy(self, tau: Clique) -> float:
+        """λ_τ‖R_τ‖²: χ² with dof(τ) degrees of freedom when the true τ-interaction is zero."""
+        return float(self.precision[tau] * np.sum(self.value[tau] ** 2))
+
+    def index(self, tau: Clique) -> Idx:
+        return tuple(self.domain.index(a) for a in tau)
+
+
+def from_residuals(domain: Domain, z: Mapping[Clique, np.ndarray], precision: Mapping[Clique, float]) -> ResidualStats:
+    """Statistics of residual measurements ``z_τ`` (Decomp form, axes in τ's order) with precisions λ_τ
+    (0 or absent: not measured)."""
+    stats = ResidualStats(domain)
+    for tau, lam in precision.items():
+        lam = float(lam)
+        if not lam > 0:
+            continue
+        t = tuple(tau)
+        cc = domain.canonical(t)
+        r = np.asarray(recon(np.asarray(z[tau], dtype=float), t, t, domain))
+        if t != cc:
+            r = np.transpose(r, [t.index(x) for x in cc])
+        stats.add(cc, r if cc else float(r), lam)
+    return stats
+
+
+def from_marginals(domain: Domain, estimates: Mapping[Clique, np.ndarray],
+                   variances: Mapping[Clique, float]) -> ResidualStats:
+    """Statistics of marginals released with i.i.d. noise (per-cell variance per clique); cliques without a
+    positive variance are left out."""
+    stats = ResidualStats(domain)
+    for c, y in estimates.items():
+        v = variances.get(c)
+        if v is None or not (v > 0 and math.isfinite(v)):
+            continue
+        cc = domain.canonical(c)
+        arr = np.asarray(y, dtype=float).reshape(domain.shape_of(c))
+        if tuple(c) != cc:
+            arr = np.transpose(arr, [tuple(c).index(x) for x in cc])
+        cells = float(arr.size)
+        for tau in measurable_subsets(cc, domain):
+            m = project(arr, cc, tau)
+            lam = 1.0 / (v * cells / float(max(m.size, 1)))
+            stats.add(tau, center(m) if tau else float(m), lam)
+    return stats
+
+
+__all__ = ["ResidualStats", "center", "from_marginals", "from_residuals"]

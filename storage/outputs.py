@@ -817,6 +817,7 @@ def input_locations(resolved: Mapping[str, Any]) -> list[str]:
 
 
 _RELATION_WORDS = {"same": "is", "inside": "is inside", "contains": "contains"}
+_INPUT_WORDS = {"same": "is the input", "inside": "is inside the input folder", "contains": "contains the input"}
 
 
 def check_placement(run_dir: str | Path, output: Mapping[str, Any], inputs: Sequence[str]) -> None:
@@ -829,13 +830,18 @@ def check_placement(run_dir: str | Path, output: Mapping[str, Any], inputs: Sequ
         rel = _relation(here, _location(i))
         if rel:
             raise RunDirectoryError(
-                f"output directory {out!r} {_RELATION_WORDS[rel]} the input {i!r}"
-                f"{' (folder)' if rel == 'inside' else ''}; the run must go to a folder of its own, apart from "
-                "the data and schema files")
+                f"output directory {out!r} {_INPUT_WORDS[rel]} {i!r}; the run must go to a folder of its own, "
+                "apart from the data and schema files")
     seen: dict[str, tuple[str, tuple[str, str]]] = {}
     lock = lock_path(out)
     for key, target in publish_targets(output).items():
         loc = _location(target)
+        for i in inputs:
+            rel = _relation(loc, _location(i))
+            if rel:
+                raise RunDirectoryError(
+                    f"output.{key} {target!r} {_INPUT_WORDS[rel]} {i!r}; a published copy goes to a folder of its "
+                    "own, apart from the data and schema files")
         rel = _relation(loc, here)
         if rel == "same":
             raise RunDirectoryError(f"output.{key} {target!r} is the run folder --out itself; a published copy "
@@ -846,12 +852,6 @@ def check_placement(run_dir: str | Path, output: Mapping[str, Any], inputs: Sequ
         if _relation(loc, _location(lock)) in ("same", "inside"):
             raise RunDirectoryError(f"output.{key} {target!r} is the run's lock file {str(lock)!r}; choose another "
                                     "location")
-        for i in inputs:
-            rel = _relation(loc, _location(i))
-            if rel:
-                raise RunDirectoryError(
-                    f"output.{key} {target!r} {_RELATION_WORDS[rel]} the input {i!r}; a published copy goes to a "
-                    "folder of its own, apart from the data and schema files")
         for other_key, (other, other_loc) in seen.items():
             if _relation(loc, other_loc):
                 raise RunDirectoryError(f"output.{key} {target!r} and output.{other_key} {other!r} overlap (the same "

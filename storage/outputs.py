@@ -14,20 +14,20 @@ Layout (the contract users and checks rely on)::
     DIR/report.json     timings, sizes, expected errors
     DIR/.complete       written last: marks a finished run and lists every file and folder the run wrote
 
-What privcube wrote, it records: ``.started`` / ``.complete`` in a run folder, ``.privcube-files.json``
-(``COPY_MANIFEST``: the files and folders beside it) in an answers folder and in each published copy.
-``--overwrite`` replaces a finished run only when DIR holds nothing but what ``.complete`` lists (and
-``report.html``); a published copy is replaced only when its folder holds nothing but what its manifest
-lists; a folder holding anything else is refused in one line, before any data is read, even with
-``--overwrite``. A run folder holding files privcube did not write is refused (``--resume`` too: it is
-not a run); an empty folder may be used, and what the run wrote into it is removed again on bad input.
+What privcube wrote, it records (:mod:`privcube.storage.ownership`): ``.started`` / ``.complete`` in a run
+folder, ``.privcube-files.json`` in an answers folder and each published copy. ``--overwrite`` replaces a
+finished run only when DIR holds nothing but what ``.complete`` lists (and ``report.html``), a published
+copy only when its folder holds nothing but what its manifest lists; anything else is refused in one line,
+before any data is read, ``--overwrite`` or not. A run folder holding files privcube did not write is
+refused (by ``--resume`` too: it is not a run); an empty folder may be used, and what the run wrote into
+it is removed again on bad input.
 
 The config's ``output.answers`` / ``output.zarr`` (local paths or fsspec URLs) receive copies of
 ``answers/`` and of ``store.zarr`` (without its checkpoints) once everything else is written and
-before the run is marked complete (``publish_outputs``). Before any data is read (``check_placement``,
-``check_publish_targets``): a copy may not be, contain or lie inside the run folder, the input data or
-schema files, or the other copy; a destination that already holds a copy privcube published is refused
-unless the run replaces (``--overwrite``) or resumes its own.
+before the run is marked complete (``publish_outputs``). Before any data is read, a copy that would land on,
+inside or around the run folder, the inputs or the other copy is refused (:mod:`privcube.storage.placement`),
+and a destination that already holds a copy privcube published is refused unless the run replaces
+(``--overwrite``) or resumes its own.
 
 A run owns DIR while it runs: ``run_lock`` holds an exclusive ``flock`` on ``.DIR.lock`` beside it
 (beside, so that it exists before DIR does and survives ``--overwrite`` moving DIR aside), taken before
@@ -44,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import threading
 import time
@@ -60,17 +59,21 @@ import yaml
 
 from privcube.atomic import atomic_path, atomic_write_bytes
 from privcube.errors import RunDirectoryError
+from privcube.storage.ownership import (
+    COMPLETE_MARKER,
+    RUN_ENTRIES,
+    STARTED_MARKER,
+    UNREADABLE,
+    complete_record,
+    legacy_run,
+    read_json,
+    run_folder_unowned,
+    some,
+    unowned_copy,
+    write_manifest,
+)
 
-COMPLETE_MARKER = ".complete"
-STARTED_MARKER = ".started"
-COPY_MANIFEST = ".privcube-files.json"  # in an answers folder and each published copy: what privcube wrote there
 OWNER_ONLY_UMASK = 0o077
-#: the top-level entries of a run folder (anything else in it was not written by privcube)
-RUN_ENTRIES = frozenset({STARTED_MARKER, COMPLETE_MARKER, "ledger.json", "config.yaml", "report.json",
-                         "report.html", "answers", "synthetic", "store.zarr", "checkpoint"})
-#: written after the run is complete, by ``privcube report``: not in ``.complete``'s list
-_AFTER_COMPLETE = frozenset({COMPLETE_MARKER, STARTED_MARKER, "report.html"})
-_ANSWER_FILE = re.compile(r"group-\d{4}-[^/]*\.parquet")
 
 
 @contextlib.contextmanager
@@ -140,7 +143,7 @@ class RunDirectory:
             return "empty"
         if COMPLETE_MARKER in names:
             return "finished"
-        if (p / STARTED_MARKER).is_file() or (set(names) <= RUN_ENTRIES and _legacy_run(p)):
+        if (p / STARTED_MARKER).is_file() or (set(names) <= RUN_ENTRIES and legacy_run(p)):
             return "run"
         return "foreign"
 
@@ -156,16 +159,16 @@ class RunDirectory:
             raise RunDirectoryError(
                 f"output directory {where!r} holds a finished run; choose a new --out, or pass --overwrite to "
                 "replace it" if not unowned else
-                f"output directory {where!r} holds a finished run and {_some(unowned)} privcube did not write "
+                f"output directory {where!r} holds a finished run and {some(unowned)} privcube did not write "
                 "(so --overwrite is refused too); choose a new --out")
         if state == "foreign":
             entries = sorted(e.name for e in self.path.iterdir())
             if resume:
                 raise RunDirectoryError(
-                    f"--resume: {where!r} is not a privcube run folder (it holds {_some(entries)} privcube did "
+                    f"--resume: {where!r} is not a privcube run folder (it holds {some(entries)} privcube did "
                     "not write); nothing was changed: give the --out of the interrupted run")
             raise RunDirectoryError(
-                f"output directory {where!r} holds {_some(entries)} privcube did not write; a run is written to a "
+                f"output directory {where!r} holds {some(entries)} privcube did not write; a run is written to a "
                 "new or empty folder: choose another --out")
         if state == "run" and not resume:
             raise RunDirectoryError(
@@ -176,20 +179,15 @@ class RunDirectory:
                                     "there); run without --resume")
 
     def unowned(self) -> list[str]:
-        """Entries of a finished run folder privcube did not write: not listed in ``.complete`` (nor
-        ``report.html``); a run folder from before the list: names outside its layout."""
-        listed = _read_json(self.path / COMPLETE_MARKER)
-        files, dirs = tree_entries(self.path)
-        if isinstance(listed, Mapping) and isinstance(listed.get("files"), list):
-            return _unlisted(files, dirs, set(listed["files"]) | _AFTER_COMPLETE, set(listed.get("dirs") or []))
-        return [f for f in files if not _legacy_entry(f, False)] + [d + "/" for d in dirs if not _legacy_entry(d, True)]
+        """Entries of a finished run folder privcube did not write (see ``ownership.run_folder_unowned``)."""
+        return run_folder_unowned(self.path)
 
     def check_replaceable(self) -> None:
         """``--overwrite``: refuse, before anything is moved, a finished run folder holding other files."""
         unowned = self.unowned()
         if unowned:
             raise RunDirectoryError(
-                f"--overwrite: output directory {str(self.path)!r} holds {_some(unowned)} privcube did not write "
+                f"--overwrite: output directory {str(self.path)!r} holds {some(unowned)} privcube did not write "
                 "beside the finished run; privcube replaces only a run folder holding nothing else: move them "
                 "out or choose a new --out")
 
@@ -214,8 +212,8 @@ class RunDirectory:
 
     def recorded_identity(self) -> Any:
         """The identity ``.started`` records (None if there is none: a run folder from before the record)."""
-        record = _read_json(self.path / STARTED_MARKER)
-        if record is _UNREADABLE:
+        record = read_json(self.path / STARTED_MARKER)
+        if record is UNREADABLE:
             raise RunDirectoryError(f"--resume: the run record {str(self.path / STARTED_MARKER)!r} is unreadable; "
                                     "choose a new --out")
         return record.get("identity") if isinstance(record, Mapping) else None
@@ -280,10 +278,7 @@ class RunDirectory:
 
     def mark_complete(self) -> None:
         """Write ``.complete`` (the identity and every file and folder the run wrote), then drop ``.started``."""
-        files, dirs = tree_entries(self.path)
-        atomic_write_json(self.path / COMPLETE_MARKER, {
-            "complete": True, "identity": self.identity,
-            **_listing([f for f in files if f not in (COMPLETE_MARKER, STARTED_MARKER)], dirs)})
+        atomic_write_json(self.path / COMPLETE_MARKER, complete_record(self.path, self.identity))
         (self.path / STARTED_MARKER).unlink(missing_ok=True)
 
     @contextlib.contextmanager
@@ -373,119 +368,6 @@ class RunDirectory:
             target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             atomic_write_parquet(target, frame)
         return folder
-
-
-# ------------------------------------------------------------------------------- what privcube wrote
-_UNREADABLE = object()
-
-
-def _read_json(path: Path) -> Any:
-    """The JSON in ``path``; None if there is no such file, ``_UNREADABLE`` if it cannot be parsed."""
-    try:
-        return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return _UNREADABLE
-
-
-def tree_entries(root: str | Path) -> tuple[list[str], list[str]]:
-    """``(files, folders)`` under ``root`` as sorted ``/``-separated relative paths; a symlink is a file
-    (never followed)."""
-    files: list[str] = []
-    dirs: list[str] = []
-    for cur, dnames, fnames in os.walk(root):
-        rel = os.path.relpath(cur, root)
-        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-        for d in list(dnames):
-            if os.path.islink(os.path.join(cur, d)):
-                files.append(prefix + d)
-                dnames.remove(d)
-            else:
-                dirs.append(prefix + d)
-        files.extend(prefix + f for f in fnames)
-    return sorted(files), sorted(dirs)
-
-
-def _parents(files: Iterable[str]) -> set[str]:
-    """Every folder above the given relative file paths."""
-    return {f.rsplit("/", i)[0] for f in files for i in range(1, f.count("/") + 1)}
-
-
-def _listing(files: Sequence[str], dirs: Sequence[str]) -> dict[str, list[str]]:
-    """A manifest's ``files`` and ``dirs`` (only the folders no listed file is inside: the rest follow)."""
-    above = _parents(files)
-    return {"files": list(files), "dirs": [d for d in dirs if d not in above]}
-
-
-def _unlisted(files: Iterable[str], dirs: Iterable[str], listed_files: set[str], listed_dirs: set[str]) -> list[str]:
-    """Entries not in a manifest (a folder counts as listed when a listed file is inside it)."""
-    listed = listed_dirs | _parents(listed_files)
-    return [f for f in files if f not in listed_files] + [d + "/" for d in dirs if d not in listed]
-
-
-def _legacy_entry(rel: str, is_dir: bool) -> bool:
-    """Whether ``rel`` fits the layout of a run folder written before ``.complete`` listed its files."""
-    top, _, rest = rel.partition("/")
-    if top not in RUN_ENTRIES:
-        return False
-    if not rest:
-        return is_dir == (top in ("answers", "synthetic", "store.zarr", "checkpoint"))
-    if top == "answers":
-        return not is_dir and (rest in ("index.json", COPY_MANIFEST) or bool(_ANSWER_FILE.fullmatch(rest)))
-    if top == "synthetic":
-        return is_dir or rest.endswith(".parquet")
-    return top in ("store.zarr", "checkpoint")
-
-
-def _legacy_run(path: Path) -> bool:
-    """A run folder written before ``.started`` existed: a committed checkpoint, or privcube's resolved config."""
-    if (path / "store.zarr" / "checkpoint" / "CURRENT").is_file() or (path / "checkpoint" / "CURRENT").is_file():
-        return True
-    try:
-        cfg = yaml.safe_load((path / "config.yaml").read_text())
-    except (OSError, ValueError, yaml.YAMLError):
-        return False
-    return isinstance(cfg, Mapping) and "resolved" in cfg
-
-
-def _some(entries: Sequence[str]) -> str:
-    """``3 entries ('a.txt', 'b', ...)``: how many, and the first few names (file names, never contents)."""
-    shown = ", ".join(repr(e) for e in list(entries)[:3]) + (", ..." if len(entries) > 3 else "")
-    return f"{len(entries)} {'entry' if len(entries) == 1 else 'entries'} ({shown})"
-
-
-ZARR_MANIFEST_ATTR = "privcube_files"  # a zarr copy's manifest: an attribute of its root group (zarr.json)
-
-
-def write_manifest(folder: Path, kind: str) -> None:
-    """Record every file and folder in ``folder``, so that privcube can later tell a folder it wrote (and
-    may replace) from one holding other files: ``<folder>/.privcube-files.json``, or for a zarr store the
-    attribute ``privcube_files`` of its root group (a file zarr does not know would warn every reader)."""
-    files, dirs = tree_entries(folder)
-    record = {"written_by": "privcube", "kind": kind, **_listing([f for f in files if f != COPY_MANIFEST], dirs)}
-    root = folder / "zarr.json"
-    if kind == "zarr" and root.is_file():
-        meta = json.loads(root.read_bytes())
-        meta.setdefault("attributes", {})[ZARR_MANIFEST_ATTR] = record
-        atomic_write_bytes(root, json.dumps(meta, indent=2).encode())
-        return
-    atomic_write_json(folder / COPY_MANIFEST, record)
-
-
-def _manifest_of(fs: Any, path: str) -> Mapping[str, Any] | None:
-    """The manifest of a destination folder (see :func:`write_manifest`), or None if it carries none."""
-    base = path.rstrip("/")
-    for name, pick in ((COPY_MANIFEST, lambda m: m),
-                       ("zarr.json", lambda m: (m.get("attributes") or {}).get(ZARR_MANIFEST_ATTR))):
-        try:
-            record = pick(json.loads(fs.cat_file(f"{base}/{name}")))
-        except (FileNotFoundError, ValueError, AttributeError):
-            continue
-        if isinstance(record, Mapping) and record.get("written_by") == "privcube" and isinstance(
-                record.get("files"), list):
-            return record
-    return None
 
 
 # ------------------------------------------------------------------------------- ownership
@@ -708,12 +590,12 @@ def check_publish_targets(output: Mapping[str, Any], *, replace: bool) -> None:
             if not fs.isdir(path):
                 raise RunDirectoryError(f"output.{key} {target!r} exists and is a file, not a folder privcube "
                                         "published; choose another location")
-            unowned, empty = _unowned_copy(fs, path)
+            unowned, empty = unowned_copy(fs, path)
         except (OSError, ValueError, ImportError) as e:
             raise RunDirectoryError(f"output.{key} {target!r} cannot be checked: {e}") from None
         if unowned:
             raise RunDirectoryError(
-                f"output.{key} {target!r} holds {_some(unowned)} privcube did not write; privcube replaces only "
+                f"output.{key} {target!r} holds {some(unowned)} privcube did not write; privcube replaces only "
                 "a folder it published (nothing else in it): choose a new or empty folder")
         if not empty and not replace:
             raise RunDirectoryError(f"output.{key} {target!r} already exists (a copy privcube published); choose "
@@ -732,131 +614,6 @@ def _check_creatable(key: str, target: str, fs: Any, path: str) -> None:
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise RunDirectoryError(f"output.{key} {target!r} cannot be created: {str(parent)!r} is not a writable "
                                 "folder")
-
-
-def _copy_tree_of(fs: Any, path: str) -> tuple[list[str], list[str]]:
-    """``(files, folders)`` under ``path`` on ``fs`` as ``/``-separated relative paths."""
-    from fsspec.implementations.local import LocalFileSystem
-
-    if isinstance(fs, LocalFileSystem):
-        return tree_entries(path)
-    root = path.rstrip("/")
-    files, dirs = [], []
-    for name, info in fs.find(root, withdirs=True, detail=True).items():
-        rel = name.rstrip("/")[len(root):].lstrip("/")
-        if rel:
-            (dirs if info.get("type") == "directory" else files).append(rel)
-    return sorted(files), sorted(dirs)
-
-
-def _unowned_copy(fs: Any, path: str) -> tuple[list[str], bool]:
-    """``(entries privcube did not write, empty)`` of an existing destination folder: everything, without
-    its ``.privcube-files.json``; else what that manifest does not list."""
-    files, dirs = _copy_tree_of(fs, path)
-    if not files and not dirs:
-        return [], True
-    manifest = _manifest_of(fs, path)
-    if manifest is None:
-        return files + [d + "/" for d in dirs], False
-    return _unlisted(files, dirs, set(manifest["files"]) | {COPY_MANIFEST}, set(manifest.get("dirs") or [])), False
-
-
-# ------------------------------------------------------------------------------- where outputs may go
-def _location(p: str | os.PathLike[str]) -> tuple[str, str]:
-    """``(protocol, normalised path)`` to compare locations: local paths resolved (symlinks too), a glob
-    by the folder above its first wildcard, URLs by protocol and path."""
-    text = os.fspath(p)
-    if "://" in text and not text.startswith("file://"):
-        proto, _, rest = text.partition("://")
-        return proto.lower(), "/" + rest.strip("/")
-    text = text[len("file://"):] if text.startswith("file://") else text
-    parts = Path(os.path.expanduser(text)).parts
-    for i, part in enumerate(parts):
-        if any(ch in part for ch in "*?["):
-            parts = parts[:i]
-            break
-    return "file", os.path.realpath(os.path.join(*parts) if parts else ".")
-
-
-def _relation(a: tuple[str, str], b: tuple[str, str]) -> str | None:
-    """How location ``a`` lies to ``b``: ``same``, ``inside`` (a under b), ``contains`` (b under a) or None."""
-    if a[0] != b[0]:
-        return None
-    if a[1] == b[1]:
-        return "same"
-    if a[1].startswith(b[1].rstrip("/") + "/"):
-        return "inside"
-    if b[1].startswith(a[1].rstrip("/") + "/"):
-        return "contains"
-    return None
-
-
-def input_locations(resolved: Mapping[str, Any]) -> list[str]:
-    """The data, schema, domain and link files or folders a resolved config reads (its ``data`` section,
-    any depth, and a top-level ``domain`` path): no output may be, contain or lie inside one of them."""
-    from privcube.config import FRAME_PLACEHOLDER
-
-    found: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, Mapping):
-            for k, v in node.items():
-                if k in ("path", "schema", "domain", "paths"):
-                    for item in (v if isinstance(v, (list, tuple)) else [v]):
-                        if isinstance(item, (str, os.PathLike)) and str(item) and str(item) != FRAME_PLACEHOLDER:
-                            found.append(os.fspath(item))
-                walk(v)
-        elif isinstance(node, (list, tuple)):
-            for v in node:
-                walk(v)
-
-    walk(resolved.get("data"))
-    if isinstance(resolved.get("domain"), str):
-        found.append(resolved["domain"])
-    return list(dict.fromkeys(found))
-
-
-_RELATION_WORDS = {"same": "is", "inside": "is inside", "contains": "contains"}
-_INPUT_WORDS = {"same": "is the input", "inside": "is inside the input folder", "contains": "contains the input"}
-
-
-def check_placement(run_dir: str | Path, output: Mapping[str, Any], inputs: Sequence[str]) -> None:
-    """Refuse, before any data is read, outputs that would land on something else the run uses: the run
-    folder inside, around or on an input (data, schema, links); an ``output.answers`` / ``output.zarr``
-    copy on, inside or around the run folder (or its lock file), an input, or the other copy."""
-    out = os.fspath(run_dir)
-    here = _location(out)
-    for i in inputs:
-        rel = _relation(here, _location(i))
-        if rel:
-            raise RunDirectoryError(
-                f"output directory {out!r} {_INPUT_WORDS[rel]} {i!r}; the run must go to a folder of its own, "
-                "apart from the data and schema files")
-    seen: dict[str, tuple[str, tuple[str, str]]] = {}
-    lock = lock_path(out)
-    for key, target in publish_targets(output).items():
-        loc = _location(target)
-        for i in inputs:
-            rel = _relation(loc, _location(i))
-            if rel:
-                raise RunDirectoryError(
-                    f"output.{key} {target!r} {_INPUT_WORDS[rel]} {i!r}; a published copy goes to a folder of its "
-                    "own, apart from the data and schema files")
-        rel = _relation(loc, here)
-        if rel == "same":
-            raise RunDirectoryError(f"output.{key} {target!r} is the run folder --out itself; a published copy "
-                                    "goes to a folder of its own, outside the run folder")
-        if rel:
-            raise RunDirectoryError(f"output.{key} {target!r} {_RELATION_WORDS[rel]} the run folder --out {out!r}; "
-                                    "a published copy goes to a folder of its own, outside the run folder")
-        if _relation(loc, _location(lock)) in ("same", "inside"):
-            raise RunDirectoryError(f"output.{key} {target!r} is the run's lock file {str(lock)!r}; choose another "
-                                    "location")
-        for other_key, (other, other_loc) in seen.items():
-            if _relation(loc, other_loc):
-                raise RunDirectoryError(f"output.{key} {target!r} and output.{other_key} {other!r} overlap (the same "
-                                        "folder or one inside the other); give each copy a folder of its own")
-        seen[key] = (target, loc)
 
 
 def publish_outputs(run_dir: Path, output: Mapping[str, Any]) -> dict[str, str]:
@@ -886,9 +643,9 @@ def publish_outputs(run_dir: Path, output: Mapping[str, Any]) -> dict[str, str]:
 
 def _check_replaceable_copy(fs: Any, path: str, target: str) -> None:
     """Just before a destination is replaced: it holds nothing privcube did not publish there."""
-    unowned, _ = _unowned_copy(fs, path)
+    unowned, _ = unowned_copy(fs, path)
     if unowned:
-        raise RunDirectoryError(f"{target!r} now holds {_some(unowned)} privcube did not write; it was left as it "
+        raise RunDirectoryError(f"{target!r} now holds {some(unowned)} privcube did not write; it was left as it "
                                 "is")
 
 

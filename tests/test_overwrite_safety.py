@@ -103,8 +103,10 @@ def test_answers_in_the_data_folder_is_refused_with_or_without_overwrite(pc, ws)
         line = refused(pc, ws, "run", cfg, "--out", str(ws / "o" / "x"), "--quiet", *extra,
                        needle=("output.answers", "mydata", "contains the input"))
         assert "--overwrite" not in line  # the message never suggests the flag that would delete the data
+    import privcube
+
     with pytest.raises(RunDirectoryError, match="contains the input"):  # the Python API the same
-        api.run(cfg, ws / "o" / "x", quiet=True, overwrite=True)
+        privcube.run(cfg, ws / "o" / "x", quiet=True, overwrite=True)
     assert (ws / "mydata" / "people.parquet").exists() and not (ws / "o").exists()
 
 
@@ -345,5 +347,6 @@ def test_complete_lists_what_the_run_wrote(pc, ws):
     assert set(listed["files"]) == set(files) - {".complete"}
     assert listed["identity"]["seed"] == 1 and listed["identity"]["mechanism"] == "residual-planner"
     manifest = json.loads((ws / "pub" / ".privcube-files.json").read_text())
-    assert sorted(manifest["files"]) == sorted(p.name for p in (ws / "pub").iterdir() if p.name != ".privcube-files.json")
+    assert sorted(manifest["files"]) == sorted(p.name for p in (ws / "pub").iterdir()
+                                               if p.name != ".privcube-files.json")
     assert os.stat(ws / "run").st_mode & 0o077 == 0

@@ -156,7 +156,7 @@ class SingleTableJob:
     def check_outputs(self, run_dir: Any) -> None:
         """The run folder and ``output.answers`` / ``output.zarr`` apart from each other and from the data and
         schema files (see ``storage.outputs.check_placement``)."""
-        from privcube.storage.outputs import check_placement, input_locations
+        from privcube.storage.placement import check_placement, input_locations
 
         check_placement(run_dir, self.cfg.output, input_locations(self.cfg.resolved()))
 

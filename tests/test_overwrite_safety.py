@@ -350,3 +350,50 @@ def test_complete_lists_what_the_run_wrote(pc, ws):
     assert sorted(manifest["files"]) == sorted(p.name for p in (ws / "pub").iterdir()
                                                if p.name != ".privcube-files.json")
     assert os.stat(ws / "run").st_mode & 0o077 == 0
+
+
+def test_fsspec_destination_with_other_files_is_refused_and_own_copy_replaced(ws):
+    """The same rule for a URL destination (``memory://`` here; ``s3://`` etc. go through the same fsspec
+    calls): a foreign object is never removed, a copy privcube published is replaced under --overwrite."""
+    import fsspec
+
+    url = f"memory://privcube-safety-{os.getpid()}/answers"
+    fs, path = fsspec.core.url_to_fs(url)
+    cfg = job(ws, output={"answers": url})
+    try:
+        fs.pipe(f"{path}/keep.txt", b"mine")
+        with pytest.raises(RunDirectoryError, match="'keep.txt'"):
+            api.run(cfg, ws / "r1", seed=1, quiet=True, overwrite=True)
+        assert fs.cat(f"{path}/keep.txt") == b"mine" and not (ws / "r1").exists()
+        fs.rm(f"{path}/keep.txt")
+        api.run(cfg, ws / "r1", seed=1, quiet=True)
+        with pytest.raises(RunDirectoryError, match="already exists"):
+            api.run(cfg, ws / "r2", seed=2, quiet=True)
+        api.run(cfg, ws / "r2", seed=2, quiet=True, overwrite=True)
+        for f in (ws / "r2" / "answers").glob("*.parquet"):
+            assert fs.cat(f"{path}/{f.name}") == f.read_bytes()
+    finally:
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+
+
+def test_publish_rechecks_the_destination_just_before_replacing_it(ws):
+    """A file put into a published copy while the run measured is found again at publish time: the copy is
+    left as it is and the run is not marked complete (one line, --resume once the file is moved out)."""
+    from privcube.storage.outputs import publish_outputs
+
+    cfg = job(ws, output={"answers": "pub"})
+    api.run(cfg, ws / "run", seed=1, quiet=True)
+    (ws / "pub" / "late.txt").write_text("mine")
+    before = snapshot(ws / "pub")
+    with pytest.raises(RunDirectoryError) as info:
+        publish_outputs(ws / "run", {"answers": str(ws / "pub")})
+    assert "'late.txt'" in str(info.value) and "\n" not in str(info.value) and "--resume" in str(info.value)
+    assert snapshot(ws / "pub") == before
+    assert not [p for p in ws.iterdir() if p.name.startswith(".pub")]  # no staging folder left
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc: a folder nothing can be made in")
+def test_out_under_a_folder_nothing_can_be_created_in_is_one_line(pc, ws):
+    line = one_line_error(pc("run", job(ws), "--out", "/proc/privcube-no-such/run", "--quiet"))
+    assert "cannot create output directory" in line and not os.path.exists("/proc/privcube-no-such")

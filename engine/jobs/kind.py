@@ -48,7 +48,7 @@ class JobKind(Protocol):
 
     def check_outputs(self, run_dir: Any) -> None:
         """Refuse, before any data is read, outputs that would land on the inputs (data, schemas, links) or
-        on each other: the run folder and any published copy (``storage.outputs.check_placement``)."""
+        on each other: the run folder and any published copy (``storage.placement.check_placement``)."""
         ...
 
     def check_before_data(self, *, replace: bool) -> None:

@@ -178,7 +178,7 @@ class RelationalJobKind:
         return LazyCheckpoint(rundir, identity)
 
     def check_outputs(self, run_dir: Any) -> None:
-        """The run folder apart from the tables, schemas and link files (``storage.outputs.check_placement``)."""
+        """The run folder apart from the tables, schemas and link files (``storage.placement.check_placement``)."""
         from privcube.storage.placement import check_placement, input_locations
 
         check_placement(run_dir, {}, input_locations(self.job.resolved()))

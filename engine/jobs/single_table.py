@@ -155,7 +155,7 @@ class SingleTableJob:
 
     def check_outputs(self, run_dir: Any) -> None:
         """The run folder and ``output.answers`` / ``output.zarr`` apart from each other and from the data and
-        schema files (see ``storage.outputs.check_placement``)."""
+        schema files (see ``storage.placement.check_placement``)."""
         from privcube.storage.placement import check_placement, input_locations
 
         check_placement(run_dir, self.cfg.output, input_locations(self.cfg.resolved()))

@@ -76,9 +76,10 @@ def _owns_run_folder(fn: Any) -> Any:
 
     @functools.wraps(fn)
     def owning(config: Any, out: Any, *args: Any, **kwargs: Any) -> Any:
-        from privcube.storage.outputs import run_lock
+        from privcube.storage.outputs import check_out_location, run_lock
 
         config, out = _check_run_inputs(config, out, kwargs.get("data"))  # wrong kinds: one line, before the lock
+        check_out_location(out, resume=bool(kwargs.get("resume")))  # the root, home, other files: before any lock
         with run_lock(out):
             return fn(config, out, *args, **kwargs)
 
@@ -98,40 +99,19 @@ def run(config: str | Path | Mapping[str, Any] | JobConfig, out: str | Path, *, 
     (``marginal(...)``, ``ledger``, ``synthetic()``; also ``out_dir``, ``report``, ``result``).
 
     The run directory is owner-only; a finished run is never rewritten unless ``overwrite`` (then it
-    is moved aside and deleted only once the new run is complete, restored if the new run fails);
-    ``resume`` continues from the last checkpoint of the same mechanism, seed and config (anything
-    else is a ``CheckpointError``). The config's ``output.answers`` / ``output.zarr`` receive copies of
-    the answers / tensor store before the run is marked complete; an occupied destination is refused
-    before any data is read unless ``overwrite`` or ``resume``.
+    is moved aside and deleted only once the new run is complete, restored if the new run fails; a run
+    folder holding files privcube did not write is refused, ``overwrite`` or not); ``resume`` continues
+    from the last checkpoint of the same mechanism, seed and config, compared with what the run folder
+    recorded when it was made, checkpoint or not (anything else is a ``CheckpointError``; a folder that is
+    not a privcube run is refused). The config's ``output.answers`` / ``output.zarr`` receive copies of
+    the answers / tensor store before the run is marked complete; a destination holding a copy privcube
+    published is refused before any data is read unless ``overwrite`` or ``resume``, one holding anything
+    else always, as is a destination on, inside or around the run folder or the input data and schema.
     """
-    from privcube.storage.outputs import RunDirectory
-
-    if overwrite and not resume and RunDirectory(out).finished:
-        return _replace_finished(config, out, data=data, seed=seed, scheduler_address=scheduler_address,
-                                 scheduler_file=scheduler_file, workers=workers, client=client, quiet=quiet)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ConfigError(f"--seed must be a non-negative integer, got {seed!r}")
     return run_job(load_job(config, data), out, seed=seed, resume=resume, scheduler_address=scheduler_address,
                    scheduler_file=scheduler_file, workers=workers, client=client, quiet=quiet, overwrite=overwrite)
-
-
-def _replace_finished(config: Any, out: Path, **kwargs: Any) -> Result:
-    """``--overwrite`` of a finished run: move it aside, run, delete it once the new run is complete (restore
-    it if the new run fails)."""
-    import shutil
-
-    target = Path(out)
-    backup = target.with_name(f".{target.name}.replaced-{time.time_ns()}")
-    os.replace(target, backup)
-    try:
-        summary = run(config, out, overwrite=True, **kwargs)
-    except BaseException:
-        if target.exists():
-            shutil.rmtree(target, ignore_errors=True)
-        os.replace(backup, target)
-        raise
-    shutil.rmtree(backup, ignore_errors=True)
-    return summary
 
 
 def run_job(job: JobKind, out: str | Path, *, seed: int | None = None, resume: bool = False,
@@ -139,23 +119,30 @@ def run_job(job: JobKind, out: str | Path, *, seed: int | None = None, resume: b
             client: Any = None, quiet: bool = False, overwrite: bool = False) -> Result:
     """The driver: run a loaded job (see :mod:`privcube.jobs`) into run folder ``out``, which it owns for the
     whole call; everything that can be refused without data is refused before ``read_inputs``."""
-    from privcube.storage.outputs import RunDirectory, owner_only, run_lock
+    from privcube.storage.outputs import RunDirectory, check_out_location, owner_only, run_lock
     from privcube.storage.resume import check_resumable
 
+    check_out_location(out, resume=resume)
     with run_lock(out):
-        rundir = RunDirectory(out)
-        rundir.check_usable(resume)
+        identity = {"mechanism": job.mechanism, "seed": seed, "config": job.fingerprint()}
+        rundir = RunDirectory(out, identity)  # records identity in .started when it makes the folder
+        replacing = overwrite and not resume and rundir.finished
+        if replacing:
+            rundir.check_replaceable()  # --overwrite: a finished run holding nothing privcube did not write
+        else:
+            rundir.check_usable(resume)
+        job.check_outputs(rundir.path)  # the run folder and published copies apart from each other and the inputs
         job.check_before_data(replace=resume or overwrite)
-        checkpoint = job.open_checkpoint(rundir, {"mechanism": job.mechanism, "seed": seed,
-                                                  "config": job.fingerprint()})
-        if resume:
-            check_resumable(rundir, checkpoint, seed)  # another seed/config is refused before any data is read
-        env = JobEnv(rundir, seed=seed, resume=resume, quiet=quiet, checkpoint=checkpoint)
-        inputs = job.read_inputs(env)  # checks values against the schema
-        _set_quiet(quiet)
-        cluster = {"scheduler_address": scheduler_address, "scheduler_file": scheduler_file, "workers": workers}
-        with owner_only():  # every file and folder of the run directory is owner-only
-            return Result.of(_drive(job, inputs, env, client, cluster))
+        with rundir.replacing() if replacing else contextlib.nullcontext():
+            checkpoint = job.open_checkpoint(rundir, identity)
+            if resume:
+                check_resumable(rundir, checkpoint, seed)  # another seed/config is refused before any data is read
+            env = JobEnv(rundir, seed=seed, resume=resume, quiet=quiet, checkpoint=checkpoint)
+            inputs = job.read_inputs(env)  # checks values against the schema
+            _set_quiet(quiet)
+            cluster = {"scheduler_address": scheduler_address, "scheduler_file": scheduler_file, "workers": workers}
+            with owner_only():  # every file and folder of the run directory is owner-only
+                return Result.of(_drive(job, inputs, env, client, cluster))
 
 
 def _drive(job: JobKind, inputs: Any, env: JobEnv, client: Any, cluster: Mapping[str, Any]) -> RunSummary:

@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, help="seed the noise (reproducible; recorded in the outputs, so not for releases)")
     r.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     r.add_argument("--overwrite", action="store_true",
-                   help="replace a finished run in --out (kept until the new run completes)")
+                   help="replace a finished run in --out (kept until the new run completes) and copies privcube "
+                        "published to output.answers / output.zarr; never a folder holding other files")
     r.add_argument("--no-report", action="store_true", help="do not write DIR/report.html after the run")
     _cluster_flags(r)
 
@@ -117,14 +118,20 @@ RESUME_HINT = "continue an interrupted run with --resume (same config, --out and
 
 
 def _interrupted_run_hint(out: Path) -> str:
-    """What an interrupted ``privcube run`` left in ``--out``: a run to ``--resume``, or nothing."""
+    """What an interrupted ``privcube run`` left in ``--out``: a run to ``--resume``, or nothing (a folder
+    that is not a privcube run is never pointed to ``--resume``)."""
     try:
-        if (out / ".complete").exists():
-            return f"; the finished run in {str(out)!r} is unchanged"
-        if out.is_dir() and any(out.iterdir()):
-            return f"; {RESUME_HINT}"
-    except OSError:
+        from privcube.storage.outputs import RunDirectory
+
+        state = RunDirectory(out).state()
+    except Exception:  # noqa: BLE001 - a hint must not replace the message it completes
+        return ""
+    if state == "finished":
+        return f"; the finished run in {str(out)!r} is unchanged"
+    if state == "run":
         return f"; {RESUME_HINT}"
+    if state == "foreign":
+        return f"; nothing of this run was kept in {str(out)!r}"
     return f"; nothing was written to {str(out)!r}: run it again (without --resume)"
 
 

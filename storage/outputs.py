@@ -1,23 +1,39 @@
-"""The run directory: owner-only, written atomically, refusing to overwrite a finished run.
+"""The run directory: owner-only, written atomically, refusing to overwrite a finished run, and never
+deleting or replacing a file privcube did not write.
 
 Layout (the contract users and checks rely on)::
 
+    DIR/.started        written when the run creates (or claims an empty) DIR: the run's identity
+                        (mechanism, seed, config fingerprint), which ``--resume`` compares before any data
+                        is read, checkpoint or not; removed once the run is complete
     DIR/ledger.json     budget, spent, charges
     DIR/config.yaml     the resolved config
-    DIR/answers/        index.json + one Parquet file per workload query group
-    DIR/synthetic/      one Parquet file per synthetic table (mechanisms that make records)
+    DIR/answers/        index.json + one Parquet file per workload query group (+ ``.privcube-files.json``)
+    DIR/synthetic/      one Parquet file per synthetic table (``synthesize:`` and relational jobs only)
     DIR/store.zarr      tensors and checkpoints
     DIR/report.json     timings, sizes, expected errors
-    DIR/.complete       written last: marks a finished run
+    DIR/.complete       written last: marks a finished run and lists every file and folder the run wrote
+
+What privcube wrote, it records (:mod:`privcube.storage.ownership`): ``.started`` / ``.complete`` in a run
+folder, ``.privcube-files.json`` in an answers folder and each published copy. ``--overwrite`` replaces a
+finished run only when DIR holds nothing but what ``.complete`` lists (and ``report.html``), a published
+copy only when its folder holds nothing but what its manifest lists; anything else is refused in one line,
+before any data is read, ``--overwrite`` or not. A run folder holding files privcube did not write is
+refused (by ``--resume`` too: it is not a run); an empty folder may be used, and what the run wrote into
+it is removed again on bad input.
 
 The config's ``output.answers`` / ``output.zarr`` (local paths or fsspec URLs) receive copies of
 ``answers/`` and of ``store.zarr`` (without its checkpoints) once everything else is written and
-before the run is marked complete (``publish_outputs``); a destination that already holds something
-is refused before any data is read, unless the run replaces (``--overwrite``) or resumes its own.
+before the run is marked complete (``publish_outputs``). Before any data is read, a copy that would land on,
+inside or around the run folder, the inputs or the other copy is refused (:mod:`privcube.storage.placement`),
+and a destination that already holds a copy privcube published is refused unless the run replaces
+(``--overwrite``) or resumes its own.
 
 A run owns DIR while it runs: ``run_lock`` holds an exclusive ``flock`` on ``.DIR.lock`` beside it
 (beside, so that it exists before DIR does and survives ``--overwrite`` moving DIR aside), taken before
-any data is read; a second run on DIR is refused, naming it.
+any data is read; a second run on DIR is refused, naming it. A file of that name privcube did not
+write (anything but a process id) is refused, not truncated. ``--out`` the file-system root or the home
+folder is refused.
 
 Everything in DIR is owner-only (folders 0o700, files 0o600): ``owner_only()`` sets the umask to
 0o077 while a run writes (zarr and Parquet writers create files with the process umask), and
@@ -30,6 +46,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,8 +59,20 @@ import yaml
 
 from privcube.atomic import atomic_path, atomic_write_bytes
 from privcube.errors import RunDirectoryError
+from privcube.storage.ownership import (
+    COMPLETE_MARKER,
+    RUN_ENTRIES,
+    STARTED_MARKER,
+    UNREADABLE,
+    complete_record,
+    legacy_run,
+    read_json,
+    run_folder_unowned,
+    some,
+    unowned_copy,
+    write_manifest,
+)
 
-COMPLETE_MARKER = ".complete"
 OWNER_ONLY_UMASK = 0o077
 
 
@@ -84,11 +113,13 @@ def write_parquet_files(frames: Sequence[tuple[Path, pd.DataFrame]], threads: in
 
 
 class RunDirectory:
-    """One run's output folder."""
+    """One run's output folder; ``identity`` (mechanism, seed, config fingerprint) is recorded in ``.started``."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, identity: Mapping[str, Any] | None = None) -> None:
         self.path = Path(path)
-        self._created = False
+        self.identity = None if identity is None else json.loads(json.dumps(dict(identity), default=str))
+        self._created = False  # this run made the folder
+        self._claimed = False  # the folder existed, empty, when this run took it: all in it is this run's
 
     # lifecycle --------------------------------------------------------------------------------
     @property
@@ -99,49 +130,136 @@ class RunDirectory:
     def started(self) -> bool:
         return self.path.exists() and any(self.path.iterdir())
 
+    def state(self) -> str:
+        """``absent``, ``not-a-folder``, ``empty``, ``finished``, ``run`` (a privcube run not finished) or
+        ``foreign`` (files privcube did not write)."""
+        p = self.path
+        if not os.path.lexists(p):
+            return "absent"
+        if not p.is_dir():
+            return "not-a-folder"
+        names = [e.name for e in p.iterdir()]
+        if not names:
+            return "empty"
+        if COMPLETE_MARKER in names:
+            return "finished"
+        if (p / STARTED_MARKER).is_file() or (set(names) <= RUN_ENTRIES and legacy_run(p)):
+            return "run"
+        return "foreign"
+
     def check_usable(self, resume: bool) -> None:
-        """Refuse a finished run, a started run without ``resume``, or a file in the way."""
-        if self.path.exists() and not self.path.is_dir():
-            raise RunDirectoryError(f"output {str(self.path)!r} exists and is not a directory")
-        if self.finished:
+        """Refuse a finished run, a started run without ``resume``, a folder of files privcube did not
+        write (with or without ``resume``), or a file in the way."""
+        where = str(self.path)
+        state = self.state()
+        if state == "not-a-folder":
+            raise RunDirectoryError(f"output {where!r} exists and is not a directory")
+        if state == "finished":
+            unowned = self.unowned()
             raise RunDirectoryError(
-                f"output directory {str(self.path)!r} holds a finished run; choose a new --out, or pass "
-                "--overwrite to replace it"
-            )
-        if self.started and not resume:
+                f"output directory {where!r} holds a finished run; choose a new --out, or pass --overwrite to "
+                "replace it" if not unowned else
+                f"output directory {where!r} holds a finished run and {some(unowned)} privcube did not write "
+                "(so --overwrite is refused too); choose a new --out")
+        if state == "foreign":
+            entries = sorted(e.name for e in self.path.iterdir())
+            if resume:
+                raise RunDirectoryError(
+                    f"--resume: {where!r} is not a privcube run folder (it holds {some(entries)} privcube did "
+                    "not write); nothing was changed: give the --out of the interrupted run")
             raise RunDirectoryError(
-                f"output directory {str(self.path)!r} is not empty (an interrupted run?); "
-                "pass --resume to continue it or choose a new --out"
-            )
-        if resume and not self.started:
-            raise RunDirectoryError(f"--resume: {str(self.path)!r} holds no run to resume (nothing was measured "
+                f"output directory {where!r} holds {some(entries)} privcube did not write; a run is written to a "
+                "new or empty folder: choose another --out")
+        if state == "run" and not resume:
+            raise RunDirectoryError(
+                f"output directory {where!r} is not empty (an interrupted run?); "
+                "pass --resume to continue it or choose a new --out")
+        if resume and state in ("absent", "empty"):
+            raise RunDirectoryError(f"--resume: {where!r} holds no run to resume (nothing was measured "
                                     "there); run without --resume")
 
+    def unowned(self) -> list[str]:
+        """Entries of a finished run folder privcube did not write (see ``ownership.run_folder_unowned``)."""
+        return run_folder_unowned(self.path)
+
+    def check_replaceable(self) -> None:
+        """``--overwrite``: refuse, before anything is moved, a finished run folder holding other files."""
+        unowned = self.unowned()
+        if unowned:
+            raise RunDirectoryError(
+                f"--overwrite: output directory {str(self.path)!r} holds {some(unowned)} privcube did not write "
+                "beside the finished run; privcube replaces only a run folder holding nothing else: move them "
+                "out or choose a new --out")
+
+    @contextlib.contextmanager
+    def replacing(self) -> Iterator[None]:
+        """``--overwrite`` of a finished run: move it aside (``.DIR.replaced-<ns>`` beside it), run, delete it
+        once the new run is complete; if the new run fails, remove what it wrote and restore the old run."""
+        backup = self.path.with_name(f".{self.path.name}.replaced-{time.time_ns()}")
+        try:
+            os.replace(self.path, backup)
+        except OSError as e:
+            raise RunDirectoryError(f"--overwrite: cannot move the finished run {str(self.path)!r} aside: "
+                                    f"{e.strerror or e}") from None
+        try:
+            yield
+        except BaseException:
+            if os.path.lexists(self.path):
+                shutil.rmtree(self.path, ignore_errors=True)  # the failed new run's folder (we hold the lock)
+            os.replace(backup, self.path)
+            raise
+        shutil.rmtree(backup, ignore_errors=True)
+
+    def recorded_identity(self) -> Any:
+        """The identity ``.started`` records (None if there is none: a run folder from before the record)."""
+        record = read_json(self.path / STARTED_MARKER)
+        if record is UNREADABLE:
+            raise RunDirectoryError(f"--resume: the run record {str(self.path / STARTED_MARKER)!r} is unreadable; "
+                                    "choose a new --out")
+        return record.get("identity") if isinstance(record, Mapping) else None
+
     def create(self) -> None:
-        """Create the folder with owner-only permissions."""
+        """Create the folder with owner-only permissions (or claim an empty one) and record ``.started``."""
         if not self.path.exists():
             try:
                 self.path.mkdir(parents=True, mode=0o700)
             except OSError as e:
                 raise RunDirectoryError(f"cannot create output directory {str(self.path)!r}: {e}") from None
             self._created = True
+        elif not self._created and not self._claimed and self.path.is_dir() and not any(self.path.iterdir()):
+            self._claimed = True
         try:
             os.chmod(self.path, 0o700)
         except OSError as e:
             raise RunDirectoryError(f"cannot secure output directory {str(self.path)!r}: {e.strerror or e}") from None
         if not os.access(self.path, os.W_OK):
             raise RunDirectoryError(f"output directory {str(self.path)!r} is not writable")
+        if not (self.path / STARTED_MARKER).exists() and not self.finished:
+            with self.writing("run record"):
+                atomic_write_json(self.path / STARTED_MARKER, {"privcube_run": "started", "identity": self.identity})
+
+    def _remove_own(self) -> None:
+        """Remove what this run wrote: the folder it created, or everything in the empty folder it claimed."""
+        if self._created and self.path.is_dir():
+            shutil.rmtree(self.path, ignore_errors=True)
+        elif self._claimed and self.path.is_dir():
+            for entry in self.path.iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
 
     def discard_if_created(self) -> None:
-        """Remove the folder if this run created it (bad input: write nothing partial)."""
-        if self._created and self.path.exists():
-            shutil.rmtree(self.path, ignore_errors=True)
+        """Remove what this run wrote (bad input: write nothing partial): the folder if it created it, or
+        the contents of the empty folder it was given; a folder that held anything is never touched."""
+        self._remove_own()
 
     def discard_if_empty(self) -> None:
-        """Remove the folder if this run created it and no file was written into it (a failed run that
-        committed nothing: no checkpoint to resume from, nothing to keep)."""
-        if self._created and self.path.is_dir() and not any(p.is_file() for p in self.path.rglob("*")):
-            shutil.rmtree(self.path, ignore_errors=True)
+        """Like ``discard_if_created`` when no file but ``.started`` was written (a failed run that committed
+        nothing: no checkpoint to resume from, nothing to keep)."""
+        if (self._created or self._claimed) and self.path.is_dir() and not any(
+                p.is_file() and p != self.path / STARTED_MARKER for p in self.path.rglob("*")):
+            self._remove_own()
 
     def restrict_permissions(self) -> None:
         """chmod every folder in the run directory to 0o700 and every file to 0o600 (symlinks untouched)."""
@@ -159,7 +277,9 @@ class RunDirectory:
                     os.chmod(p, 0o600)
 
     def mark_complete(self) -> None:
-        atomic_write_json(self.path / COMPLETE_MARKER, {"complete": True})
+        """Write ``.complete`` (the identity and every file and folder the run wrote), then drop ``.started``."""
+        atomic_write_json(self.path / COMPLETE_MARKER, complete_record(self.path, self.identity))
+        (self.path / STARTED_MARKER).unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def writing(self, what: str) -> Iterator[None]:
@@ -236,6 +356,7 @@ class RunDirectory:
             })
         write_parquet_files(frames)
         atomic_write_json(folder / "index.json", {"groups": index})
+        write_manifest(folder, "answers")  # a published copy carries it: privcube may replace that folder only
         return folder
 
     def write_synthetic(self, tables: Mapping[str, pd.DataFrame]) -> Path:
@@ -259,7 +380,35 @@ def lock_path(out: str | Path) -> Path:
     """The lock file of run folder ``out``: ``.<name>.lock`` beside it (symlinks resolved), so it survives
     ``--overwrite`` moving the folder aside and exists before the folder does."""
     real = Path(os.path.realpath(os.fspath(out)))
+    if not real.name:
+        raise RunDirectoryError(f"output directory {os.fspath(out)!r} is the file-system root; give a folder of "
+                                "its own for the run (a new or empty one)")
     return real.with_name(f".{real.name}{LOCK_SUFFIX}")
+
+
+def check_out_location(out: str | Path, *, resume: bool = False) -> None:
+    """Refuse, in one line and before anything is locked or written, an ``--out`` that can never be a run
+    folder: the file-system root, the home folder, a file, or a folder holding files privcube did not write
+    (``RunDirectory.check_usable`` repeats the last check under the lock)."""
+    real = Path(os.path.realpath(os.fspath(out)))
+    lock_path(out)  # the root
+    with contextlib.suppress(RuntimeError, KeyError):
+        if real == Path(os.path.realpath(Path.home())):
+            raise RunDirectoryError(f"output directory {os.fspath(out)!r} is your home folder; give a folder of "
+                                    "its own for the run (a new or empty one)")
+    parent = real.parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        parent = parent.parent
+    if not os.path.lexists(real) and not parent.is_dir():
+        raise RunDirectoryError(f"cannot create output directory {os.fspath(out)!r}: {str(parent)!r} is a file, "
+                                "not a folder")
+    rundir = RunDirectory(out)
+    try:
+        state = rundir.state()
+    except OSError as e:
+        raise RunDirectoryError(f"output directory {os.fspath(out)!r} cannot be read: {e.strerror or e}") from None
+    if state in ("not-a-folder", "foreign"):
+        rundir.check_usable(resume=resume)
 
 
 @contextlib.contextmanager
@@ -343,12 +492,30 @@ def _acquire(path: Path, out: str | Path) -> int:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
             same = False
+        if same and not _lock_file_of_privcube(fd):
+            os.close(fd)
+            raise RunDirectoryError(f"cannot lock output directory {str(out)!r}: {str(path)!r} exists and was not "
+                                    "written by privcube (a lock file holds a process id); move it away or choose "
+                                    "another --out")
         if same:
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
             return fd
         os.close(fd)  # the lock file was replaced while we waited: lock the current one
     raise RunDirectoryError(f"cannot lock output directory {str(out)!r}: its lock file keeps changing")
+
+
+def _lock_file_of_privcube(fd: int) -> bool:
+    """A regular file that is empty or holds a process id: a lock file (a killed run leaves one behind)."""
+    import stat as stat_
+
+    try:
+        if not stat_.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        text = os.pread(fd, 64, 0)
+    except OSError:
+        return False
+    return len(text) < 32 and (not text.strip() or text.strip().isdigit())
 
 
 def _read_pid(fd: int) -> int | None:
@@ -412,30 +579,60 @@ def _fs(target: str) -> tuple[Any, str]:
 
 
 def check_publish_targets(output: Mapping[str, Any], *, replace: bool) -> None:
-    """Refuse (before any data is read) a destination that already holds something, unless ``replace``."""
+    """Refuse (before any data is read) a destination holding anything privcube did not publish there (even
+    with ``replace``), or a copy privcube published unless ``replace``; a missing or empty folder is free."""
     for key, target in publish_targets(output).items():
         try:
             fs, path = _fs(target)
-            taken = fs.exists(path) and (not fs.isdir(path) or bool(fs.ls(path)))
+            if not fs.exists(path):
+                _check_creatable(key, target, fs, path)
+                continue
+            if not fs.isdir(path):
+                raise RunDirectoryError(f"output.{key} {target!r} exists and is a file, not a folder privcube "
+                                        "published; choose another location")
+            unowned, empty = unowned_copy(fs, path)
         except (OSError, ValueError, ImportError) as e:
             raise RunDirectoryError(f"output.{key} {target!r} cannot be checked: {e}") from None
-        if taken and not replace:
-            raise RunDirectoryError(f"output.{key} {target!r} already exists; choose another location "
-                                    "(or pass --overwrite)")
+        if unowned:
+            raise RunDirectoryError(
+                f"output.{key} {target!r} holds {some(unowned)} privcube did not write; privcube replaces only "
+                "a folder it published (nothing else in it): choose a new or empty folder")
+        if not empty and not replace:
+            raise RunDirectoryError(f"output.{key} {target!r} already exists (a copy privcube published); choose "
+                                    "another location, or pass --overwrite to replace it")
+
+
+def _check_creatable(key: str, target: str, fs: Any, path: str) -> None:
+    """A local destination that does not exist yet: its nearest existing parent is a writable folder."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    if not isinstance(fs, LocalFileSystem):
+        return
+    parent = Path(path).parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise RunDirectoryError(f"output.{key} {target!r} cannot be created: {str(parent)!r} is not a writable "
+                                "folder")
 
 
 def publish_outputs(run_dir: Path, output: Mapping[str, Any]) -> dict[str, str]:
     """Copy a run's noisy answers (``answers/``) and tensor store (``store.zarr`` without its checkpoints)
     to ``output.answers`` / ``output.zarr``; returns {key: destination}.
 
-    Local destinations are assembled beside the target and renamed into place (a reader sees the old
-    copy or the new one); fsspec URLs (``s3://``, ``gs://``, ...) are uploaded after removing what was
-    there. Exact counts are never in the run directory, so they are never in a published copy.
+    Each copy carries ``.privcube-files.json`` (what it holds). Local destinations are assembled beside the
+    target and renamed into place (a reader sees the old copy or the new one); fsspec URLs (``s3://``,
+    ``gs://``, ...) are uploaded after removing what was there. A destination is replaced only if it holds
+    nothing but a copy privcube published (checked again just before). Exact counts are never in the run
+    directory, so they are never in a published copy.
     """
     done = {}
     for key, target in publish_targets(output).items():
         try:
-            _publish_one(run_dir / _PUBLISHED_FROM[key], target)
+            _publish_one(run_dir / _PUBLISHED_FROM[key], target, key)
+        except RunDirectoryError as e:
+            raise RunDirectoryError(f"cannot publish output.{key}: {e}; the run is not marked complete (fix the "
+                                    "cause, then rerun with --resume)") from None
         except Exception as e:  # noqa: BLE001 - fsspec backends raise their own types
             reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
             raise RunDirectoryError(f"cannot publish output.{key} to {target!r}: {reason}; the run is not marked "
@@ -444,8 +641,17 @@ def publish_outputs(run_dir: Path, output: Mapping[str, Any]) -> dict[str, str]:
     return done
 
 
-def _publish_one(source: Path, target: str) -> None:
-    """Copy one folder of the run directory to a local path or an fsspec URL (nothing if it is absent)."""
+def _check_replaceable_copy(fs: Any, path: str, target: str) -> None:
+    """Just before a destination is replaced: it holds nothing privcube did not publish there."""
+    unowned, _ = unowned_copy(fs, path)
+    if unowned:
+        raise RunDirectoryError(f"{target!r} now holds {some(unowned)} privcube did not write; it was left as it "
+                                "is")
+
+
+def _publish_one(source: Path, target: str, kind: str) -> None:
+    """Copy one folder of the run directory (with its manifest) to a local path or an fsspec URL (nothing
+    if it is absent)."""
     import tempfile
 
     from fsspec.implementations.local import LocalFileSystem
@@ -454,12 +660,16 @@ def _publish_one(source: Path, target: str) -> None:
         return
     fs, path = _fs(target)
     if isinstance(fs, LocalFileSystem):
-        _publish_local(source, Path(path))
+        _publish_local(source, Path(path), kind, target)
         return
     staging = Path(tempfile.mkdtemp(prefix="privcube-publish-"))  # 0o700
     try:
         _copy_tree(source, staging / "copy")
+        write_manifest(staging / "copy", kind)
         if fs.exists(path):
+            if not fs.isdir(path):
+                raise RunDirectoryError(f"{target!r} is now a file; it was left as it is")
+            _check_replaceable_copy(fs, path, target)
             fs.rm(path, recursive=True)
         fs.put(str(staging / "copy"), path, recursive=True)
     finally:
@@ -471,19 +681,24 @@ def _copy_tree(source: Path, dest: Path) -> None:
                                                              and Path(d) == source])
 
 
-def _publish_local(source: Path, target: Path) -> None:
+def _publish_local(source: Path, target: Path, kind: str, shown: str) -> None:
+    """Assemble the copy in a fresh hidden folder beside ``target``, move an older copy of privcube's into
+    it, rename the copy into place, delete the hidden folder (with the older copy)."""
+    import tempfile
+
     target.parent.mkdir(parents=True, exist_ok=True)
-    staged = target.with_name(f".{target.name}.publish-{os.getpid()}")
-    old = target.with_name(f".{target.name}.old-{os.getpid()}")
-    shutil.rmtree(staged, ignore_errors=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.publish-", dir=target.parent))  # a new name, 0o700
     try:
-        _copy_tree(source, staged)
-        if target.exists():
-            os.replace(target, old)
-        os.replace(staged, target)
+        _copy_tree(source, stage / "copy")
+        write_manifest(stage / "copy", kind)
+        if os.path.lexists(target):
+            if not target.is_dir() or target.is_symlink():
+                raise RunDirectoryError(f"{shown!r} is now a file or link; it was left as it is")
+            _check_replaceable_copy(_fs(str(target))[0], str(target), shown)
+            os.replace(target, stage / "old")
+        os.replace(stage / "copy", target)
     finally:
-        shutil.rmtree(staged, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def answer_frame(ans: Any, domain: Any, schema: Any = None, ci_level: float = 0.95) -> pd.DataFrame:

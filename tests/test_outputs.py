@@ -140,9 +140,13 @@ def test_output_answers_and_zarr_receive_published_copies(tmp_path):
     with pytest.raises(RunDirectoryError, match=r"output\.answers .* already exists"):
         api.run(cfg, tmp_path / "run2", seed=1, quiet=True)
     assert not (tmp_path / "run2").exists()  # refused before anything was measured or written
-    (pub / "answers" / "marker").write_text("old")
-    api.run(cfg, tmp_path / "run2", seed=2, quiet=True, overwrite=True)
-    assert not (pub / "answers" / "marker").exists() and (pub / "answers" / "index.json").exists()
+    api.run(cfg, tmp_path / "run2", seed=2, quiet=True, overwrite=True)  # a copy privcube published: replaced
+    for f in (tmp_path / "run2" / "answers").glob("*.parquet"):
+        assert (pub / "answers" / f.name).read_bytes() == f.read_bytes()
+    (pub / "answers" / "marker").write_text("old")  # ... but never a folder holding anything else (issue 33)
+    with pytest.raises(RunDirectoryError, match="did not write"):
+        api.run(cfg, tmp_path / "run3", seed=3, quiet=True, overwrite=True)
+    assert (pub / "answers" / "marker").read_text() == "old" and not (tmp_path / "run3").exists()
 
 
 def test_output_answers_to_an_fsspec_url(tmp_path):

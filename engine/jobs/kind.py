@@ -46,6 +46,11 @@ class JobKind(Protocol):
         """The run's checkpoint (``storage.checkpoint.RunCheckpoint`` or an adapter of it) for ``identity``."""
         ...
 
+    def check_outputs(self, run_dir: Any) -> None:
+        """Refuse, before any data is read, outputs that would land on the inputs (data, schemas, links) or
+        on each other: the run folder and any published copy (``storage.placement.check_placement``)."""
+        ...
+
     def check_before_data(self, *, replace: bool) -> None:
         """Refuse, before any data is read, what would fail later (published copies, mechanism options)."""
         ...

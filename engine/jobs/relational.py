@@ -177,6 +177,12 @@ class RelationalJobKind:
         """``<out>/checkpoint``, whose first save creates the run folder."""
         return LazyCheckpoint(rundir, identity)
 
+    def check_outputs(self, run_dir: Any) -> None:
+        """The run folder apart from the tables, schemas and link files (``storage.placement.check_placement``)."""
+        from privcube.storage.placement import check_placement, input_locations
+
+        check_placement(run_dir, {}, input_locations(self.job.resolved()))
+
     def check_before_data(self, *, replace: bool) -> None:
         """Nothing more to check: the config was validated whole when loaded."""
 

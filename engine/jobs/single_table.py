@@ -153,6 +153,13 @@ class SingleTableJob:
 
         return RunCheckpoint(rundir.store_path, identity=identity)
 
+    def check_outputs(self, run_dir: Any) -> None:
+        """The run folder and ``output.answers`` / ``output.zarr`` apart from each other and from the data and
+        schema files (see ``storage.placement.check_placement``)."""
+        from privcube.storage.placement import check_placement, input_locations
+
+        check_placement(run_dir, self.cfg.output, input_locations(self.cfg.resolved()))
+
     def check_before_data(self, *, replace: bool) -> None:
         """``output.answers`` / ``output.zarr`` destinations free (unless ``replace``); mechanism options valid."""
         from privcube.storage.outputs import check_publish_targets

@@ -233,6 +233,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         res = api.run(args.config, args.out, seed=args.seed, resume=args.resume,
                       scheduler_address=args.scheduler_address, scheduler_file=args.scheduler_file,
                       workers=args.workers, quiet=args.quiet, overwrite=args.overwrite)
+        from privcube.progress import end_line
+
+        end_line()  # a progress line left open (e.g. at 99.9%) must not run into what follows
         spent = res.ledger["spent"]
         for warning in (res.report or {}).get("warnings") or []:  # e.g. a schema inferred from the data
             _say(f"privcube: warning: {warning}")
@@ -279,6 +282,9 @@ def _marginals(args: argparse.Namespace) -> int:
     from privcube.graphs.cluster.handle import resolve_cluster
     from privcube.storage.outputs import atomic_write_parquet
 
+    from privcube.progress import set_quiet
+
+    set_quiet(args.quiet)
     attrs = [a.strip() for a in args.attrs.split(",") if a.strip()]
     spec = {"type": "threads"} if not (args.scheduler_address or args.scheduler_file or args.workers) else {"type": "local"}
     with resolve_cluster(spec, scheduler_address=args.scheduler_address, scheduler_file=args.scheduler_file,

@@ -431,6 +431,23 @@ def _detect_format(path: Any, storage_options: Mapping[str, Any] | None) -> tupl
     return "parquet", paths if len(paths) > 1 else paths[0]
 
 
+def missing_filesystem(path: Any, e: ImportError) -> str:
+    """What to install for the fsspec protocol of ``path`` (e.g. ``pip install s3fs`` for s3://)."""
+    first = str(path[0] if isinstance(path, (list, tuple)) and path else path)
+    protocol = first.split("://", 1)[0] if "://" in first else "file"
+    try:
+        from fsspec.registry import known_implementations
+
+        known = known_implementations.get(protocol, {})
+    except ImportError:  # pragma: no cover - fsspec is a dependency
+        known = {}
+    package = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
+               "abfss": "adlfs", "adl": "adlfs", "hf": "huggingface_hub", "sftp": "paramiko", "ssh": "paramiko",
+               "http": "aiohttp", "https": "aiohttp"}.get(protocol)
+    hint = f"pip install {package}" if package else (known.get("err") or _one_line(e))
+    return f"reading {protocol}:// paths needs a package that is not installed: {hint}"
+
+
 def _csv_options(name: str) -> dict[str, Any]:
     """Reader options of one CSV file from its suffix: separator (``.tsv``) and compression."""
     low = name.lower()
@@ -732,11 +749,17 @@ def open_input(path: Any, storage_options: Mapping[str, Any] | None = None, what
     import dask.dataframe as dd
 
     prefix = f"{what}: " if what else ""
-    fmt, target = _detect_format(path, storage_options)
     try:
+        fmt, target = _detect_format(path, storage_options)
         per_file = _file_columns(fmt, target, storage_options)
     except DataError as e:
         raise DataError(f"{prefix}{e}") from None
+    except ImportError as e:  # an fsspec protocol whose package is not installed (s3://, gs://, ...)
+        raise DataError(f"{prefix}input {_source_str(path)!r}: {missing_filesystem(path, e)}") from None
+    except ValueError as e:
+        if "protocol" not in str(e).lower():
+            raise
+        raise DataError(f"{prefix}input {_source_str(path)!r}: {_one_line(e)}") from None
     twice = _repeated(per_file, columns)
     if twice is not None:
         raise DataError(f"{prefix}column {twice[1]!r} appears twice in the header of file {twice[0]!r}; every column "

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from privcube.errors import DataError
-from privcube.storage.ingest import EncodedTable, _Where, empty_codes, encode_frame, open_input, read_csv, value_error
+from privcube.storage.ingest import EncodedTable, Where, empty_codes, encode_frame, open_input, read_csv, value_error
 from privcube.storage.schema import Schema, load_schema
 
 #: name of the id column carried next to the codes until truncation drops it
@@ -33,7 +33,7 @@ def _with_id(part: pd.DataFrame, schema: Schema, id_column: str, parse_text: boo
     na = ids.isna().to_numpy()
     if na.any():
         raise value_error(id_column, "the privacy_unit.id column has missing values; every row needs a person id",
-                          ids, na, _Where(source, positional))
+                          ids, na, Where(source, positional))
     codes = encode_frame(part[list(schema.names)], schema, parse_text=parse_text, source=source, positional=positional)
     codes[ID_COLUMN] = ids.astype(str).to_numpy(dtype=object)
     return codes

@@ -39,7 +39,7 @@ def _is_text(series: pd.Series) -> bool:
     return pd.api.types.is_string_dtype(series.dtype) or series.dtype == object
 
 
-class _Where:
+class Where:
     """Where a partition was read from, for messages: ``source`` (a file, an input, the DataFrame) and whether
     the partition's index is the row position in it (an in-memory frame, reset to a RangeIndex)."""
 
@@ -56,11 +56,11 @@ class _Where:
         return where
 
 
-_NOWHERE = _Where()
+_NOWHERE = Where()
 
 
 def value_error(name: str, rule: str, series: pd.Series | None = None, mask: np.ndarray | None = None,
-                where: _Where = _NOWHERE, *, attr: Attribute | None = None, parse_text: bool = False) -> DataError:
+                where: Where = _NOWHERE, *, attr: Attribute | None = None, parse_text: bool = False) -> DataError:
     """DataError "column 'x' of SOURCE, row R: RULE" -- the column, where, and the rule broken, never the value.
 
     It carries what :func:`locate_error` needs to find the file and row of a file input afterwards: the rule,
@@ -78,7 +78,7 @@ def _text_where_numbers(series: pd.Series, expected: str) -> str:
     return f"holds text where {expected} are expected (column dtype {series.dtype}); store the column as numbers"
 
 
-def _to_number(attr: Attribute, series: pd.Series, parse_text: bool, expected: str, where: _Where) -> np.ndarray:
+def _to_number(attr: Attribute, series: pd.Series, parse_text: bool, expected: str, where: Where) -> np.ndarray:
     """Column as float64/int64 numbers (NaN for missing), rejecting text unless ``parse_text``."""
     dt = series.dtype
     if isinstance(dt, pd.CategoricalDtype):  # a pandas categorical of numbers (or of text): its values
@@ -116,7 +116,7 @@ def _to_number(attr: Attribute, series: pd.Series, parse_text: bool, expected: s
                       mask, where, attr=attr, parse_text=parse_text)
 
 
-def _missing(attr: Attribute, series: pd.Series, na: np.ndarray, where: _Where, parse_text: bool) -> None:
+def _missing(attr: Attribute, series: pd.Series, na: np.ndarray, where: Where, parse_text: bool) -> None:
     """Raise unless the attribute encodes missing values."""
     if na.any() and attr.missing == "error" and attr.from_domain:
         raise value_error(
@@ -129,7 +129,7 @@ def _missing(attr: Attribute, series: pd.Series, na: np.ndarray, where: _Where, 
                           "to encode it", series, na, where, attr=attr, parse_text=parse_text)
 
 
-def _range_error(attr: Attribute, series: pd.Series, bad: np.ndarray, domain: str, where: _Where,
+def _range_error(attr: Attribute, series: pd.Series, bad: np.ndarray, domain: str, where: Where,
                  parse_text: bool) -> DataError:
     """DataError for an out-of-domain value (the domain is public; the value is not shown)."""
     hint = "" if attr.from_domain else "; clip: true in the schema puts such values in the end bins or codes"
@@ -137,7 +137,7 @@ def _range_error(attr: Attribute, series: pd.Series, bad: np.ndarray, domain: st
                        parse_text=parse_text)
 
 
-def _encode_integer(attr: Attribute, series: pd.Series, parse_text: bool, where: _Where) -> tuple[np.ndarray, np.ndarray]:
+def _encode_integer(attr: Attribute, series: pd.Series, parse_text: bool, where: Where) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes checked against ``[0, n_values)``."""
     v = _to_number(attr, series, parse_text, "integer codes", where)
     n = attr.n_values
@@ -174,7 +174,7 @@ def _categories_shown(attr: Attribute) -> list[str]:
 
 
 def _encode_categorical(attr: Attribute, series: pd.Series, parse_text: bool,
-                        where: _Where) -> tuple[np.ndarray, np.ndarray]:
+                        where: Where) -> tuple[np.ndarray, np.ndarray]:
     """Category positions; unknown categories are errors."""
     na = series.isna().to_numpy()
     dt = series.dtype
@@ -214,7 +214,7 @@ def _is_int_text(c: str) -> bool:
 
 
 def _binned(attr: Attribute, series: pd.Series, v: np.ndarray, na: np.ndarray, edges: np.ndarray,
-            shown: str, where: _Where, parse_text: bool) -> np.ndarray:
+            shown: str, where: Where, parse_text: bool) -> np.ndarray:
     """Left-closed bin index of ``v`` given ``edges``; out-of-range values error unless clipped."""
     nb = len(edges) - 1
     ok = ~na
@@ -225,7 +225,7 @@ def _binned(attr: Attribute, series: pd.Series, v: np.ndarray, na: np.ndarray, e
     return np.clip(codes, 0, nb - 1).astype(np.int64)
 
 
-def _encode_numeric(attr: Attribute, series: pd.Series, parse_text: bool, where: _Where) -> tuple[np.ndarray, np.ndarray]:
+def _encode_numeric(attr: Attribute, series: pd.Series, parse_text: bool, where: Where) -> tuple[np.ndarray, np.ndarray]:
     """Bin numbers into ``[e_k, e_{k+1})``."""
     v = np.asarray(_to_number(attr, series, parse_text, "numbers", where), dtype=np.float64)
     na = np.isnan(v)
@@ -235,7 +235,7 @@ def _encode_numeric(attr: Attribute, series: pd.Series, parse_text: bool, where:
     return _binned(attr, series, np.where(na, edges[0], v), na, edges, shown, where, parse_text), na
 
 
-def _encode_date(attr: Attribute, series: pd.Series, parse_text: bool, where: _Where) -> tuple[np.ndarray, np.ndarray]:
+def _encode_date(attr: Attribute, series: pd.Series, parse_text: bool, where: Where) -> tuple[np.ndarray, np.ndarray]:
     """Bin dates (datetime columns or ISO text) into left-closed date bins."""
     dt = series.dtype
     if pd.api.types.is_datetime64_any_dtype(dt):
@@ -285,7 +285,7 @@ def encode_column(attr: Attribute, series: pd.Series, *, parse_text: bool = Fals
     if isinstance(series, pd.DataFrame):  # a frame with two columns of this name
         raise DataError(f"column {attr.name!r}{f' of {source}' if source else ''} appears more than once; every "
                         "column needs its own name")
-    codes, na = _ENCODERS[attr.kind](attr, series, parse_text, _Where(source, positional))
+    codes, na = _ENCODERS[attr.kind](attr, series, parse_text, Where(source, positional))
     if na.any():
         codes = np.where(na, attr.missing_code, codes)
     return codes.astype(attr.dtype)
@@ -860,4 +860,4 @@ def validate(table: EncodedTable, client: Any = None) -> int:
 
 __all__ = ["EncodedTable", "InputInfo", "encode_column", "encode_frame", "empty_codes", "input_columns",
            "locate_damaged", "locate_error", "open_input", "open_table", "read_csv", "unreadable_input", "validate",
-           "value_error"]
+           "Where", "value_error"]

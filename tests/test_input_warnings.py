@@ -331,3 +331,22 @@ def test_report_titles_and_wide_charts(tmp_path: Path) -> None:
     n = 300
     tr = figures.trace("tr", list(range(1, n + 1)), [0.1] * n, [0.2] * n, [1.0] * n, [False] * n, ["a,b"] * n)
     assert float(re.search(r'width="([0-9.]+)pt"', tr).group(1)) <= figures.MAX_WIDTH * 72 + 1
+
+
+def test_a_large_delta_of_a_relational_part_warns(tmp_path: Path) -> None:
+    from privcube.jobs.relational_report import schema_warnings
+    from privcube.relational_config import load_relational_config
+
+    from test_no_value_in_messages import _relational
+
+    cfg_path, parents, children = _relational(tmp_path)
+    parents.to_parquet(tmp_path / "parents.parquet", index=False)
+    children.to_parquet(tmp_path / "children.parquet", index=False)
+    raw = yaml.safe_load(cfg_path.read_text())
+    assert not [w for w in schema_warnings(load_relational_config(raw, tmp_path)) if "delta" in w]
+    raw["privacy"]["links"]["delta"] = 0.01
+    (warning,) = [w for w in schema_warnings(load_relational_config(raw, tmp_path)) if "delta" in w]
+    assert warning.startswith("privacy links.delta = 0.01 is large")
+    raw["privacy"]["links"]["delta"] = 0.2
+    with pytest.raises(BudgetError, match="not small"):
+        load_relational_config(raw, tmp_path)

@@ -282,13 +282,9 @@ def _set_quiet(quiet: bool) -> None:
 def _progress_callback(quiet: bool) -> Any:
     if quiet:
         return None
-    import sys
+    from privcube.progress import FractionLine
 
-    def report(label: str, fraction: float) -> None:
-        sys.stderr.write(f"\r{label}: {100 * fraction:5.1f}%" + ("\n" if fraction >= 1 else ""))
-        sys.stderr.flush()
-
-    return report
+    return FractionLine()  # ends its line at 100.0% and on progress.end_line()
 
 
 __all__ = ["INPUT_ERRORS", "RunSummary", "add_plan_intervals", "build_mechanism", "exact_marginals", "plan", "run",

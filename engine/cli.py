@@ -68,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("schema")
     inf = ssub.add_parser("infer", help="NON-PRIVATE: propose a schema from the data itself")
     inf.add_argument("data")
-    inf.add_argument("--out", help="write the proposed schema (YAML) here")
+    inf.add_argument("--out", help="write the proposed schema (YAML) here (an existing file is refused unless "
+                                   "--force)")
+    inf.add_argument("--force", action="store_true", help="with --out: replace an existing file")
 
     d = sub.add_parser("demo", help="generate a seeded census-like table and run the main job on it")
     d.add_argument("--out", help="folder for the demo data and run (default: ./privcube-demo)")
@@ -240,6 +242,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         res = api.run(args.config, args.out, seed=args.seed, resume=args.resume,
                       scheduler_address=args.scheduler_address, scheduler_file=args.scheduler_file,
                       workers=args.workers, quiet=args.quiet, overwrite=args.overwrite)
+        from privcube.progress import end_line
+
+        end_line()  # a progress line left open (e.g. at 99.9%) must not run into what follows
         spent = res.ledger["spent"]
         for warning in (res.report or {}).get("warnings") or []:  # e.g. a schema inferred from the data
             _say(f"privcube: warning: {warning}")
@@ -286,6 +291,9 @@ def _marginals(args: argparse.Namespace) -> int:
     from privcube.graphs.cluster.handle import resolve_cluster
     from privcube.storage.outputs import atomic_write_parquet
 
+    from privcube.progress import set_quiet
+
+    set_quiet(args.quiet)
     attrs = [a.strip() for a in args.attrs.split(",") if a.strip()]
     spec = {"type": "threads"} if not (args.scheduler_address or args.scheduler_file or args.workers) else {"type": "local"}
     with resolve_cluster(spec, scheduler_address=args.scheduler_address, scheduler_file=args.scheduler_file,
@@ -313,15 +321,27 @@ def _schema(args: argparse.Namespace) -> int:
         return 0
     from privcube.storage.infer import infer_schema
 
+    out = Path(args.out) if args.out else None
+    if out is not None:  # refused before the data is read: a hand-written schema is never replaced silently
+        if out.is_dir():
+            raise ConfigError(f"schema infer --out {str(out)!r} is a folder; give a file name such as "
+                              f"{str(out / 'schema.yaml')!r}")
+        if out.exists() and not args.force:
+            raise ConfigError(f"schema infer --out {str(out)!r} exists (a schema written by hand?); it is left as it "
+                              "is: give another file name, or add --force to replace it")
+        if not out.parent.is_dir():
+            raise ConfigError(f"schema infer --out {str(out)!r}: folder {str(out.parent)!r} does not exist")
     schema, warning = infer_schema(args.data)  # the schema carries inferred_from_data: true
     print(warning, file=sys.stderr)
     import yaml
 
     text = yaml.safe_dump(schema.to_dict(), sort_keys=False)  # inferred_from_data: true is its first key
-    if args.out:
-        Path(args.out).write_text(f"# {warning}\n# runs with this schema warn until it is replaced by a public "
-                                  "one (remove inferred_from_data only then)\n" + text)
-        print(f"proposed schema written to {args.out}")
+    if out is not None:
+        from privcube.atomic import atomic_write_text
+
+        atomic_write_text(out, f"# {warning}\n# runs with this schema warn until it is replaced by a public "
+                               "one (remove inferred_from_data only then)\n" + text)
+        print(f"proposed schema written to {out}")
     else:
         print(text)
     return 0

@@ -60,6 +60,8 @@ class JobConfig:
     postprocess: Any = None  # privcube.postprocess.PostprocessSpec, or None when `postprocess: none`
     data_frame: Any = None  # a pandas/polars DataFrame given in Python instead of data.path (never serialised)
     privacy_unit: Any = None  # privcube.privacy.unit.PrivacyUnit: one person = rows sharing an id, at most K
+    #: one-line warnings about settings that are valid but weak (e.g. a large delta); report.json and stderr
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def mechanism_budget(self) -> PrivacyBudget:
@@ -216,6 +218,7 @@ def _load_checked(raw: dict[str, Any], base: Path, need_data: bool, frame: Any =
     if "privacy" not in raw:
         raise ConfigError("privacy is missing (epsilon, epsilon + delta, or rho)")
     budget = PrivacyBudget.from_config(raw["privacy"])
+    check_laplace_budget(name, params, raw["privacy"], budget)
 
     cluster = parse_cluster(raw, base)
     output = raw.get("output") or {}
@@ -247,11 +250,34 @@ def _load_checked(raw: dict[str, Any], base: Path, need_data: bool, frame: Any =
 
     postprocess = parse_postprocess(raw["postprocess"]) if "postprocess" in raw else PostprocessSpec()
 
+    from privcube.privacy.budget import budget_warnings
+
     return JobConfig(raw=raw, base_dir=base, domain=domain, schema=schema, data_path=data_path,
                      mechanism=name, mechanism_params=params, workload=workload, budget=budget,
                      cluster=dict(cluster), output=dict(output), compress=compress,
                      noise_sampler=noise_sampler, synthesize=synthesize, data_frame=frame,
-                     privacy_unit=unit, postprocess=postprocess)
+                     privacy_unit=unit, postprocess=postprocess, warnings=budget_warnings(budget))
+
+
+def check_laplace_budget(mechanism: str, params: Mapping[str, Any], privacy: Any, budget: PrivacyBudget) -> None:
+    """Refuse ``noise: laplace`` (hdmm, eigen-design) with a budget given as ``{epsilon, delta}``.
+
+    Laplace noise gives pure epsilon-DP and has no use for a delta; the only way to spend an (epsilon, delta)
+    budget with it is through its zCDP reading rho(epsilon, delta) = eps'^2 / 2, i.e. Laplace at eps' (0.17 for
+    epsilon 1, delta 1e-9): far noisier than the epsilon asked for, with nothing said. The user meant one of
+    the two ways out the message names. ``{rho}`` budgets (Laplace at sqrt(2 rho), charged in rho) stay accepted."""
+    import math
+
+    if mechanism not in ("hdmm", "eigen-design") or params.get("noise") != "laplace":
+        return
+    if not (isinstance(privacy, Mapping) and "epsilon" in privacy and "delta" in privacy):
+        return
+    eps = budget.epsilon
+    raise ConfigError(f"{mechanism}: noise: laplace gives pure epsilon-DP and has no use for privacy.delta; with "
+                      f"{{epsilon: {eps:g}, delta: {budget.delta:g}}} it would be calibrated to the zCDP reading of "
+                      f"(epsilon, delta), i.e. Laplace noise at epsilon {math.sqrt(2.0 * budget.rho):.2g}, not "
+                      f"{eps:g}: give privacy: {{epsilon: {eps:g}}} alone (Laplace at epsilon {eps:g}, pure DP), or "
+                      "remove noise: laplace (Gaussian noise uses the delta)")
 
 
 #: what ``config.yaml`` records as ``data.path`` when the data was a DataFrame given in Python
@@ -319,8 +345,16 @@ def parse_synthesize(spec: Any, workload: Workload) -> dict[str, Any] | None:
     out = {"rows": spec.get("rows", "auto"), "estimator": spec.get("estimator", DEFAULT_ESTIMATOR),
            "chunk_size": spec.get("chunk_size", 100_000), "max_cells": spec.get("max_cells", DEFAULT_MAX_CELLS)}
     rows = out["rows"] = int(out["rows"]) if isinstance(out["rows"], np.integer) else out["rows"]
+    if isinstance(rows, float) and rows.is_integer() and rows >= 0:
+        raise ConfigError(f"synthesize.rows must be a whole number written as an integer, got {rows:g} (a float); "
+                          f"write {int(rows)}")
     if rows != "auto" and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 0):
         raise ConfigError(f"synthesize.rows must be a non-negative integer or 'auto', got {rows!r}")
+    from privcube.synth.records import MAX_RECORDS
+
+    if rows != "auto" and rows > MAX_RECORDS:
+        raise ConfigError(f"synthesize.rows = {rows:,} is above privcube's limit of {MAX_RECORDS:,} records "
+                          "(gigabytes of Parquet and minutes of writing at the limit); ask for fewer")
     cs = out["chunk_size"]
     if isinstance(cs, bool) or not isinstance(cs, int) or cs < 1:
         raise ConfigError(f"synthesize.chunk_size must be a positive integer, got {cs!r}")

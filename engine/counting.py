@@ -65,9 +65,9 @@ def column_codes(df: Any, col: str, size: int) -> np.ndarray:
         raise DataError(f"column {col!r} has missing values; codes must be integers in [0, {size})")
     arr = s.to_numpy()
     if arr.dtype.kind == "f":
-        if not np.all(arr == np.floor(arr)):
-            bad = arr[arr != np.floor(arr)][0]
-            raise DataError(f"column {col!r} has non-integer value {bad!r}")
+        if not np.all(arr == np.floor(arr)):  # the value itself is private: the rule only
+            raise DataError(f"column {col!r} has a value that is not a whole number; codes must be integers in "
+                            f"[0, {size})")
         arr = arr.astype(np.int64)
     elif arr.dtype.kind not in "iub":
         try:
@@ -77,8 +77,7 @@ def column_codes(df: Any, col: str, size: int) -> np.ndarray:
     if arr.size:
         lo, hi = arr.min(), arr.max()
         if lo < 0 or hi >= size:
-            bad = lo if lo < 0 else hi
-            raise DataError(f"column {col!r} has value {int(bad)} outside the domain [0, {size})")
+            raise DataError(f"column {col!r} has a value outside the domain [0, {size})")
     return arr
 
 
@@ -89,8 +88,8 @@ def record_weights(df: Any, weight: str) -> np.ndarray:
         raise DataError(f"weight column {weight!r} has missing values")
     w = s.to_numpy().astype(np.float64)
     if w.size and (w.min() < 0 or not np.all(w == np.floor(w))):
-        bad = w[(w < 0) | (w != np.floor(w))][0]
-        raise DataError(f"weight column {weight!r} has value {bad!r}; weights must be non-negative integers")
+        raise DataError(f"weight column {weight!r} has a value that is not a non-negative integer; weights must be "
+                        "non-negative integers")
     return w
 
 

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from privcube.errors import DomainError
 
 
@@ -43,8 +45,10 @@ class Domain:
             raise DomainError("a domain must be a non-empty mapping {attribute: size}")
         out = {}
         for a, s in sizes.items():
-            if isinstance(s, bool) or not isinstance(s, (int, float)) or int(s) != s:
-                raise DomainError(f"attribute {a!r} has size {s!r}; sizes must be positive integers")
+            if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(s) or int(s) != s:  # numpy integers (np.int64(4)) are sizes too
+                shown = s.item() if isinstance(s, np.generic) else s
+                raise DomainError(f"attribute {a!r} has size {shown!r}; sizes must be positive integers")
             out[str(a)] = int(s)
         return cls(tuple(out), tuple(out.values()))
 

@@ -100,7 +100,7 @@ class ArrayOracle:
             col = records[:, j]
             bad = (col < 0) | (col >= domain.shape[j])
             if bad.any():
-                raise DataError(f"column {a!r} has value {col[bad][0]!r} outside the domain [0, {domain.shape[j]})")
+                raise DataError(f"column {a!r} has a value outside the domain [0, {domain.shape[j]})")
         self.domain = domain
         self.records = records.astype(np.int64, copy=False)
 

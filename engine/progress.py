@@ -93,6 +93,51 @@ class ProgressBar:
             self._closed = True
 
 
+class FractionLine:
+    """``label:  42.0%`` redrawn in place on a stream (a mechanism's share of the budget spent, say).
+
+    The line is ended as soon as it reads 100.0% (a float share such as rho_used / rho_total may stop a hair
+    below 1), when another label starts, or by :func:`end_line` (before anything else is printed), so the
+    next output never lands on the bar's line (``aim-grem: 100.0%outputs: ...``)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream
+        self.label: str | None = None
+
+    def __call__(self, label: str, fraction: float) -> None:
+        if _QUIET:
+            return
+        stream = self.stream if self.stream is not None else sys.stderr
+        shown = f"{100 * min(max(float(fraction), 0.0), 1.0):5.1f}"
+        if self.label is not None and label != self.label:
+            stream.write("\n")
+        stream.write(f"\r{label}: {shown}%")
+        self.label = label
+        if shown == "100.0":
+            stream.write("\n")
+            self.label = None
+        stream.flush()
+        _OPEN_LINES.add(self)
+
+    def end(self) -> None:
+        """End the line if it is still open."""
+        if self.label is not None:
+            stream = self.stream if self.stream is not None else sys.stderr
+            stream.write("\n")
+            stream.flush()
+            self.label = None
+
+
+_OPEN_LINES: set[FractionLine] = set()
+
+
+def end_line() -> None:
+    """End every in-place line still open (call before printing what follows a run)."""
+    for line in list(_OPEN_LINES):
+        line.end()
+    _OPEN_LINES.clear()
+
+
 @contextmanager
 def progress(label: str, total: int, *, stream: TextIO | None = None,
              heartbeat: float | None = None) -> Iterator[Callable[[int], None]]:

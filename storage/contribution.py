@@ -18,19 +18,23 @@ import numpy as np
 import pandas as pd
 
 from privcube.errors import DataError
-from privcube.storage.ingest import EncodedTable, empty_codes, encode_frame, input_columns
+from privcube.storage.ingest import EncodedTable, Where, empty_codes, encode_frame, open_input, read_csv, value_error
 from privcube.storage.schema import Schema, load_schema
 
 #: name of the id column carried next to the codes until truncation drops it
 ID_COLUMN = "__privcube_unit_id__"
 
 
-def _with_id(part: pd.DataFrame, schema: Schema, id_column: str, parse_text: bool) -> pd.DataFrame:
-    """Codes of one raw partition plus its ids as strings (so CSV and Parquet ids hash alike)."""
+def _with_id(part: pd.DataFrame, schema: Schema, id_column: str, parse_text: bool, source: str | None = None,
+             positional: bool = False) -> pd.DataFrame:
+    """Codes of one raw partition plus its ids as strings (so CSV and Parquet ids hash alike); errors name the
+    column, ``source`` and the rule, never an id or a value."""
     ids = part[id_column]
-    if ids.isna().any():
-        raise DataError(f"privacy_unit.id column {id_column!r} has missing values; every row needs a person id")
-    codes = encode_frame(part[list(schema.names)], schema, parse_text=parse_text)
+    na = ids.isna().to_numpy()
+    if na.any():
+        raise value_error(id_column, "the privacy_unit.id column has missing values; every row needs a person id",
+                          ids, na, Where(source, positional))
+    codes = encode_frame(part[list(schema.names)], schema, parse_text=parse_text, source=source, positional=positional)
     codes[ID_COLUMN] = ids.astype(str).to_numpy(dtype=object)
     return codes
 
@@ -51,13 +55,15 @@ def open_with_id(source: Any, schema: Schema | Any, id_column: str, *, frame: An
     if id_column in names:
         raise DataError(f"privacy_unit.id column {id_column!r} is also an attribute of the schema; the person id "
                         "must not be one of the measured attributes")
+    label, positional = "the DataFrame", True
     if frame is not None:
         from privcube.storage.frames import PARTITION_ROWS, as_pandas
 
         pdf = as_pandas(frame)
         available, fmt = [str(c) for c in pdf.columns], "frame"
     else:
-        fmt, target, available = input_columns(source)
+        info = open_input(source, columns=[*names, id_column])
+        fmt, target, available, label, positional = info.fmt, info.target, info.available, info.label, False
     absent = [c for c in [*names, id_column] if c not in available]
     if absent:
         what = "privacy_unit.id column" if absent[0] == id_column else "column"
@@ -67,10 +73,10 @@ def open_with_id(source: Any, schema: Schema | Any, id_column: str, *, frame: An
         nparts = max(1, -(-len(pdf) // PARTITION_ROWS))
         raw = dd.from_pandas(pdf[cols].reset_index(drop=True), npartitions=nparts, sort=False)
     elif fmt == "csv":
-        raw = dd.read_csv(target, usecols=cols, dtype={n: "string" for n in cols})
+        raw = read_csv(target, usecols=cols, dtype={n: "string" for n in cols})
     else:
         raw = dd.read_parquet(target, columns=cols)
-    encoded = raw.map_partitions(_with_id, schema, id_column, fmt == "csv", meta=_meta(schema))
+    encoded = raw.map_partitions(_with_id, schema, id_column, fmt == "csv", label, positional, meta=_meta(schema))
     return EncodedTable(encoded, schema, str(source) if frame is None else "<DataFrame>")
 
 

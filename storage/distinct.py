@@ -46,7 +46,7 @@ def compress_records(records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"records must hold integer codes, got dtype {arr.dtype}")
     if arr.dtype.kind == "i" and (arr < 0).any():
         col = int(np.flatnonzero((arr < 0).any(axis=0))[0])
-        raise DataError(f"records column {col}: value {int(arr[:, col].min())} is a negative code")
+        raise DataError(f"records column {col}: a value is a negative code; codes are integers from 0")
     dims = [int(m) + 1 for m in arr.max(axis=0)]
     if math.prod(dims) < 2**62:
         keys = np.ravel_multi_index(tuple(arr.T.astype(np.int64)), dims)

@@ -2,12 +2,13 @@
 
 ``open_table`` builds a dask DataFrame that reads only the schema's columns and encodes each
 partition with ``encode_frame`` (pure pandas/numpy), so the table is never held in memory at once.
-Bad data raises ``DataError`` naming the column and one offending value.
+Bad data raises ``DataError`` naming the column, the file (or the DataFrame) with the row where it can be
+found, and the rule broken -- never the offending value (see :func:`locate_error`).
 """
 from __future__ import annotations
 
 import os
-
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,24 +26,12 @@ _MAX_SHOWN = 10
 
 
 # ---- per-partition kernel ----------------------------------------------------------------------
+# Errors name the column, where it was read (the file, or the DataFrame, and the row when known) and the rule
+# broken, never a value: a value outside the public domain is exactly the rare, identifying one.
 
-def _show(value: Any) -> str:
-    """Short repr of an offending value for error messages."""
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        return str(int(value))
-    if isinstance(value, (np.integer,)):
-        return str(int(value))
-    if isinstance(value, (np.floating,)):
-        return repr(float(value))
-    if isinstance(value, pd.Timestamp):
-        return repr(str(value))
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _first(series: pd.Series, mask: np.ndarray) -> Any:
-    """The first value of ``series`` where ``mask`` holds."""
-    return series.iloc[int(np.flatnonzero(mask)[0])]
+def _first_pos(mask: np.ndarray) -> int:
+    """Position of the first row where ``mask`` holds."""
+    return int(np.flatnonzero(mask)[0])
 
 
 def _is_text(series: pd.Series) -> bool:
@@ -50,17 +39,55 @@ def _is_text(series: pd.Series) -> bool:
     return pd.api.types.is_string_dtype(series.dtype) or series.dtype == object
 
 
-def _wrong_type(attr: Attribute, series: pd.Series, mask: np.ndarray, expected: str) -> DataError:
-    """DataError for a value of the wrong type."""
-    return DataError(
-        f"column {attr.name!r}: value {_show(_first(series, mask))} is not {expected} "
-        f"(column dtype {series.dtype}; attribute type {attr.kind})"
-    )
+class Where:
+    """Where a partition was read from, for messages: ``source`` (a file, an input, the DataFrame) and whether
+    the partition's index is the row position in it (an in-memory frame, reset to a RangeIndex)."""
+
+    def __init__(self, source: str | None = None, positional: bool = False) -> None:
+        self.source, self.positional = source, positional
+
+    def text(self, series: pd.Series, pos: int | None) -> str:
+        where = f" of {self.source}" if self.source else ""
+        if self.positional and pos is not None:
+            try:
+                where += f", row {int(series.index[pos])}"
+            except (TypeError, ValueError, IndexError):
+                pass
+        return where
 
 
-def _to_number(attr: Attribute, series: pd.Series, parse_text: bool, expected: str) -> np.ndarray:
+_NOWHERE = Where()
+
+
+def value_error(name: str, rule: str, series: pd.Series | None = None, mask: np.ndarray | None = None,
+                where: Where = _NOWHERE, *, attr: Attribute | None = None, parse_text: bool = False) -> DataError:
+    """DataError "column 'x' of SOURCE, row R: RULE" -- the column, where, and the rule broken, never the value.
+
+    It carries what :func:`locate_error` needs to find the file and row of a file input afterwards: the rule,
+    the row's position in the partition, the column and the attribute (public schema) it was checked against."""
+    pos = _first_pos(mask) if mask is not None and mask.any() else None
+    err = DataError(f"column {name!r}{where.text(series, pos) if series is not None else ''}: {rule}")
+    err.privcube_rule = rule  # type: ignore[attr-defined]
+    err.privcube_row = pos  # type: ignore[attr-defined]
+    err.privcube_check = (name, attr, parse_text,  # type: ignore[attr-defined]
+                          None if where.positional else where.source)
+    return err
+
+
+def _text_where_numbers(series: pd.Series, expected: str) -> str:
+    return f"holds text where {expected} are expected (column dtype {series.dtype}); store the column as numbers"
+
+
+def _to_number(attr: Attribute, series: pd.Series, parse_text: bool, expected: str, where: Where) -> np.ndarray:
     """Column as float64/int64 numbers (NaN for missing), rejecting text unless ``parse_text``."""
     dt = series.dtype
+    if isinstance(dt, pd.CategoricalDtype):  # a pandas categorical of numbers (or of text): its values
+        cats = dt.categories
+        if pd.api.types.is_numeric_dtype(cats.dtype) and not pd.api.types.is_bool_dtype(cats.dtype):
+            series = series.astype(np.float64 if series.isna().any() or cats.dtype.kind == "f" else cats.dtype)
+        else:
+            series = series.astype(object)
+        dt = series.dtype
     if pd.api.types.is_bool_dtype(dt):
         return series.to_numpy(dtype=np.int64)
     if pd.api.types.is_integer_dtype(dt) and not isinstance(dt, pd.api.extensions.ExtensionDtype):
@@ -73,50 +100,55 @@ def _to_number(attr: Attribute, series: pd.Series, parse_text: bool, expected: s
             is_str = series.map(lambda v: isinstance(v, (str, bytes)), na_action="ignore").fillna(False)
             is_str = is_str.to_numpy(dtype=bool)
             if is_str.any():
-                raise _wrong_type(attr, series, is_str, expected)
+                raise value_error(attr.name, _text_where_numbers(series, expected), series, is_str, where,
+                                  attr=attr, parse_text=parse_text)
         num = pd.to_numeric(series, errors="coerce")
         bad = notna & num.isna().to_numpy()
         if bad.any():
-            raise _wrong_type(attr, series, bad, expected)
+            what = "a value is not a number" if parse_text else f"a value is not a number (column dtype {dt})"
+            raise value_error(attr.name, f"{what}; the attribute is {attr.kind} and needs {expected}", series, bad,
+                              where, attr=attr, parse_text=parse_text)
         return num.to_numpy(dtype=np.float64, na_value=np.nan)
     mask = series.notna().to_numpy()
     if not mask.any():
         return np.full(len(series), np.nan)
-    raise _wrong_type(attr, series, mask, expected)
+    raise value_error(attr.name, f"column dtype {dt} cannot hold {expected} (attribute type {attr.kind})", series,
+                      mask, where, attr=attr, parse_text=parse_text)
 
 
-def _missing(attr: Attribute, series: pd.Series, na: np.ndarray) -> None:
+def _missing(attr: Attribute, series: pd.Series, na: np.ndarray, where: Where, parse_text: bool) -> None:
     """Raise unless the attribute encodes missing values."""
     if na.any() and attr.missing == "error" and attr.from_domain:
-        raise DataError(
-            f"column {attr.name!r}: missing value ({_show(_first(series, na))}), but an integer-coded domain "
-            "{column: size} cannot hold missing values; describe the data with a rich schema instead "
-            f"(data.schema) whose entry for this column has missing: code, e.g. {{name: {attr.name}, type: integer, "
-            f"size: {attr.size}, missing: code}} (code {attr.size} then means missing)"
-        )
+        raise value_error(
+            attr.name, "a value is missing, but an integer-coded domain {column: size} cannot hold missing values; "
+            "describe the data with a rich schema instead (data.schema) whose entry for this column has missing: "
+            f"code, e.g. {{name: {attr.name}, type: integer, size: {attr.size}, missing: code}} (code {attr.size} "
+            "then means missing)", series, na, where, attr=attr, parse_text=parse_text)
     if na.any() and attr.missing == "error":
-        raise DataError(
-            f"column {attr.name!r}: missing value ({_show(_first(series, na))}) but the schema has "
-            "missing: error; declare missing: code to encode it"
-        )
+        raise value_error(attr.name, "a value is missing but the schema has missing: error; declare missing: code "
+                          "to encode it", series, na, where, attr=attr, parse_text=parse_text)
 
 
-def _range_error(attr: Attribute, series: pd.Series, bad: np.ndarray, domain: str) -> DataError:
-    """DataError for an out-of-domain value."""
-    return DataError(f"column {attr.name!r}: value {_show(_first(series, bad))} is outside the domain {domain}")
+def _range_error(attr: Attribute, series: pd.Series, bad: np.ndarray, domain: str, where: Where,
+                 parse_text: bool) -> DataError:
+    """DataError for an out-of-domain value (the domain is public; the value is not shown)."""
+    hint = "" if attr.from_domain else "; clip: true in the schema puts such values in the end bins or codes"
+    return value_error(attr.name, f"a value is outside the domain {domain}{hint}", series, bad, where, attr=attr,
+                       parse_text=parse_text)
 
 
-def _encode_integer(attr: Attribute, series: pd.Series, parse_text: bool) -> tuple[np.ndarray, np.ndarray]:
+def _encode_integer(attr: Attribute, series: pd.Series, parse_text: bool, where: Where) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes checked against ``[0, n_values)``."""
-    v = _to_number(attr, series, parse_text, "an integer code")
+    v = _to_number(attr, series, parse_text, "integer codes", where)
     n = attr.n_values
     if v.dtype.kind == "f":
         na = np.isnan(v)
-        _missing(attr, series, na)
+        _missing(attr, series, na, where, parse_text)
         ok = ~na
         frac = ok & (v != np.floor(np.where(ok, v, 0)))
         if frac.any():
-            raise _wrong_type(attr, series, frac, "an integer code")
+            raise value_error(attr.name, f"a value is not a whole number; the attribute takes integer codes in "
+                              f"[0, {n})", series, frac, where, attr=attr, parse_text=parse_text)
         vv = np.where(ok, v, 0)
         low, high = ok & (vv < 0), ok & (vv >= n)
         codes = vv
@@ -131,61 +163,79 @@ def _encode_integer(attr: Attribute, series: pd.Series, parse_text: bool) -> tup
     bad = low | high
     if bad.any():
         if not attr.clip:
-            raise _range_error(attr, series, bad, f"[0, {n})")
+            raise _range_error(attr, series, bad, f"[0, {n})", where, parse_text)
         codes = np.clip(codes, 0, n - 1)
     return codes.astype(np.int64, copy=False), na
 
 
-def _encode_categorical(attr: Attribute, series: pd.Series, parse_text: bool) -> tuple[np.ndarray, np.ndarray]:
+def _categories_shown(attr: Attribute) -> list[str]:
+    cats = list(attr.categories or ())
+    return cats[:_MAX_SHOWN] + (["..."] if len(cats) > _MAX_SHOWN else [])
+
+
+def _encode_categorical(attr: Attribute, series: pd.Series, parse_text: bool,
+                        where: Where) -> tuple[np.ndarray, np.ndarray]:
     """Category positions; unknown categories are errors."""
     na = series.isna().to_numpy()
     dt = series.dtype
+    numeric = False
     if isinstance(dt, pd.CategoricalDtype) or dt == object:
         strs = series.map(category_text, na_action="ignore")
     elif pd.api.types.is_string_dtype(dt):
         strs = series
     elif pd.api.types.is_bool_dtype(dt) or pd.api.types.is_integer_dtype(dt):
-        strs = series.astype(object).map(category_text, na_action="ignore")
+        strs, numeric = series.astype(object).map(category_text, na_action="ignore"), True
     elif pd.api.types.is_float_dtype(dt):
-        strs = series.map(category_text, na_action="ignore")
+        strs, numeric = series.map(category_text, na_action="ignore"), True
     else:
-        raise _wrong_type(attr, series, ~na, "a category label")
+        raise value_error(attr.name, f"column dtype {dt} cannot hold category labels", series, ~na, where, attr=attr,
+                          parse_text=parse_text)
     codes = pd.Index(list(attr.categories or ()), dtype=object).get_indexer(strs.astype(object)).astype(np.int64)
     unknown = (codes < 0) & ~na
     if unknown.any():
-        cats = list(attr.categories or ())
-        shown = cats[:_MAX_SHOWN] + (["..."] if len(cats) > _MAX_SHOWN else [])
-        raise DataError(
-            f"column {attr.name!r}: value {_show(_first(series, unknown))} is not a known category "
-            f"(expected one of {shown})"
-        )
-    _missing(attr, series, na)
+        if numeric and not any(_is_int_text(c) for c in attr.categories or ()):
+            rule = (f"the column holds numbers but the schema's categories are labels {_categories_shown(attr)}; "
+                    "give the labels, or, if the numbers are codes 0..n-1, declare the attribute "
+                    f"{{name: {attr.name}, type: integer, size: {attr.n_values}}}")
+        else:
+            rule = (f"a value is not one of the categories {_categories_shown(attr)} (compared as text, exactly: "
+                    "case and spaces count)")
+        raise value_error(attr.name, rule, series, unknown, where, attr=attr, parse_text=parse_text)
+    _missing(attr, series, na, where, parse_text)
     return codes, na
 
 
+def _is_int_text(c: str) -> bool:
+    try:
+        int(c)
+    except ValueError:
+        return False
+    return True
+
+
 def _binned(attr: Attribute, series: pd.Series, v: np.ndarray, na: np.ndarray, edges: np.ndarray,
-            shown: str) -> np.ndarray:
+            shown: str, where: Where, parse_text: bool) -> np.ndarray:
     """Left-closed bin index of ``v`` given ``edges``; out-of-range values error unless clipped."""
     nb = len(edges) - 1
     ok = ~na
     bad = ok & ((v < edges[0]) | (v >= edges[-1]))
     if bad.any() and not attr.clip:
-        raise _range_error(attr, series, bad, shown)
+        raise _range_error(attr, series, bad, shown, where, parse_text)
     codes = np.searchsorted(edges, v, side="right") - 1
     return np.clip(codes, 0, nb - 1).astype(np.int64)
 
 
-def _encode_numeric(attr: Attribute, series: pd.Series, parse_text: bool) -> tuple[np.ndarray, np.ndarray]:
+def _encode_numeric(attr: Attribute, series: pd.Series, parse_text: bool, where: Where) -> tuple[np.ndarray, np.ndarray]:
     """Bin numbers into ``[e_k, e_{k+1})``."""
-    v = np.asarray(_to_number(attr, series, parse_text, "a number"), dtype=np.float64)
+    v = np.asarray(_to_number(attr, series, parse_text, "numbers", where), dtype=np.float64)
     na = np.isnan(v)
-    _missing(attr, series, na)
+    _missing(attr, series, na, where, parse_text)
     edges = attr.bin_edges()
     shown = f"[{edge_text(float(edges[0]))}, {edge_text(float(edges[-1]))})"
-    return _binned(attr, series, np.where(na, edges[0], v), na, edges, shown), na
+    return _binned(attr, series, np.where(na, edges[0], v), na, edges, shown, where, parse_text), na
 
 
-def _encode_date(attr: Attribute, series: pd.Series, parse_text: bool) -> tuple[np.ndarray, np.ndarray]:
+def _encode_date(attr: Attribute, series: pd.Series, parse_text: bool, where: Where) -> tuple[np.ndarray, np.ndarray]:
     """Bin dates (datetime columns or ISO text) into left-closed date bins."""
     dt = series.dtype
     if pd.api.types.is_datetime64_any_dtype(dt):
@@ -202,20 +252,22 @@ def _encode_date(attr: Attribute, series: pd.Series, parse_text: bool) -> tuple[
             ts[bad] = retry
             bad = notna & ts.isna().to_numpy()
             if bad.any():
-                raise _wrong_type(attr, series, bad, "a date")
+                raise value_error(attr.name, "a value is not a date (ISO 8601 text such as 2014-07-01 expected)",
+                                  series, bad, where, attr=attr, parse_text=parse_text)
         if getattr(ts.dtype, "tz", None) is not None:
             ts = ts.dt.tz_convert(None)
     else:
         na0 = series.isna().to_numpy()
         if (~na0).any():
-            raise _wrong_type(attr, series, ~na0, "a date")
+            raise value_error(attr.name, f"column dtype {dt} cannot hold dates (datetime values or ISO 8601 text "
+                              "expected)", series, ~na0, where, attr=attr, parse_text=parse_text)
         ts = pd.Series(pd.NaT, index=series.index, dtype="datetime64[ns]")
     na = ts.isna().to_numpy()
-    _missing(attr, series, na)
+    _missing(attr, series, na, where, parse_text)
     v = ts.to_numpy(dtype="datetime64[ns]").astype(np.int64)
     edges = attr.bin_edges().astype(np.int64)
     shown = f"[{attr.bins[0]}, {attr.bins[-1]})"
-    return _binned(attr, series, np.where(na, edges[0], v), na, edges, shown), na
+    return _binned(attr, series, np.where(na, edges[0], v), na, edges, shown, where, parse_text), na
 
 
 _ENCODERS = {
@@ -226,20 +278,27 @@ _ENCODERS = {
 }
 
 
-def encode_column(attr: Attribute, series: pd.Series, *, parse_text: bool = False) -> np.ndarray:
-    """Encode one column to codes in the attribute's smallest unsigned dtype."""
-    codes, na = _ENCODERS[attr.kind](attr, series, parse_text)
+def encode_column(attr: Attribute, series: pd.Series, *, parse_text: bool = False, source: str | None = None,
+                  positional: bool = False) -> np.ndarray:
+    """Encode one column to codes in the attribute's smallest unsigned dtype (a DataError names the column,
+    ``source`` and the rule broken; with ``positional``, the series' index is the row number in the source)."""
+    if isinstance(series, pd.DataFrame):  # a frame with two columns of this name
+        raise DataError(f"column {attr.name!r}{f' of {source}' if source else ''} appears more than once; every "
+                        "column needs its own name")
+    codes, na = _ENCODERS[attr.kind](attr, series, parse_text, Where(source, positional))
     if na.any():
         codes = np.where(na, attr.missing_code, codes)
     return codes.astype(attr.dtype)
 
 
 def encode_frame(frame: pd.DataFrame, schema: Schema | Domain | Mapping[str, Any], *,
-                 parse_text: bool = False) -> pd.DataFrame:
+                 parse_text: bool = False, source: str | None = None, positional: bool = False) -> pd.DataFrame:
     """Per-partition kernel: raw pandas columns -> integer codes, in schema order (joined by name).
 
     ``parse_text`` accepts numbers written as text (CSV input); otherwise strings in an integer or
-    numeric column are a type error.
+    numeric column are a type error. ``source`` (e.g. "file 'a.csv'") and ``positional`` (the index is the row
+    number) say where the rows come from, for messages: they name the column, the source and the rule broken,
+    never a value.
     """
     schema = load_schema(schema)
     absent = [n for n in schema.names if n not in frame.columns]
@@ -247,7 +306,8 @@ def encode_frame(frame: pd.DataFrame, schema: Schema | Domain | Mapping[str, Any
         raise DataError(
             f"column {absent[0]!r} is missing from the data; it has columns {list(map(str, frame.columns))[:30]}"
         )
-    out = {a.name: encode_column(a, frame[a.name], parse_text=parse_text) for a in schema}
+    out = {a.name: encode_column(a, frame[a.name], parse_text=parse_text, source=source, positional=positional)
+           for a in schema}
     return pd.DataFrame(out, index=frame.index, copy=False)
 
 
@@ -371,6 +431,23 @@ def _detect_format(path: Any, storage_options: Mapping[str, Any] | None) -> tupl
     return "parquet", paths if len(paths) > 1 else paths[0]
 
 
+def missing_filesystem(path: Any, e: ImportError) -> str:
+    """What to install for the fsspec protocol of ``path`` (e.g. ``pip install s3fs`` for s3://)."""
+    first = str(path[0] if isinstance(path, (list, tuple)) and path else path)
+    protocol = first.split("://", 1)[0] if "://" in first else "file"
+    try:
+        from fsspec.registry import known_implementations
+
+        known = known_implementations.get(protocol, {})
+    except ImportError:  # pragma: no cover - fsspec is a dependency
+        known = {}
+    package = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
+               "abfss": "adlfs", "adl": "adlfs", "hf": "huggingface_hub", "sftp": "paramiko", "ssh": "paramiko",
+               "http": "aiohttp", "https": "aiohttp"}.get(protocol)
+    hint = f"pip install {package}" if package else (known.get("err") or _one_line(e))
+    return f"reading {protocol}:// paths needs a package that is not installed: {hint}"
+
+
 def _csv_options(name: str) -> dict[str, Any]:
     """Reader options of one CSV file from its suffix: separator (``.tsv``) and compression."""
     low = name.lower()
@@ -402,7 +479,8 @@ def _one_csv_header(name: str, storage_options: Mapping[str, Any] | None) -> lis
     opts = _csv_options(name)
     try:
         with fsspec.open(name, mode="rb", compression=opts["compression"], **dict(storage_options or {})) as f:
-            return [str(c) for c in pd.read_csv(f, nrows=0, sep=opts["sep"]).columns]
+            head = pd.read_csv(f, nrows=1, header=None, sep=opts["sep"], dtype=str, keep_default_na=False)
+            return [str(c) for c in head.iloc[0].tolist()]  # as written: pandas would rename a repeated name
     except pd.errors.EmptyDataError:
         raise DataError(f"input file {name!r} is empty: a CSV file needs a header line naming its columns") from None
     except (OSError, EOFError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as e:
@@ -428,12 +506,23 @@ def _one_line(e: BaseException) -> str:
     return text[:300]
 
 
+def _reader_text(e: BaseException) -> str:
+    """A reader's error in one line, without anything of the data (a decoding error quotes the bytes)."""
+    if isinstance(e, UnicodeDecodeError):
+        return f"not {e.encoding} text"
+    return _one_line(e)
+
+
 def unreadable_input(e: BaseException) -> str | None:
-    """One line for an error raised while a Parquet/CSV reader decoded a file's pages (a damaged or truncated
-    file whose footer still parses), else None. Read off the traceback (local or a worker's), so it serves
-    every job kind; the reader's text names no data value."""
+    """One line for an input error found while partitions were read, naming the file where it can be found, else
+    None. A DataError of the encoding kernel is located (:func:`locate_error`); an error raised while a
+    Parquet/CSV reader decoded a file's pages (a damaged or truncated file whose footer still parses) names the
+    file that does not read (:func:`locate_damaged`). Read off the exception and its traceback (local or a
+    worker's), so it serves every job kind; neither line holds a data value."""
     import traceback
 
+    if isinstance(e, DataError):
+        return locate_error(e)
     if isinstance(e, OSError) and e.errno is not None:  # disk full, permission: not the data's fault
         return None
     if not isinstance(e, (OSError, ValueError, EOFError)):
@@ -442,7 +531,116 @@ def unreadable_input(e: BaseException) -> str | None:
     if not any(f"pyarrow{os.sep}parquet" in fr.filename or fr.filename.endswith(("_parquet.pyx", "_csv.pyx"))
                or f"pandas{os.sep}io{os.sep}parsers" in fr.filename for fr in frames):
         return None
-    return f"input data: a file could not be read ({_one_line(e)}); it is damaged or truncated: rewrite or replace it"
+    return locate_damaged() or (f"input data: a file could not be read ({_reader_text(e)}); it is damaged or "
+                                "truncated: rewrite or replace it")
+
+
+# ---- naming the file and row of an error found while partitions were encoded ---------------------
+# A partition does not know which file it came from (Dask's readers do not say), so an error names the input;
+# the error path then reads the column again, file by file, a chunk at a time, to name the file and row.
+
+#: inputs opened by this process (newest last): label -> (format, {file: columns}, storage options)
+_OPENED: OrderedDict[str, tuple[str, dict[str, list[str]], dict[str, Any]]] = OrderedDict()
+_OPENED_MAX = 16
+#: how long the error path may spend reading the input again to name the file and row
+LOCATE_SECONDS = 60.0
+_CHUNK_ROWS = 250_000
+
+
+def _remember(label: str, fmt: str, per_file: Mapping[str, list[str]], so: Mapping[str, Any] | None) -> None:
+    _OPENED.pop(label, None)
+    _OPENED[label] = (fmt, dict(per_file), dict(so or {}))
+    while len(_OPENED) > _OPENED_MAX:
+        _OPENED.popitem(last=False)
+
+
+def _file_chunks(fmt: str, name: str, columns: Sequence[str] | None, so: Mapping[str, Any]) -> Any:
+    """One file's rows as pandas frames of at most ``_CHUNK_ROWS`` rows (only ``columns``; CSV as text)."""
+    import fsspec
+
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        with fsspec.open(name, mode="rb", **dict(so)) as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=_CHUNK_ROWS, columns=columns):
+                yield pa.Table.from_batches([batch]).to_pandas()
+        return
+    opts = _csv_options(name)
+    with fsspec.open(name, mode="rb", compression=opts["compression"], **dict(so)) as f:
+        yield from pd.read_csv(f, sep=opts["sep"], usecols=columns, dtype="string", chunksize=_CHUNK_ROWS)
+
+
+def _check_rows(check: tuple[Any, ...], chunk: pd.DataFrame, rule: str) -> None:
+    """Apply an error's rule to ``chunk``: the attribute's encoding, or (no attribute: an id column, ``rule``)
+    a value on every row."""
+    name, attr, parse_text, _ = check
+    if attr is None:
+        na = chunk[name].isna().to_numpy()
+        if na.any():
+            raise value_error(name, rule, chunk[name], na)
+        return
+    encode_column(attr, chunk[name], parse_text=parse_text)
+
+
+def locate_error(e: DataError) -> str | None:
+    """The message of a kernel DataError with the file and row where its column breaks its rule, found by reading
+    that column again file by file (inputs opened by this process; at most ``LOCATE_SECONDS``); None when it
+    carries no check, its input is unknown or nothing is found in time. A file that cannot be read is named."""
+    import time
+
+    check = getattr(e, "privcube_check", None)
+    if check is None:
+        return None
+    name, _, _, label = check
+    prefix = str(e).split(f"column {name!r}", 1)[0]
+    if label not in _OPENED:  # an in-memory frame (its message has the row already) or an input not opened here
+        return None
+    deadline = time.monotonic() + LOCATE_SECONDS
+    fmt, per_file, so = _OPENED[label]
+    for fname, cols in per_file.items():
+        if name not in cols:
+            continue
+        row0 = 0
+        try:
+            for chunk in _file_chunks(fmt, fname, [name], so):
+                try:
+                    _check_rows(check, chunk, getattr(e, "privcube_rule", "a value is missing"))
+                except DataError as inner:
+                    rule, pos = getattr(inner, "privcube_rule", None), getattr(inner, "privcube_row", None)
+                    if rule is None:
+                        return None
+                    row = "" if pos is None else f", row {row0 + pos}"
+                    return f"{prefix}column {name!r} of file {fname!r}{row}: {rule}"
+                row0 += len(chunk)
+                if time.monotonic() > deadline:
+                    return None
+        except DataError:
+            return None
+        except Exception as err:  # noqa: BLE001 - a file that does not read: that is the problem to name
+            return _damaged_line(fname, err)
+    return None
+
+
+def _damaged_line(name: str, e: BaseException) -> str:
+    return f"input file {name!r} could not be read ({_reader_text(e)}); it is damaged or truncated: rewrite or replace it"
+
+
+def locate_damaged() -> str | None:
+    """The line naming the first file of the inputs opened by this process (newest first) that does not read to
+    its end, or None (none found within ``LOCATE_SECONDS``)."""
+    import time
+
+    deadline = time.monotonic() + LOCATE_SECONDS
+    for fmt, per_file, so in reversed(list(_OPENED.values())):
+        for fname in per_file:
+            try:
+                for _ in _file_chunks(fmt, fname, None, so):
+                    if time.monotonic() > deadline:
+                        return None
+            except Exception as err:  # noqa: BLE001 - any failure to read it is the damage
+                return _damaged_line(fname, err)
+    return None
 
 
 def _parquet_files(target: Any, storage_options: Mapping[str, Any] | None) -> tuple[Any, list[str]]:
@@ -477,7 +675,8 @@ def _file_columns(fmt: str, target: Any, storage_options: Mapping[str, Any] | No
         raise DataError(f"input {_source_str(target)!r} holds no data file")
     with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
         columns = list(pool.map(read, files))
-    return dict(zip(files, columns))
+    names = files if fmt == "csv" else [_full(fs, f) for f in files]  # as messages and readers name them
+    return dict(zip(names, columns))
 
 
 def _check_same_columns(per_file: Mapping[str, list[str]], names: Sequence[str], source: str) -> None:
@@ -517,21 +716,55 @@ def read_csv(target: Any, *, usecols: Sequence[str] | None = None, dtype: Any = 
     return frames[0] if len(frames) == 1 else dd.concat(frames, ignore_index=True)
 
 
-def input_columns(path: Any, storage_options: Mapping[str, Any] | None = None,
-                  what: str = "", columns: Sequence[str] | None = None) -> tuple[str, Any, list[str]]:
-    """(format, resolved target, column names) of a Parquet/CSV input, from metadata or headers only.
+@dataclass(frozen=True)
+class InputInfo:
+    """A Parquet/CSV input as :func:`open_input` found it, from headers and footers only."""
 
-    Every file's header / footer is read: an empty or unreadable file, or a file lacking one of
-    ``columns`` (default: every column) that the others have, is a DataError naming the file."""
+    fmt: str  # "csv" or "parquet"
+    target: Any  # what the reader reads (a path, a glob, a list of files)
+    available: list[str]  # the dataset's columns
+    label: str  # how messages name it: "file '...'" for one file, "input '...' (N files)" otherwise
+
+
+def _repeated(per_file: Mapping[str, list[str]], needed: Sequence[str] | None) -> tuple[str, str] | None:
+    """(file, column) of the first needed column (any column when ``needed`` is None) that a file's header or
+    footer names twice: a reader would silently use one of the two."""
+    for f, cols in per_file.items():
+        seen: set[str] = set()
+        for c in cols:
+            if c in seen and (needed is None or c in needed):
+                return f, c
+            seen.add(c)
+    return None
+
+
+def open_input(path: Any, storage_options: Mapping[str, Any] | None = None, what: str = "",
+               columns: Sequence[str] | None = None) -> InputInfo:
+    """Format, target, columns and message label of a Parquet/CSV input, from metadata or headers only.
+
+    Every file's header / footer is read: an empty or unreadable file, a file lacking one of ``columns``
+    (default: every column) that the others have, or a header naming one of them twice, is a DataError naming
+    the file. The input is remembered (this process, the last few) so that :func:`locate_error` can name the
+    file and row of a bad value found later, when partitions are encoded."""
     import dask.dataframe as dd
 
     prefix = f"{what}: " if what else ""
-    fmt, target = _detect_format(path, storage_options)
     try:
+        fmt, target = _detect_format(path, storage_options)
         per_file = _file_columns(fmt, target, storage_options)
     except DataError as e:
         raise DataError(f"{prefix}{e}") from None
-    available = list(next(iter(per_file.values())))
+    except ImportError as e:  # an fsspec protocol whose package is not installed (s3://, gs://, ...)
+        raise DataError(f"{prefix}input {_source_str(path)!r}: {missing_filesystem(path, e)}") from None
+    except ValueError as e:
+        if "protocol" not in str(e).lower():
+            raise
+        raise DataError(f"{prefix}input {_source_str(path)!r}: {_one_line(e)}") from None
+    twice = _repeated(per_file, columns)
+    if twice is not None:
+        raise DataError(f"{prefix}column {twice[1]!r} appears twice in the header of file {twice[0]!r}; every column "
+                        "needs its own name: rename or drop one of them")
+    available = list(dict.fromkeys(next(iter(per_file.values()))))
     if fmt == "parquet":  # the dataset's columns (hive partition columns included) as Dask reads them
         so = {"storage_options": dict(storage_options)} if storage_options else {}
         try:
@@ -547,7 +780,18 @@ def input_columns(path: Any, storage_options: Mapping[str, Any] | None = None,
         _check_same_columns(per_file, needed, _source_str(path))
     except DataError as e:
         raise DataError(f"{prefix}{e}") from None
-    return fmt, target, available
+    files = list(per_file)
+    label = f"file {files[0]!r}" if len(files) == 1 else f"input {_source_str(path)!r} ({len(files)} files)"
+    _remember(label, fmt, per_file, storage_options)
+    return InputInfo(fmt, target, available, label)
+
+
+def input_columns(path: Any, storage_options: Mapping[str, Any] | None = None,
+                  what: str = "", columns: Sequence[str] | None = None) -> tuple[str, Any, list[str]]:
+    """(format, resolved target, column names) of a Parquet/CSV input, from metadata or headers only (see
+    :func:`open_input`)."""
+    info = open_input(path, storage_options, what, columns)
+    return info.fmt, info.target, info.available
 
 
 def open_table(
@@ -570,7 +814,8 @@ def open_table(
     if columns is not None:
         schema = schema.project(list(columns))
     names = list(schema.names)
-    fmt, target, available = input_columns(path, storage_options, columns=names)
+    info = open_input(path, storage_options, columns=names)
+    fmt, target, available = info.fmt, info.target, info.available
     source = _source_str(path)
     so = {"storage_options": dict(storage_options)} if storage_options else {}
     absent = [n for n in names if n not in available]
@@ -586,7 +831,8 @@ def open_table(
         if blocksize is not None:
             kw["blocksize"] = blocksize
         raw = dd.read_parquet(target, columns=names, **kw)
-    frame = raw.map_partitions(encode_frame, schema, parse_text=(fmt == "csv"), meta=empty_codes(schema))
+    frame = raw.map_partitions(encode_frame, schema, parse_text=(fmt == "csv"), source=info.label,
+                               meta=empty_codes(schema))
     return EncodedTable(frame, schema, source)
 
 
@@ -601,10 +847,17 @@ def validate(table: EncodedTable, client: Any = None) -> int:
 
     parts = table.frame.to_delayed()
     total = dask.delayed(sum)([dask.delayed(_partition_rows)(p) for p in parts])
-    if client is not None:
-        return int(client.compute(total).result())
-    return int(total.compute())
+    try:
+        if client is not None:
+            return int(client.compute(total).result())
+        return int(total.compute())
+    except Exception as e:
+        line = unreadable_input(e)
+        if line is None:
+            raise
+        raise DataError(line) from None
 
 
-__all__ = ["EncodedTable", "encode_column", "encode_frame", "empty_codes", "input_columns", "open_table", "read_csv",
-           "unreadable_input", "validate"]
+__all__ = ["EncodedTable", "InputInfo", "encode_column", "encode_frame", "empty_codes", "input_columns",
+           "locate_damaged", "locate_error", "open_input", "open_table", "read_csv", "unreadable_input", "validate",
+           "Where", "value_error"]

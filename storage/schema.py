@@ -111,7 +111,8 @@ class Attribute:
     def _check_integer(self, extra: int) -> None:
         s = self.size
         if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 + extra:
-            raise DomainError(f"attribute {self.name!r}: size {s!r} must be a positive integer")
+            shown = s.item() if isinstance(s, np.generic) else s
+            raise DomainError(f"attribute {self.name!r}: size {shown!r} must be a positive integer")
         self._set("size", int(s))
         if self.categories is not None or self.bins is not None:
             raise DomainError(f"attribute {self.name!r}: integer attributes take no categories/bins")
@@ -258,7 +259,8 @@ class Attribute:
                 raise DomainError(f"attribute {name!r}: integer attributes need key 'size'")
             size = spec["size"]
             if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-                raise DomainError(f"attribute {name!r}: size {size!r} must be a positive integer")
+                shown = size.item() if isinstance(size, np.generic) else size
+                raise DomainError(f"attribute {name!r}: size {shown!r} must be a positive integer")
             labels = spec.get("labels")
             if labels is not None and (isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence)):
                 raise DomainError(f"attribute {name!r}: labels must be a list, got {labels!r}")
@@ -334,14 +336,15 @@ class Schema:
                 raise DomainError(f"schema: {INFERRED_KEY} must be true or false, got {inferred!r}")
             return cls(tuple(Attribute.from_dict(e, f"schema attribute #{i}") for i, e in enumerate(entries)),
                        inferred_from_data=inferred)
-        bad = [(k, v) for k, v in spec.items() if isinstance(v, bool) or not isinstance(v, int)]
+        bad = [(k, v) for k, v in spec.items()
+               if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))]  # np.int64(4) is a size
         if bad:
             k, v = bad[0]
             raise DomainError(
-                f"schema: attribute {k!r} has value {v!r}; a domain mapping needs integer sizes "
-                "(or use a rich schema with key 'attributes')"
+                f"schema: attribute {k!r} has value {v.item() if isinstance(v, np.generic) else v!r}; a domain "
+                "mapping needs integer sizes (or use a rich schema with key 'attributes')"
             )
-        return cls.from_domain(Domain.from_mapping(spec))
+        return cls.from_domain(Domain.from_mapping({k: int(v) for k, v in spec.items()}))
 
     # queries -----------------------------------------------------------------------------------
     @property

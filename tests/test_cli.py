@@ -183,7 +183,8 @@ def test_run_out_of_domain_value_writes_nothing(tmp_path, small_data):
     cfg = write_config(tmp_path / "job.yaml", bad, dom)
     r = cli("run", str(cfg), "--out", str(tmp_path / "out"), "--quiet")
     assert r.returncode == 2, r.stderr
-    assert "'b'" in r.stderr and "9" in r.stderr
+    assert "column 'b'" in r.stderr and "row 17" in r.stderr and "outside the domain" in r.stderr
+    assert "value 9" not in r.stderr  # the value itself is never shown (issue 33)
     assert not (tmp_path / "out").exists()
 
 
@@ -277,10 +278,10 @@ def test_cluster_flags_override_the_config_file(tmp_path, small_data, monkeypatc
 
 
 @pytest.mark.parametrize("workers", [None, 2], ids=["threads", "local-cluster"])
-def test_data_error_names_the_value_but_no_count(tmp_path, workers):
+def test_data_error_names_column_file_and_row_but_no_value_or_count(tmp_path, workers):
     """An out-of-domain value found on a worker: the one-line error (and every worker log line, which reaches
-    the CLI's stderr on a LocalCluster) names column and value but no count: not the rows, not a cell's
-    count, not a partition's size."""
+    the CLI's stderr on a LocalCluster) names the column, the file and the row, but neither the value (issue 33)
+    nor any count: not the rows, not a cell's count, not a partition's size."""
     rng = np.random.default_rng(23)
     total, planted = 5003, 1237  # distinctive: the 0-way marginal and the count of cell (a=1, b=2)
     rest = pd.DataFrame({"a": rng.choice([0, 2], total - planted), "b": rng.integers(0, 4, total - planted)})
@@ -298,7 +299,8 @@ def test_data_error_names_the_value_but_no_count(tmp_path, workers):
     r = cli("run", str(cfg), "--out", str(tmp_path / "run"), "--seed", "3", *flags)
     assert r.returncode == 2, r.stderr
     last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("privcube: error:") and "'b'" in last and "77" in last
+    assert last.startswith("privcube: error:") and "column 'b'" in last and "p2.parquet', row 664" in last, last
+    assert not re.search(r"(?<![\w.])77(?![\w.])", r.stdout + r.stderr)  # the value, nowhere
     counts = {total, planted, total - planted, *sizes}
     text = re.sub(r"line \d+", "", r.stdout + r.stderr)  # traceback line numbers are not data
     numbers = {int(n) for n in re.findall(r"(?<![\w.])\d+(?![\w.])", text)}

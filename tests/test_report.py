@@ -209,7 +209,7 @@ def test_published_column_and_intervals_are_used_when_present(rp_run, tmp_path):
     frame["ci_low"], frame["ci_high"] = frame["published"] - 3, frame["published"] + 4
     frame.to_parquet(run / "answers" / g["file"], index=False)
     html = render_report(run)
-    assert "sex: published published vs synthetic records" in _svg_texts(_svg(html, "marginal-0"))
+    assert "sex: published answers vs synthetic records" in _svg_texts(_svg(html, "marginal-0"))
     assert "with their confidence intervals" in html
     heights = _bar_lengths(_svg(html, "marginal-0"), "marginal-0-published", 1)
     assert heights[1] / heights[0] == pytest.approx(22 / 11, rel=1e-3)  # drawn from `published`, not `estimate`

@@ -1,8 +1,8 @@
 """Opening a relational job's inputs lazily: two tables (or one self-linked table, or a schema graph) and
 their links, as dask DataFrames (a Parquet file or partitioned directory, CSV as text).
 
-Every schema column is encoded to codes per partition (bad values raise DataError naming table, column
-and value when the partition is read, on the cluster); key and foreign-key columns are kept aside as
+Every schema column is encoded to codes per partition (bad values raise DataError naming table, column,
+file and rule -- never the value -- when the partition is read, on the cluster); key and foreign-key columns are kept aside as
 identifiers, never encoded; ids compared with text ids are compared as text, integers written either way
 as their digits. Only metadata and headers are read here; nothing is computed and nothing written.
 """
@@ -18,20 +18,21 @@ from privcube.errors import ConfigError, DataError
 from privcube.relational_config import RelationalJob, TableSpec
 
 
-def _read_raw(path: str, columns: list[str], what: str) -> tuple[Any, bool]:
-    """The given raw columns of a Parquet/CSV input as a lazy dask DataFrame (CSV: all text), and whether it
-    was CSV. Only metadata and headers are read here (a missing column is refused now)."""
+def _read_raw(path: str, columns: list[str], what: str) -> tuple[Any, bool, str]:
+    """The given raw columns of a Parquet/CSV input as a lazy dask DataFrame (CSV: all text), whether it was CSV
+    and how messages name it. Only metadata and headers are read here (a missing column is refused now)."""
     import dask.dataframe as dd
 
-    from privcube.storage.ingest import input_columns, read_csv
+    from privcube.storage.ingest import open_input, read_csv
 
-    fmt, target, available = input_columns(path, what=what, columns=columns)
+    info = open_input(path, what=what, columns=columns)
+    fmt, target, available = info.fmt, info.target, info.available
     absent = [c for c in columns if c not in available]
     if absent:
         raise DataError(f"{what}: column {absent[0]!r} is missing from {path!r}; it has columns {available[:30]}")
     if fmt == "csv":
-        return read_csv(target, usecols=columns, dtype={c: "string" for c in columns}), True
-    return dd.read_parquet(target, columns=columns), False
+        return read_csv(target, usecols=columns, dtype={c: "string" for c in columns}), True, info.label
+    return dd.read_parquet(target, columns=columns), False, info.label
 
 
 def _is_text(dtype: Any) -> bool:
@@ -52,15 +53,18 @@ def canonical_ids(series: pd.Series) -> pd.Series:
     return out
 
 
-def _encode_part(raw: pd.DataFrame, t: TableSpec, is_csv: bool, id_cols: list[str], text_ids: set[str]) -> pd.DataFrame:
-    """Task: one partition's schema columns encoded to codes (DataError naming table, column and value) plus
-    its identifier columns (as comparable text where ``text_ids`` says so)."""
+def _encode_part(raw: pd.DataFrame, t: TableSpec, is_csv: bool, id_cols: list[str], text_ids: set[str],
+                 source: str | None = None) -> pd.DataFrame:
+    """Task: one partition's schema columns encoded to codes (DataError naming table, column, file and rule, never
+    a value) plus its identifier columns (as comparable text where ``text_ids`` says so)."""
     from privcube.storage.ingest import encode_frame
 
     try:
-        codes = encode_frame(raw[list(t.schema.names)], t.schema, parse_text=is_csv)
+        codes = encode_frame(raw[list(t.schema.names)], t.schema, parse_text=is_csv, source=source)
     except DataError as e:
-        raise DataError(f"table {t.name!r}: {e}") from None
+        err = DataError(f"table {t.name!r}: {e}")
+        err.__dict__.update(e.__dict__)  # what locates the file and row later (storage.ingest.locate_error)
+        raise err from None
     out = codes.reset_index(drop=True)
     for c in id_cols:
         col = raw[c].reset_index(drop=True)
@@ -68,22 +72,22 @@ def _encode_part(raw: pd.DataFrame, t: TableSpec, is_csv: bool, id_cols: list[st
     return out
 
 
-def _open(t: TableSpec, id_cols: list[str]) -> tuple[Any, bool, list[str]]:
-    """A table's raw lazy frame, whether it is CSV, and its identifier columns."""
+def _open(t: TableSpec, id_cols: list[str]) -> tuple[Any, bool, list[str], str]:
+    """A table's raw lazy frame, whether it is CSV, its identifier columns and how messages name it."""
     id_cols = [c for c in dict.fromkeys(id_cols) if c and c not in t.schema.names]
-    raw, is_csv = _read_raw(t.path, [*t.schema.names, *id_cols], f"table {t.name!r}")
-    return raw, is_csv, id_cols
+    raw, is_csv, label = _read_raw(t.path, [*t.schema.names, *id_cols], f"table {t.name!r}")
+    return raw, is_csv, id_cols, label
 
 
-def _encoded(t: TableSpec, opened: tuple[Any, bool, list[str]], text_ids: set[str]) -> Any:
+def _encoded(t: TableSpec, opened: tuple[Any, bool, list[str], str], text_ids: set[str]) -> Any:
     """The lazily encoded table: codes (schema order) plus identifier columns, encoded per partition."""
     from privcube.storage.ingest import empty_codes
 
-    raw, is_csv, id_cols = opened
+    raw, is_csv, id_cols, label = opened
     meta = empty_codes(t.schema)
     for c in id_cols:
         meta[c] = pd.Series([], dtype=object) if c in text_ids else raw._meta[c]
-    return raw.map_partitions(_encode_part, t, is_csv, id_cols, text_ids, meta=meta)
+    return raw.map_partitions(_encode_part, t, is_csv, id_cols, text_ids, label, meta=meta)
 
 
 def _text_pair(a: Any, b: Any) -> bool:
@@ -108,7 +112,7 @@ def _link_pairs(job: RelationalJob) -> tuple[Any, list[str]]:
         else:
             raise ConfigError(f"data.links.columns: the link file has columns {available[:30]}; name the two id "
                               "columns as columns: [left, right]" + (" (source, target)" if lk.left == lk.right else ""))
-    raw, _ = _read_raw(lk.path, cols, "links")
+    raw, _, _ = _read_raw(lk.path, cols, "links")
     return raw, cols
 
 
@@ -119,8 +123,8 @@ def _as_text(frame: Any, cols: list[str]) -> Any:
 
 def read_inputs(job: RelationalJob) -> tuple[dict[str, tuple[Any, Any]], dict[str, Any]]:
     """Open the job's tables and links lazily: ``(tables, links)`` as ``run_relational`` takes them, each table a
-    dask DataFrame encoded per partition (bad values raise DataError naming table, column and value when the
-    partition is read, on the cluster); key and foreign-key columns are kept as identifiers. Reads only
+    dask DataFrame encoded per partition (bad values raise DataError naming table, column, file and rule when
+    the partition is read, on the cluster); key and foreign-key columns are kept as identifiers. Reads only
     metadata and headers here; writes nothing."""
     lk = job.links
     if lk.kind == "one_to_many":

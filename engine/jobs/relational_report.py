@@ -67,9 +67,12 @@ TRUNCATE_WARNING = (
 def schema_warnings(job: RelationalJob) -> list[str]:
     """One warning per table whose schema carries ``inferred_from_data: true``, and one when ``truncate: true``
     (stated whether or not anything was dropped: the warning itself must not depend on the private degrees)."""
+    from privcube.privacy.budget import budget_warnings
     from privcube.storage.schema import inferred_warnings
 
     out = inferred_warnings({n: t.schema for n, t in job.tables.items()})
+    for name, part in (getattr(job, "parts", None) or {}).items():  # a large delta of any part (public rule)
+        out += budget_warnings(part, f"privacy {name}")
     return out + ([TRUNCATE_WARNING] if (job.params or {}).get("truncate") else [])
 
 

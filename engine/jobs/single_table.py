@@ -257,10 +257,12 @@ class SingleTableJob:
     def _report(self, result: Any, env: JobEnv, expected: Any) -> dict[str, Any]:
         """``report.json``: timings, sizes, the plan's expected error, noise, the mechanism's report, and
         ``warnings`` (e.g. a schema inferred from the data) when there are any."""
+        from privcube.privacy.unit import unit_warning
         from privcube.storage.schema import inferred_warnings
 
         cfg = self.cfg
-        warns = inferred_warnings({"table": cfg.schema}, "the input table (data.schema)")
+        warns = inferred_warnings({"table": cfg.schema}, "the input table (data.schema)") + list(cfg.warnings) \
+            + unit_warning(cfg.privacy_unit, (expected or {}).get("rmse"))
         return {
             "mechanism": cfg.mechanism,
             "timings": env.timings,

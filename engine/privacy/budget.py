@@ -130,7 +130,28 @@ def _check_epsilon(epsilon: Any) -> float:
     return float(epsilon)
 
 
+#: δ at or above this is refused: δ is the probability that the guarantee fails outright (a δ of 1/n allows
+#: releasing one whole record), and a public rule cannot know n, so any δ this large is a mistake
+MAX_DELTA = 0.1
+#: δ above this is accepted with a warning (it should be far below 1 / the number of records)
+WARN_DELTA = 1e-3
+
+
 def _check_delta(delta: Any) -> float:
     if not _is_real(delta) or not (0 < float(delta) < 1):
         raise BudgetError(f"privacy parameter delta must lie strictly between 0 and 1, got {_show(delta)}")
+    if float(delta) >= MAX_DELTA:
+        raise BudgetError(f"privacy parameter delta = {float(delta):g} is not small: delta is the probability that "
+                          f"the guarantee fails outright, and must be far below 1 / the number of records "
+                          f"(e.g. 1e-9); privcube refuses delta >= {MAX_DELTA:g}")
     return float(delta)
+
+
+def budget_warnings(budget: Any, where: str = "privacy") -> list[str]:
+    """One-line warnings about a budget that is valid but weak (public rules only): a δ above ``WARN_DELTA``."""
+    delta = float(getattr(budget, "delta", 0.0) or 0.0)
+    if delta > WARN_DELTA:
+        return [f"{where}.delta = {delta:g} is large: delta is the probability that the guarantee fails outright "
+                f"and should be far below 1 / the number of records (a delta of 1/n allows releasing one record "
+                f"whole); privcube warns above {WARN_DELTA:g} and refuses {MAX_DELTA:g} or more"]
+    return []

@@ -22,6 +22,9 @@ from privcube.errors import BudgetError, ConfigError
 from privcube.privacy.budget import PrivacyBudget
 
 UNIT_KEYS = {"id", "max_rows"}
+#: max_rows above this is refused (noise K times that of one row swamps any count); above WARN_MAX_ROWS a run warns
+MAX_ROWS_LIMIT = 1_000_000
+WARN_MAX_ROWS = 100
 
 
 @dataclass(frozen=True)
@@ -78,9 +81,19 @@ def parse_privacy_unit(spec: Any, mechanism: str, params: Mapping[str, Any]) -> 
         raise ConfigError(f"privacy_unit.id must name the column identifying a person, got {col!r}")
     import numpy as np
 
+    if isinstance(k, (float, np.floating)) and not isinstance(k, bool) and float(k).is_integer() and 1 <= k:
+        raise ConfigError(f"privacy_unit.max_rows must be a whole number written as an integer, got {float(k):g} (a "
+                          f"float); write {int(k)}" + (f" or, better, a bound people really reach (at most "
+                                                       f"{MAX_ROWS_LIMIT:,})" if k > MAX_ROWS_LIMIT else ""))
     if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ConfigError(f"privacy_unit.max_rows must be a positive integer, got {k!r}")
+        raise ConfigError(f"privacy_unit.max_rows must be a positive integer, got "
+                          f"{k.item() if isinstance(k, np.generic) else k!r}")
     k = int(k)
+    if k > MAX_ROWS_LIMIT:
+        raise ConfigError(f"privacy_unit.max_rows = {k:,} is beyond any useful bound (at most {MAX_ROWS_LIMIT:,}): "
+                          f"the noise is calibrated to one person changing {k:,} rows, so every answer's noise is "
+                          f"{k:,} times that of one row; set it to the number of rows people really contribute "
+                          "(rows beyond it are dropped)")
     if mechanism == "relational":
         raise ConfigError("privacy_unit is not supported by mechanism 'relational' (its neighbours change one "
                           "row and its links); remove privacy_unit or use a single-table mechanism")
@@ -93,4 +106,16 @@ def parse_privacy_unit(spec: Any, mechanism: str, params: Mapping[str, Any]) -> 
     return PrivacyUnit(col, k)
 
 
-__all__ = ["PrivacyUnit", "parse_privacy_unit"]
+def unit_warning(unit: PrivacyUnit | None, rmse: Any = None) -> list[str]:
+    """A one-line warning when ``max_rows`` is large (above ``WARN_MAX_ROWS``): the noise is ``max_rows`` times
+    that of one row; ``rmse`` is the plan's expected RMSE (data-independent), stated when known."""
+    if unit is None or unit.max_rows <= WARN_MAX_ROWS:
+        return []
+    k = unit.max_rows
+    shown = f"; the plan's expected RMSE per answer is {float(rmse):.3g}" if isinstance(rmse, (int, float)) else ""
+    return [f"privacy_unit.max_rows = {k:,} is large: the noise is calibrated to one person changing {k:,} rows "
+            f"({k:,} times the noise of one row){shown}; set it to the number of rows people really contribute "
+            "(rows beyond it are dropped)"]
+
+
+__all__ = ["MAX_ROWS_LIMIT", "PrivacyUnit", "WARN_MAX_ROWS", "parse_privacy_unit", "unit_warning"]

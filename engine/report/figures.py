@@ -15,6 +15,12 @@ import numpy as np
 PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
 FONT = ["DejaVu Sans", "Liberation Sans", "Arial", "Helvetica", "sans-serif"]
 
+#: above this many cells a comparison is drawn as horizontal bars: the cell names stay level and full size,
+#: where a row of rotated names would need a page-wide figure scaled down until its text is unreadable
+HORIZONTAL_CELLS = 12
+#: widest figure drawn (inches); the page scales wider ones down, and their text with them
+MAX_WIDTH = 12.0
+
 
 def _figure(width: float, height: float):  # noqa: ANN202 - matplotlib Figure (imported lazily)
     from matplotlib.figure import Figure
@@ -75,12 +81,16 @@ def hbar(name: str, labels: Sequence[str], values: Sequence[float], *, title: st
     return to_svg(fig, name)
 
 
+#: round labels under the trace (every k-th round above it); ~0.25 in each at the widest figure
+MAX_TRACE_LABELS = 48
+
+
 def trace(name: str, rounds: Sequence[int], rho_select: Sequence[float], rho_measure: Sequence[float],
           sigma: Sequence[float], annealed: Sequence[bool], cliques: Sequence[str]) -> str:
     """AIM+GReM selection trace: ρ per round (selection + measurement, stacked; annealed rounds marked)
     above σ per round, each round labelled with the marginal it selected."""
     n = len(rounds)
-    fig = _figure(max(8.0, 0.28 * n + 2), 6.2)
+    fig = _figure(min(MAX_WIDTH, max(8.0, 0.28 * n + 2)), 6.2)  # wider would be scaled down, labels unreadable
     ax, ax2 = fig.subplots(2, 1, sharex=True, height_ratios=[2, 1])
     x = np.arange(n)
     b1 = ax.bar(x, rho_select, color=PALETTE[1], label="ρ selection (exponential mech.)")
@@ -99,7 +109,7 @@ def trace(name: str, rounds: Sequence[int], rho_select: Sequence[float], rho_mea
     ax2.plot(x, sigma, marker="o", color=PALETTE[2])
     ax2.set_ylabel("σ of measurement")
     ax2.grid(axis="y", alpha=0.3)
-    step = max(1, int(np.ceil(n / 60)))
+    step = max(1, int(np.ceil(n / MAX_TRACE_LABELS)))  # at most this many round labels, each readable
     ax2.set_xticks(x[::step], [f"{r}: {_short(c, 28)}" for r, c in zip(rounds[::step], cliques[::step])],
                    rotation=60, ha="right", fontsize=7)
     ax2.set_xlabel("round: selected marginal")
@@ -111,32 +121,53 @@ def trace(name: str, rounds: Sequence[int], rho_select: Sequence[float], rho_mea
 def compare(name: str, title: str, cells: Sequence[str], published: Sequence[float],
             synthetic: Sequence[float] | None = None, ci: tuple[Sequence[float], Sequence[float]] | None = None) -> str:
     """Bars per cell: the published (noisy) answer, with its confidence interval when given, and the
-    synthetic records' count beside it when given."""
+    synthetic records' count beside it when given (horizontal bars, one row per cell, above
+    ``HORIZONTAL_CELLS`` cells)."""
     n = len(cells)
-    fig = _figure(max(5.0, 0.32 * n * (2 if synthetic is not None else 1) + 1.5), 3.6)
+    pair = synthetic is not None
+    horizontal = n > HORIZONTAL_CELLS
+    if horizontal:
+        fig = _figure(8.0, 1.4 + 0.2 * n * (1.6 if pair else 1.0))
+    else:
+        fig = _figure(min(MAX_WIDTH, max(5.0, 0.32 * n * (2 if pair else 1) + 1.5)), 3.6)
     ax = fig.add_subplot()
     x = np.arange(n)
-    w = 0.4 if synthetic is not None else 0.7
-    off = -w / 2 if synthetic is not None else 0.0
+    w = 0.4 if pair else 0.7
+    off = -w / 2 if pair else 0.0
+    if horizontal:  # first cell on top: the published bar above its synthetic twin
+        off = -off
     pub = np.asarray(published, float)
     err = None
     if ci is not None:
         lo, hi = np.asarray(ci[0], float), np.asarray(ci[1], float)
         err = np.vstack([np.clip(pub - lo, 0, None), np.clip(hi - pub, 0, None)])
-    bars = ax.bar(x + off, pub, w, color=PALETTE[0], yerr=err, capsize=2 if err is not None else 0,
-                  error_kw={"elinewidth": 0.8, "ecolor": "#333"},
-                  label="published (noisy)" + (" with CI" if err is not None else ""))
+    label = "published (noisy)" + (" with CI" if err is not None else "")
+    style = {"capsize": 2 if err is not None else 0, "error_kw": {"elinewidth": 0.8, "ecolor": "#333"}}
+    if horizontal:
+        bars = ax.barh(x - off, pub, w, color=PALETTE[0], xerr=err, label=label, **style)
+    else:
+        bars = ax.bar(x + off, pub, w, color=PALETTE[0], yerr=err, label=label, **style)
     _tag(bars, f"{name}-published")
-    if synthetic is not None:
-        sb = ax.bar(x - off, list(synthetic), w, color=PALETTE[1], label="synthetic records")
+    if pair:
+        draw = ax.barh if horizontal else ax.bar
+        sb = draw(x + off if horizontal else x - off, list(synthetic), w, color=PALETTE[1], label="synthetic records")
         _tag(sb, f"{name}-synthetic")
-    names = [_short(c, 32) for c in cells]
-    tilt = n > 6 or sum(len(c) for c in names) > 48  # long names side by side would overlap
-    ax.set_xticks(x, names, rotation=50 if tilt else 0, ha="right" if tilt else "center", fontsize=7,
-                  rotation_mode="anchor" if tilt else "default")
-    ax.set_ylabel("count")
+    if horizontal:
+        ax.set_yticks(x, [_short(c, 40) for c in cells], fontsize=8)
+        ax.set_ylim(n - 0.5, -0.5)
+        ax.set_xlabel("count")
+        ax.grid(axis="x", alpha=0.3)
+    else:
+        names = [_short(c, 32) for c in cells]
+        tilt = n > 6 or sum(len(c) for c in names) > 48  # long names side by side would overlap
+        ax.set_xticks(x, names, rotation=50 if tilt else 0, ha="right" if tilt else "center", fontsize=8,
+                      rotation_mode="anchor" if tilt else "default")
+        ax.set_ylabel("count")
+        ax.grid(axis="y", alpha=0.3)
     ax.set_title(plain(title), fontsize=10, loc="left")
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
+    if horizontal:  # under the plot, clear of the bars
+        fig.legend(fontsize=8, loc="outside lower center", ncols=2, frameon=False)
+    else:
+        ax.legend(fontsize=8)
     ax.spines[["top", "right"]].set_visible(False)
     return to_svg(fig, name)

@@ -61,8 +61,9 @@ def published_marginals(run: RunData) -> str:
             syn = counts[tuple(frame[a].to_numpy(dtype=np.int64) for a in attrs)]
         ci = (frame["ci_low"], frame["ci_high"]) if {"ci_low", "ci_high"} <= set(frame.columns) else None
         label = group_label({"attributes": attrs, "queries": g.get("queries")})
-        svg = figures.compare(f"marginal-{i}", f"{label}: published {col}" + (" vs synthetic records" if syn is not None
-                                                                             else ""),
+        what = "published answers" if col == "published" else "noisy estimates"  # not "published published"
+        svg = figures.compare(f"marginal-{i}", f"{label}: {what}" + (" vs synthetic records" if syn is not None
+                                                                    else ""),
                               cell_labels(frame, attrs), frame[col].to_numpy(dtype=float), syn, ci)
         figs.append(figure(svg, f"{label}: the released noisy answers ('{col}' column)"
                                 + (", with their confidence intervals" if ci is not None else "")

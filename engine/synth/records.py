@@ -90,6 +90,7 @@ def write_records(model: Any, domain: Domain, n_records: int, folder: str | Path
     each, in order, on THIS machine as ``folder/part-NNNNN.parquet`` (codes plus schema labels; atomic,
     owner-only). ``window`` chunks are sampled at a time while the previous window is written, so memory
     stays bounded whatever ``n_records`` is. Returns the number of files written."""
+    from privcube.progress import progress
     from privcube.storage.outputs import atomic_write_parquet
 
     out = Path(folder)
@@ -97,27 +98,75 @@ def write_records(model: Any, domain: Domain, n_records: int, folder: str | Path
     items = [(c, b - a) for c, (a, b) in enumerate(chunk_bounds(n_records, chunk_size))] or [(0, 0)]
     task = functools.partial(_frame_task, model=model, noise=noise, key=key, columns=list(domain.attributes),
                              schema=schema)
+    if n_records > (LOCAL_ROWS if local_rows is None else local_rows):
+        check_output_size(task, n_records, len(items), out)
     run = choose_map(n_records, map, local_rows)
     step = max(1, int(window))
     windows = [items[i:i + step] for i in range(0, len(items), step)]
     labels = [_label(f"chunk_frame-w{w}") for w in range(len(windows))]  # unique task keys per window
 
-    def write(chunks: list[tuple[int, int]], frames: list[pd.DataFrame]) -> None:
+    def write(chunks: list[tuple[int, int]], frames: list[pd.DataFrame], update: Callable[[int], None]) -> None:
         for (chunk, _), frame in zip(chunks, frames):
             atomic_write_parquet(out / f"part-{chunk:05d}.parquet", frame)
+            update(1)
 
     if len(windows) == 1:
-        write(windows[0], run(task, windows[0], label=labels[0]))
+        write(windows[0], run(task, windows[0], label=labels[0]), lambda n: None)
         return len(items)
-    with ThreadPoolExecutor(max_workers=1) as ahead:  # the next window is sampled while this one is written
+    with progress(f"synthetic records ({n_records:,} rows)", len(items), heartbeat=1.0) as update, \
+            ThreadPoolExecutor(max_workers=1) as ahead:  # the next window is sampled while this one is written
         pending = ahead.submit(run, task, windows[0], label=labels[0])
         for w in range(len(windows)):
             frames = pending.result()
             if w + 1 < len(windows):
                 pending = ahead.submit(run, task, windows[w + 1], label=labels[w + 1])
-            write(windows[w], frames)
+            write(windows[w], frames, update)
             del frames
     return len(items)
+
+
+#: more synthetic records than this are refused (synthesize.rows; minutes of writing and gigabytes at the cap)
+MAX_RECORDS = 10**9
+_PROBE_ROWS = 20_000
+_FILE_OVERHEAD = 8_192  # bytes of Parquet footer and metadata per file, roughly
+_DISK_RESERVE = 256 * 2**20  # left free on the disk after writing
+
+
+def check_output_size(task: Callable[[tuple], pd.DataFrame], n_records: int, n_files: int, folder: Path) -> int:
+    """Refuse, before anything is written, records that would not fit on the disk of ``folder``: the size is
+    measured on a probe of the records themselves (a Parquet write of up to 20,000 rows in memory, from chunk
+    0's stream: nothing is drawn from the run's noise) and scaled to ``n_records``. Returns the estimate (bytes)."""
+    import io
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from privcube.errors import RunDirectoryError
+
+    if n_records > MAX_RECORDS:
+        raise RunDirectoryError(f"synthesize: {n_records:,} records are above privcube's limit of {MAX_RECORDS:,}; "
+                                "give synthesize.rows, then run again with --resume (nothing is spent twice)")
+    probe_rows = min(n_records, _PROBE_ROWS)
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pandas(task((0, probe_rows)), preserve_index=False), buf)
+    per_row = max(buf.tell() - _FILE_OVERHEAD, 0) / max(probe_rows, 1)
+    need = int(1.1 * per_row * n_records + n_files * _FILE_OVERHEAD)
+    free = shutil.disk_usage(folder).free
+    if need + _DISK_RESERVE > free:
+        raise RunDirectoryError(
+            f"synthesize: {n_records:,} records take about {_size(need)} as Parquet (measured on {probe_rows:,} of "
+            f"them) but {_size(free)} is free under {str(folder.parent)!r}; lower synthesize.rows or free space, then "
+            "run again with --resume (the measurements are kept, nothing is spent twice)")
+    return need
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.3g} {unit}" if unit != "bytes" else f"{int(n)} bytes"
+        n /= 1024
+    return f"{n:.3g} TiB"
 
 
 def _label(prefix: str) -> str:
@@ -125,5 +174,5 @@ def _label(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-__all__ = ["write_records", "add_labels", "sample_codes", "sample_chunk", "chunk_bounds", "choose_map",
-           "local_map", "LOCAL_ROWS"]
+__all__ = ["write_records", "add_labels", "check_output_size", "sample_codes", "sample_chunk", "chunk_bounds",
+           "choose_map", "local_map", "LOCAL_ROWS", "MAX_RECORDS"]

@@ -61,10 +61,56 @@ _SECURITY_KEYS = {"security", "allow_insecure"}
 
 
 def _positive_int(spec_type: str, key: str, value: Any) -> int:
-    """Validate a positive integer option, naming the key."""
+    """Validate a positive integer option, naming the key (``workers`` is the ``--workers`` flag)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"cluster ({spec_type}) option {key!r} must be a positive integer, got {value!r}")
+        if key == "workers":
+            raise ConfigError(f"--workers must be a positive integer, got {value!r}")
+        raise ConfigError(f"cluster.{key} ({spec_type} cluster) must be a positive integer, got {value!r}")
     return value
+
+
+#: seconds to wait for a scheduler that accepts connections (distributed's default is 30 s of retries)
+CONNECT_TIMEOUT_S = 10
+#: seconds for the first TCP probe of a scheduler address: a closed port or unknown host fails at once
+PROBE_TIMEOUT_S = 3
+
+
+def _check_reachable(address: str, where: str) -> None:
+    """One ConfigError line, within seconds, when nothing listens at a tcp:// or tls:// scheduler ``address``
+    (a closed port, an unknown host): distributed would retry for 30 s and end in a long traceback."""
+    import socket
+
+    from distributed.comm import parse_address, parse_host_port
+
+    try:
+        scheme, loc = parse_address(address)
+    except (ValueError, TypeError):
+        raise ConfigError(f"scheduler address {address!r} ({where}) is not an address such as "
+                          "tcp://host:8786") from None
+    if scheme not in ("tcp", "tls"):
+        return
+    try:
+        host, port = parse_host_port(loc)
+    except (ValueError, TypeError):
+        raise ConfigError(f"scheduler address {address!r} ({where}) needs a host and a port, e.g. "
+                          "tcp://host:8786") from None
+    try:
+        with socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S):
+            return
+    except OSError as e:
+        reason = "connection refused: no scheduler listens there" if isinstance(e, ConnectionRefusedError) else \
+            "timed out" if isinstance(e, (TimeoutError, socket.timeout)) else (e.strerror or type(e).__name__)
+        raise ConfigError(f"cannot reach the Dask scheduler at {address} ({where}): {reason}; start it, or give "
+                          "the address it prints") from None
+
+
+def _client_or_one_line(connect: Any, address: str) -> Any:
+    """``connect()``; a connection that fails or times out after the probe is one ConfigError line."""
+    try:
+        return connect()
+    except (OSError, TimeoutError) as e:
+        raise ConfigError(f"cannot connect to the Dask scheduler at {address}: "
+                          f"{' '.join(str(e).split())[:200] or type(e).__name__}") from None
 
 
 def local_defaults(n_workers: int | None = None, threads_per_worker: int | None = None) -> dict[str, Any]:
@@ -217,12 +263,15 @@ class ClusterHandle:
             return self._connect(self.cluster, ckw)
         if t == "address":
             address = check_address_security(o["address"], self.security, self.allow_insecure)
-            self.client = Client(address, **ckw)
+            _check_reachable(address, "--scheduler-address / cluster.address")
+            self.client = _client_or_one_line(lambda: Client(address, timeout=CONNECT_TIMEOUT_S, **ckw), address)
             return self.client
         if t == "scheduler-file":
             address = _scheduler_file_address(str(o["scheduler_file"]))
             check_address_security(address, self.security, self.allow_insecure)
-            self.client = Client(scheduler_file=str(o["scheduler_file"]), **ckw)
+            _check_reachable(address, f"scheduler file {str(o['scheduler_file'])!r}")
+            self.client = _client_or_one_line(
+                lambda: Client(scheduler_file=str(o["scheduler_file"]), timeout=CONNECT_TIMEOUT_S, **ckw), address)
             return self.client
         if t == "kubernetes":
             from privcube.graphs.cluster.kubernetes import kube_cluster_from_spec

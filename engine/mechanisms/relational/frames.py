@@ -67,7 +67,7 @@ def stack_codes(name: str, domain: Domain, *parts: pd.DataFrame) -> np.ndarray:
         vals = np.concatenate([np.asarray(p[a]) for p in parts]) if parts else np.zeros(0)
         if vals.dtype.kind not in "iu":
             if pd.isna(vals).any():
-                raise DataError(f"table {name!r} has missing values; encode them as a category first")
+                raise DataError(f"table {name!r}: column {a!r} has missing values; encode them as a category first")
             vals = vals.astype(np.int64)
         if vals.size and (vals.min() < 0 or vals.max() >= size):
             raise DataError(f"table {name!r}: column {a!r} has a value outside [0, {size})")

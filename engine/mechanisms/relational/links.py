@@ -155,8 +155,10 @@ def table_codes(data: Any, domain: Domain, name: str) -> np.ndarray:
     if arr.ndim != 2 or arr.shape[1] != len(domain):
         raise DataError(f"table {name!r}: codes must have shape (n, {len(domain)}), got {arr.shape}")
     if arr.size and (not np.issubdtype(arr.dtype, np.integer)):
-        if np.isnan(arr.astype(float)).any():
-            raise DataError(f"table {name!r} has missing values; encode them as a category first")
+        nan = np.isnan(arr.astype(float))
+        if nan.any():
+            raise DataError(f"table {name!r}: column {domain.attributes[int(np.flatnonzero(nan.any(axis=0))[0])]!r} "
+                            "has missing values; encode them as a category first")
         arr = arr.astype(np.int64)
     for k, a in enumerate(domain.attributes):
         col = arr[:, k]

@@ -44,6 +44,13 @@ class ProgressBar:
         self._lock = threading.Lock()
         self._closed = False
         self._drawn: int | None = None
+        self.note = ""
+
+    def set_note(self, note: str) -> None:
+        """Text shown after the counts (e.g. an objective and its last change); redrawn with the bar."""
+        with self._lock:
+            self.note = note
+            self._drawn = None
 
     def set_total(self, total: int) -> None:
         """Change the total (e.g. once a task graph's size is known)."""
@@ -65,7 +72,7 @@ class ProgressBar:
         filled = int(round(frac * BAR_WIDTH))
         elapsed = time.perf_counter() - self._start
         return (f"{self.label} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] "
-                f"{self.done}/{self.total} {elapsed:6.1f}s")
+                f"{self.done}/{self.total} {elapsed:6.1f}s" + (f"  {self.note}" if self.note else ""))
 
     def tick(self) -> None:
         """Redraw with the current elapsed time even if nothing finished (heartbeat of a long step)."""

@@ -17,7 +17,7 @@ def postprocess(cfg: Any, mech: Any, result: Any, context: Any = None) -> dict[s
     metric on adult15 and nltcs: benchmarks/postprocess_candidates.py); above POSTPROCESS_TASK_CELLS cells
     the per-clique chunks run as tasks of the run context's ``map`` (on the cluster when there is one).
     Post-processing: no charge."""
-    from privcube.postprocess import marginal_answers, publish
+    from privcube.postprocess import marginal_answers, publish_model
     from privcube.postprocess.consistency import serial_map
 
     groups = marginal_answers(result.answers)
@@ -27,7 +27,11 @@ def postprocess(cfg: Any, mech: Any, result: Any, context: Any = None) -> dict[s
     if context is not None and context.client is not None \
             and sum(np.size(a.estimate) for a in groups) > POSTPROCESS_TASK_CELLS:
         mapper = functools.partial(context.map, label="postprocess")
-    return publish(result.answers, cfg.domain, cfg.postprocess, map=mapper)
+    report, model = publish_model(result.answers, cfg.domain, cfg.postprocess, map=mapper,
+                                  residuals=getattr(result, "residuals", None) or None)
+    if model is not None:
+        result.model = model  # the synthesizer samples the same model (post-processing: no charge)
+    return report
 
 
 def write_records(cfg: Any, result: Any, rundir: Any, noise: Any, context: Any,
@@ -56,10 +60,22 @@ def write_records(cfg: Any, result: Any, rundir: Any, noise: Any, context: Any,
     if keep_existing and rundir.has(name):
         info["files"] = len(list((rundir.path / name).glob("*.parquet")))
         return info
-    options = {"max_cells": spec["max_cells"]} if spec["estimator"] == "junction-tree" else {}
-    estimator = get_estimator(spec["estimator"], **options)
-    model = estimator.fit(est, cfg.domain, total=max(total, 1.0), variances=var or None)
-    info.update({"model": getattr(estimator, "info", {}), "budget_spent": 0.0})
+    fitted = getattr(result, "model", None)
+    if fitted is not None and spec["estimator"] == "junction-tree":  # the published answers' own model
+        from privcube.synth.jt_model import JunctionTreeModel
+
+        model = JunctionTreeModel.from_beliefs(cfg.domain, fitted.tree, fitted.beliefs)
+        names = cfg.domain.attributes
+        info.update({"model": {"estimator": "junction-tree", "input": "the post-processing model (pgm)",
+                               "cells": int(fitted.tree.cells),
+                               "cliques": [[names[i] for i in c] for c in fitted.tree.cliques]},
+                     "from_marginals": sorted("-".join(names[i] for i in c) for c in fitted.tree.cliques),
+                     "budget_spent": 0.0})
+    else:
+        options = {"max_cells": spec["max_cells"]} if spec["estimator"] == "junction-tree" else {}
+        estimator = get_estimator(spec["estimator"], **options)
+        model = estimator.fit(est, cfg.domain, total=max(total, 1.0), variances=var or None)
+        info.update({"model": getattr(estimator, "info", {}), "budget_spent": 0.0})
 
     def sample(staging: Path) -> int:
         return write_record_chunks(model, cfg.domain, rows, staging, noise=noise, schema=cfg.schema,

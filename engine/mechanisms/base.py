@@ -83,6 +83,8 @@ class MechanismResult:
     #: residual τ -> (z_τ in Decomp form, precision λ_τ): the sufficient statistics of the Gaussian residual
     #: measurements, which post-processing fits (empty: it reads the marginal answers instead)
     residuals: dict[tuple[str, ...], tuple[np.ndarray, float]] = field(default_factory=dict)
+    #: the graphical model post-processing fitted (``postprocess: pgm``); the synthesizer samples it
+    model: Any = None
 
 
 #: a titled bar redraws its elapsed time this often while no item finishes

@@ -12,6 +12,7 @@ import numpy as np
 from privcube.domain import Domain
 from privcube.postprocess.consistency import Mapper, project_consistent, serial_map
 from privcube.postprocess.dykstra import dykstra
+from privcube.postprocess.graphical import GraphicalModel
 from privcube.postprocess.feasibility import consistency_violation, lift_to_nonnegative, negativity, total_of
 from privcube.postprocess.lnn import SolveInfo, lnn_admm
 from privcube.postprocess.problem import Clique, MarginalProblem, build_problem
@@ -68,10 +69,10 @@ def solve(prob: MarginalProblem, spec: PostprocessSpec, map: Mapper = serial_map
                                                                "note": "estimated total <= 0: all zeros"}
     if spec.method == "grem-lnn":
         target = normsub_target(prob, total)
-        mu, info = lnn_admm(MarginalProblem(prob.domain, target, dict(prob.weight)), tol=spec.tolerance,
-                            max_iterations=spec.max_iterations, map=map, total=total, warm=target)
+        mu, info = lnn_admm(MarginalProblem(prob.domain, target, dict(prob.weight)), tol=spec.tol,
+                            max_iterations=spec.iterations, map=map, total=total, warm=target)
     elif spec.method == "dykstra":
-        mu, info = dykstra(prob, tol=spec.tolerance, max_iterations=spec.max_iterations, map=map, total=total)
+        mu, info = dykstra(prob, tol=spec.tol, max_iterations=spec.iterations, map=map, total=total)
     else:  # wls
         mu, info = project_consistent(prob, map=map, total=total), SolveInfo(1, True, 0.0, 0.0)
     lifted, t = lift_to_nonnegative(mu, prob.domain)
@@ -81,19 +82,35 @@ def solve(prob: MarginalProblem, spec: PostprocessSpec, map: Mapper = serial_map
 
 
 def publish(answers: Sequence[Any], domain: Domain, spec: PostprocessSpec | None = None,
-            map: Mapper = serial_map, residual_variances: Mapping[Clique, float] | None = None) -> dict[str, Any]:
+            map: Mapper = serial_map, residuals: Mapping[Clique, tuple[np.ndarray, float]] | None = None
+            ) -> dict[str, Any]:
     """Set ``published`` on every marginal group answer (in place) and return the report: method,
     iterations, time and the final constraint violations (no data-derived value: the released total is
-    in the published arrays, never in the report's text). ``residual_variances``:
-    see :func:`solve` (only valid when the answers are reconstructed from those residual measurements)."""
+    in the published arrays, never in the report's text). ``residuals``: the mechanism's residual
+    measurements (τ -> (z_τ, λ_τ)), which ``pgm`` fits when given (else it reads the marginal answers)."""
+    return publish_model(answers, domain, spec, map, residuals)[0]
+
+
+def publish_model(answers: Sequence[Any], domain: Domain, spec: PostprocessSpec | None = None,
+                  map: Mapper = serial_map, residuals: Mapping[Clique, tuple[np.ndarray, float]] | None = None
+                  ) -> tuple[dict[str, Any], GraphicalModel | None]:
+    """:func:`publish`, and the fitted graphical model when the method is ``pgm`` (the synthesizer
+    samples it), else None."""
     spec = spec or PostprocessSpec()
     t0 = time.perf_counter()
     groups = marginal_answers(answers)
     if not groups:
-        return {"method": spec.method, "groups": 0, "note": "no marginal groups: nothing to publish"}
-    variances = _variances(groups)
-    prob = build_problem(_fuse_duplicates(groups, domain, variances), domain, _fused_variances(groups, domain, variances))
-    mu, info = solve(prob, spec, map, residual_variances)
+        return {"method": spec.method, "groups": 0, "note": "no marginal groups: nothing to publish"}, None
+    model = None
+    if spec.method == "pgm":
+        mu, info, model = _solve_model(groups, domain, spec, map, residuals)
+        n_cliques, cells = len(mu), int(sum(a.size for a in mu.values()))
+    else:
+        variances = _variances(groups)
+        prob = build_problem(_fuse_duplicates(groups, domain, variances), domain,
+                             _fused_variances(groups, domain, variances))
+        mu, info = solve(prob, spec, map)
+        n_cliques, cells = len(prob.cliques), prob.cells
     total = total_of(mu)
     if spec.integer:
         mu, total = round_marginals(mu, total)
@@ -104,11 +121,109 @@ def publish(answers: Sequence[Any], domain: Domain, spec: PostprocessSpec | None
         if c != cc:
             arr = np.transpose(arr, [cc.index(x) for x in c])
         a.published = np.ascontiguousarray(arr).reshape(-1).copy()
-    return {"method": spec.method, "integer": spec.integer, **info,
-            "time_s": time.perf_counter() - t0, "groups": len(groups), "cliques": len(prob.cliques),
-            "cells": prob.cells,
-            "consistency_violation": consistency_violation(mu), "negativity": negativity(mu),
-            "budget": "none: post-processing of released answers"}
+    report = {"method": spec.method, "integer": spec.integer, **info,
+              "time_s": time.perf_counter() - t0, "groups": len(groups), "cliques": n_cliques, "cells": cells,
+              "consistency_violation": consistency_violation(mu), "negativity": negativity(mu),
+              "budget": "none: post-processing of released answers"}
+    return report, model
+
+
+def _solve_model(groups: Sequence[Any], domain: Domain, spec: PostprocessSpec, map: Mapper,
+                 residuals: Mapping[Clique, tuple[np.ndarray, float]] | None
+                 ) -> tuple[dict[Clique, np.ndarray], dict[str, Any], GraphicalModel | None]:
+    """``pgm``: the residual statistics (the mechanism's measurements, else the marginal answers read as
+    i.i.d. measurements), the model graph, the fit with a progress line, every group's marginal."""
+    from privcube.postprocess.graphical import fit, select_model
+    from privcube.postprocess.measurements import from_marginals, from_residuals
+
+    if residuals:
+        stats = from_residuals(domain, {t: z for t, (z, _) in residuals.items()},
+                               {t: lam for t, (_, lam) in residuals.items()})
+        source = "residual measurements"
+    else:
+        variances = _variances(groups)
+        stats = from_marginals(domain, _fuse_duplicates(groups, domain, variances),
+                               _fused_variances(groups, domain, variances))
+        source = "marginal answers"
+    cliques = list(dict.fromkeys(domain.canonical(tuple(a.group.attributes)) for a in groups))
+    if not stats.total_precision:
+        stats.total = float(np.mean([float(np.sum(a.estimate)) for a in groups]))
+    if not stats.total > 0:
+        zeros = {c: np.zeros(domain.shape_of(c)) for c in cliques}
+        return zeros, {"source": source, "iterations": 0, "converged": True,
+                       "note": "estimated total <= 0: all zeros"}, None
+    choice = select_model(stats, spec.model_cells)
+    bar = _FitProgress(spec.iterations)
+    try:
+        model = fit(stats, choice.tree, total=stats.total, max_iterations=spec.iterations, tol=spec.tol,
+                    progress=bar)
+    except BaseException:
+        bar.close(None)
+        raise
+    bar.close(model.info)
+    mu = answer_marginals(model, cliques, map)
+    names = domain.attributes
+    fi = model.info
+    info = {"source": source, "iterations": fi.iterations, "converged": fi.converged, "stop": fi.stop,
+            "loss": fi.loss, "frank_wolfe_gap": fi.gap, "fit_s": fi.seconds,
+            "model": {"cells": int(choice.tree.cells), "cliques": [[names[i] for i in c] for c in choice.tree.cliques],
+                      "residuals_in_graph": len(choice.kept), "left_out_at_noise_level": len(choice.noise_level),
+                      "left_out_over_budget": len(choice.too_big), "model_cells": spec.model_cells}}
+    return mu, info, model
+
+
+class _FitProgress:
+    """The fit's progress line: iterations against the cap, the loss and its fall over the last window; a
+    line of its own saying so when the fit stops at the cap."""
+
+    def __init__(self, cap: int) -> None:
+        from privcube.progress import ProgressBar
+
+        self.bar = ProgressBar("postprocess (pgm fit)", cap)
+        self.cap = cap
+
+    def __call__(self, it: int, loss: float, change: float) -> None:
+        self.bar.set_note(f"loss {loss:.6g}, fell {change:.3g} in the last steps")
+        self.bar.update(it - self.bar.done)
+
+    def close(self, info: Any) -> None:
+        """End the line (at the iterations run when the fit stopped early on its tolerance)."""
+        if info is not None and info.converged:
+            self.bar.set_total(info.iterations)
+        self.bar.close()
+        if info is not None and not info.converged:
+            from privcube.progress import is_quiet
+
+            if not is_quiet():
+                import sys
+
+                print(f"postprocess: the model fit stopped at the iteration cap ({info.iterations}) before its "
+                      f"tolerance was met; report.json states it (postprocess.converged: false)", file=sys.stderr)
+
+
+def answer_marginals(model: GraphicalModel, cliques: Sequence[Clique], map: Mapper = serial_map,
+                     chunk_cells: int = 2_000_000) -> dict[Clique, np.ndarray]:
+    """Every clique's marginal (counts) under the model, in chunks of about ``chunk_cells`` cells through
+    ``map`` (cluster tasks when the run has a cluster)."""
+    parts: list[list[Clique]] = [[]]
+    size = 0
+    for c in cliques:
+        n = int(np.prod(model.stats.domain.shape_of(c), dtype=np.int64))
+        if parts[-1] and size + n > chunk_cells:
+            parts.append([])
+            size = 0
+        parts[-1].append(c)
+        size += n
+    lean = model.lean()
+    out: dict[Clique, np.ndarray] = {}
+    for chunk in map(_answer_chunk, [(lean, part) for part in parts]):
+        out.update(chunk)
+    return out
+
+
+def _answer_chunk(args: tuple) -> dict[Clique, np.ndarray]:
+    model, cliques = args
+    return {c: model.marginal(c) for c in cliques}
 
 
 def _variances(groups: Sequence[Any]) -> list[float | None]:
@@ -150,4 +265,4 @@ def _fused_variances(groups: Sequence[Any], domain: Domain, variances: Sequence[
     return {c: 1.0 / p for c, p in prec.items() if c not in unknown}
 
 
-__all__ = ["marginal_answers", "publish", "solve"]
+__all__ = ["answer_marginals", "marginal_answers", "publish", "publish_model", "solve"]

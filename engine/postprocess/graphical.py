@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from privcube.postprocess.inference import TreeOrder, calibrate, marginal, min_sum
-from privcube.postprocess.measurements import ResidualStats, center
-from privcube.synth.factor_ops import expand_idx, project_idx
+from privcube.postprocess.inference import TreeOrder, calibrate, entropy, marginal, min_sum
+from privcube.postprocess.measurements import ResidualStats
+from privcube.postprocess.model_loss import ModelLoss
 from privcube.synth.junction_tree import JunctionTree, clique_cells, min_fill_cliques, tree_edges
 
 Idx = tuple[int, ...]
@@ -111,6 +111,11 @@ class GraphicalModel:
     total: float
     info: FitInfo = field(default_factory=FitInfo)
 
+    def lean(self) -> GraphicalModel:
+        """The same model without its measurements (what answering queries needs; cheap to ship to tasks)."""
+        stats = ResidualStats(self.stats.domain, total=self.stats.total)
+        return GraphicalModel(stats, self.tree, self.beliefs, self.total, self.info)
+
     def marginal(self, attrs: Sequence[str]) -> np.ndarray:
         """Counts (probability × total) on ``attrs``, axes in the order given."""
         dom = self.stats.domain
@@ -122,83 +127,69 @@ class GraphicalModel:
         return self.total * p
 
 
-class _Loss:
-    """L(μ) and its gradient per clique for the measured residuals that lie inside the tree."""
-
-    def __init__(self, stats: ResidualStats, tree: JunctionTree, total: float) -> None:
-        self.total = total
-        self.terms: list[tuple[int, Idx, np.ndarray, float]] = []  # clique, τ (indices), R_τ, λ_τ
-        for tau, r in stats.value.items():
-            idx = stats.index(tau)
-            homes = [i for i, c in enumerate(tree.cliques) if set(idx) <= set(c)]
-            if homes:
-                home = min(homes, key=lambda i: math.prod(stats.domain.shape[a] for a in tree.cliques[i]))
-                srt = tuple(sorted(idx))
-                arr = np.transpose(r, [idx.index(a) for a in srt]) if srt != idx else r
-                self.terms.append((home, srt, np.ascontiguousarray(arr), stats.precision[tau]))
-        self.cliques = tree.cliques
-
-    def __call__(self, beliefs: Sequence[np.ndarray], grad: bool = True) -> tuple[float, list[np.ndarray] | None]:
-        loss = 0.0
-        g = [np.zeros_like(b) for b in beliefs] if grad else None
-        for home, tau, r, lam in self.terms:
-            c = self.cliques[home]
-            d = center(self.total * project_idx(beliefs[home], c, tau)) - r
-            loss += 0.5 * lam * float(np.sum(d * d))
-            if g is not None:
-                g[home] += expand_idx(lam * d, tau, c)
-        return loss, g
-
-
 def fit(stats: ResidualStats, tree: JunctionTree, *, total: float, max_iterations: int = 1000,
-        tol: float = 1e-3, window: int = 25, progress: Progress | None = None) -> GraphicalModel:
-    """Accelerated mirror descent on the model's log-potentials from the uniform distribution: each step
-    θ ← θ̃ − η·∇L(μ(θ̃)) from the extrapolated point θ̃ = θ + β(θ − θ_prev) (Nesterov's momentum, restarted
-    whenever the loss rises), η found by backtracking. It stops when the loss fell by less than ``tol``
-    standard deviations of its own noise (√(½Σ dof) for the residuals in the model) over the last
-    ``window`` steps, or at ``max_iterations``. The Frank–Wolfe gap, an upper bound on the distance to
-    the minimum, is reported beside it."""
+        tol: float = 1e-3, window: int = 25, entropy_weight: float = 0.0,
+        progress: Progress | None = None) -> GraphicalModel:
+    """Accelerated composite mirror descent on the residuals' log-potentials φ from the uniform
+    distribution, minimising F = L − γ·N·H(p) (γ = ``entropy_weight``; the entropy term keeps cells the
+    measurements cannot resolve near the maximum-entropy model and makes the minimum unique). Each step
+    φ ← (φ̃ − η·∇L(μ(φ̃))) / (1 + ηγ) from the extrapolated point φ̃ = φ + β(φ − φ_prev) (Nesterov's
+    momentum, restarted whenever F rises), η found by backtracking. It stops when F fell by less than
+    ``tol`` standard deviations of the loss's noise (√(½Σ dof) for the residuals in the model) over the
+    last ``window`` steps, or at ``max_iterations``. The Frank–Wolfe gap of L is reported beside it."""
     t0 = time.perf_counter()
     order = TreeOrder(tree)
-    loss_fn = _Loss(stats, tree, total)
+    loss_fn = ModelLoss(stats, tree, total)
     noise_sd = math.sqrt(max(1.0, 0.5 * sum(float(np.size(r)) for _, _, r, _ in loss_fn.terms)))
-    theta = [np.zeros([stats.domain.shape[a] for a in c]) for c in tree.cliques]
-    prev = theta
-    beliefs = calibrate(theta, order)
-    loss, _ = loss_fn(beliefs, grad=False)
+    gamma = float(entropy_weight) * total
+
+    def objective(beliefs: Sequence[np.ndarray]) -> tuple[float, float, dict, dict]:
+        loss, grad, margs = loss_fn(beliefs)
+        return loss - (gamma * entropy(beliefs, order) if gamma else 0.0), loss, grad, margs
+
+    phi = loss_fn.zeros()  # the log-potentials: one table per residual, or a clique's coefficients
+    prev = phi
+    beliefs = calibrate(loss_fn.fold(phi), order)
+    obj, loss, _, _ = objective(beliefs)
     eta = 1.0 / max(1e-12, total * max((lam for *_, lam in loss_fn.terms), default=1.0))
     info = FitInfo(tolerance=tol)
-    history = [loss]
+    history = [obj]
     momentum = 1.0
     for it in range(1, max_iterations + 1):
         info.iterations = it
         nxt = (1.0 + math.sqrt(1.0 + 4.0 * momentum * momentum)) / 2.0
         beta = (momentum - 1.0) / nxt
-        look = [t + beta * (t - p) for t, p in zip(theta, prev)] if beta > 0 else theta
-        look_beliefs = calibrate(look, order) if beta > 0 else beliefs
-        look_loss, grad = loss_fn(look_beliefs)
-        while True:  # backtracking: sufficient decrease along the mirror step from the extrapolated point
-            cand = [t - eta * g for t, g in zip(look, grad)]
-            new_beliefs = calibrate(cand, order)
-            new_loss, _ = loss_fn(new_beliefs, grad=False)
-            drop = total * sum(float(np.sum(g * (b - nb))) for g, b, nb in zip(grad, look_beliefs, new_beliefs))
-            if look_loss - new_loss >= 0.5 * drop or eta < 1e-30:
+        look = {t: v + beta * (v - prev[t]) for t, v in phi.items()} if beta > 0 else phi
+        look_theta = loss_fn.fold(look)
+        look_beliefs = calibrate(look_theta, order) if beta > 0 else beliefs
+        look_obj, _, grad, look_margs = objective(look_beliefs)
+        while True:  # backtracking: sufficient decrease of F along the step from the extrapolated point
+            shrink = 1.0 / (1.0 + eta * gamma / total) if gamma else 1.0
+            cand = {t: (v - eta * grad[t]) * shrink for t, v in look.items()}
+            new_beliefs = calibrate(loss_fn.fold(cand), order)
+            new_obj, new_loss, _, new_margs = objective(new_beliefs)
+            drop = sum(float(np.sum(g * (look_margs[t] - new_margs[t]))) for t, g in grad.items())
+            if gamma:  # the entropy's part: γ/N·⟨log p_look, μ_look − μ_new⟩ (log-partition terms cancel)
+                drop += gamma * sum(float(np.sum(th * (b - nb)))
+                                    for th, b, nb in zip(look_theta, look_beliefs, new_beliefs))
+            if look_obj - new_obj >= 0.5 * drop or eta < 1e-30:
                 break
             eta *= 0.5
-        momentum = 1.0 if new_loss > loss else nxt  # restart the momentum when the loss rose
-        prev, theta, beliefs, loss = theta, cand, new_beliefs, new_loss
+        momentum = 1.0 if new_obj > obj else nxt  # restart the momentum when F rose
+        prev, phi, beliefs, obj, loss = phi, cand, new_beliefs, new_obj, new_loss
         eta *= 1.1
-        history.append(loss)
+        history.append(obj)
         info.loss = loss
         if progress is not None:
-            progress(it, loss, history[max(0, len(history) - 1 - window)] - loss)
-        if len(history) > window and history[-1 - window] - loss <= tol * noise_sd:
-            info.converged, info.stop = True, "loss change below tolerance"
+            progress(it, obj, history[max(0, len(history) - 1 - window)] - obj)
+        if len(history) > window and history[-1 - window] - obj <= tol * noise_sd:
+            info.converged, info.stop = True, "objective change below tolerance"
             break
     else:
         info.stop = "max_iterations"
-    _, grad = loss_fn(beliefs)
-    info.gap = total * (sum(float(np.sum(g * b)) for g, b in zip(grad, beliefs)) - min_sum(grad, order))
+    _, grad, _ = loss_fn(beliefs)
+    g = loss_fn.fold(grad)
+    info.gap = total * (sum(float(np.sum(gc * b)) for gc, b in zip(g, beliefs)) - min_sum(g, order))
     info.seconds = time.perf_counter() - t0
     return GraphicalModel(stats, tree, beliefs, total, info)
 

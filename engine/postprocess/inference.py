@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privcube.synth.factor_ops import expand_idx, project_idx
+from privcube.synth.factor_ops import expand_idx, project_idx, scale_idx
 from privcube.synth.junction_tree import JunctionTree
 
 Idx = tuple[int, ...]
@@ -59,44 +59,51 @@ class TreeOrder:
         return out
 
 
-def _logsumexp_to(x: np.ndarray, attrs: Idx, sub: Idx) -> np.ndarray:
-    """log Σ exp(x) over the attributes of ``attrs`` not in ``sub`` (a subset, ascending)."""
-    if len(sub) == len(attrs):
-        return x
-    axes = tuple(k for k, a in enumerate(attrs) if a not in sub)
-    m = np.max(x, axis=axes, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    s = project_idx(np.exp(x - m), attrs, sub)
-    with np.errstate(divide="ignore"):
-        return np.log(s) + m.reshape(s.shape)
-
-
 def calibrate(theta: Sequence[np.ndarray], order: TreeOrder) -> list[np.ndarray]:
     """Sum-product on the tree: each clique's marginal probability table of the distribution
-    ∝ exp(Σ_C θ_C) (every component sums to one)."""
+    ∝ exp(Σ_C θ_C) (every component sums to one). Potentials are exp(θ_C − max θ_C) and every message
+    is scaled to a maximum of one, so nothing overflows and only negligible mass underflows."""
     cliques = order.tree.cliques
+    acc = [np.exp(t - np.max(t)) for t in theta]  # potential × messages from the children
     up: dict[int, np.ndarray] = {}
-    acc = [np.array(t, dtype=float, copy=True) for t in theta]  # θ_C + messages from children
-    for c in reversed(order.order):
+    for c in reversed(order.order):  # leaves first
         p = order.parent[c]
         if p is None:
             continue
         sep = order.separator(c)
-        up[c] = _logsumexp_to(acc[c], cliques[c], sep)
-        acc[p] += expand_idx(up[c], sep, cliques[p])
+        up[c] = _scaled(project_idx(acc[c], cliques[c], sep))
+        acc[p] = scale_idx(acc[p], up[c], sep, cliques[p])
     beliefs: list[np.ndarray] = [np.empty(0)] * len(cliques)
-    for c in order.order:
+    for c in order.order:  # roots first: each clique gets its parent's belief less its own branch
         p = order.parent[c]
         if p is not None:
             sep = order.separator(c)
-            down = _logsumexp_to(beliefs[p], cliques[p], sep) - up[c]  # parent's belief less this branch
-            acc[c] += expand_idx(down, sep, cliques[c])
-        beliefs[c] = acc[c]  # log belief, unnormalised
-    out = []
-    for c, lb in enumerate(beliefs):
-        m = float(np.max(lb))
-        b = np.exp(lb - m)
-        out.append(b / b.sum())
+            have = project_idx(beliefs[p], cliques[p], sep)
+            down = np.divide(have, up[c], out=np.zeros_like(have), where=up[c] > 0)
+            acc[c] = scale_idx(acc[c], _scaled(down), sep, cliques[c])
+        total = float(acc[c].sum())
+        beliefs[c] = acc[c] / total if total > 0 else np.full(acc[c].shape, 1.0 / acc[c].size)
+    return beliefs
+
+
+def _scaled(m: np.ndarray) -> np.ndarray:
+    """A message scaled to a maximum of one (its scale cancels when beliefs are normalised)."""
+    top = float(np.max(m))
+    return m / top if top > 0 else m
+
+
+def entropy(beliefs: Sequence[np.ndarray], order: TreeOrder) -> float:
+    """Entropy (nats) of the tree's distribution from its calibrated marginals: Σ_C H(b_C) − Σ_S H(b_S)."""
+    def h(p: np.ndarray) -> float:
+        q = p[p > 0]
+        return float(-np.dot(q, np.log(q)))
+
+    cliques = order.tree.cliques
+    out = sum(h(b.reshape(-1)) for b in beliefs)
+    for c in order.order:
+        sep = order.separator(c)
+        if sep:
+            out -= h(project_idx(beliefs[c], cliques[c], sep).reshape(-1))
     return out
 
 
@@ -169,19 +176,20 @@ def marginal(beliefs: Sequence[np.ndarray], tree: JunctionTree, attrs: Idx) -> n
     roots: list[tuple[Idx, np.ndarray]] = []
     for c in reversed(order.order):
         vars_c = cliques[c]
-        table = beliefs[cover[c]]
         sep = order.separator(c)
-        if sep:  # P(clique | separator): divide by the separator marginal
-            s = expand_idx(project_idx(table, vars_c, sep), sep, vars_c)
-            table = np.divide(table, s, out=np.zeros_like(table), where=s > 0)
-        parts = [(vars_c, table), *[factors.pop(d) for d in children[c]]]
-        scope = set().union(*[set(v) for v, _ in parts])
-        out_scope = tuple(sorted(a for a in scope if a in sep or a in attrs))
-        reduced = _contract(parts, out_scope)
+        parts = [factors.pop(d) for d in children[c]]
+        inner = set().union(*[set(v) for v, _ in parts]) if parts else set()
+        keep = tuple(a for a in vars_c if a in sep or a in attrs or a in inner)
+        base = project_idx(beliefs[cover[c]], vars_c, keep)  # sum what no one needs first (BLAS)
+        out_scope = tuple(sorted({a for a in set(keep) | inner if a in sep or a in attrs}))
+        msg = _contract([(keep, base), *parts], out_scope)
+        if sep:  # P(· | separator): the separator marginal does not involve what was summed out
+            s = expand_idx(project_idx(base, keep, sep), sep, out_scope)
+            msg = np.divide(msg, s, out=np.zeros_like(msg), where=s > 0)
         if order.parent[c] is None:
-            roots.append((out_scope, reduced))
+            roots.append((out_scope, msg))
         else:
-            factors[c] = (out_scope, reduced)
+            factors[c] = (out_scope, msg)
     table = _contract(roots, attrs)
     return table / max(float(table.sum()), 1e-300)
 
@@ -199,4 +207,4 @@ def _contract(parts: Sequence[tuple[Idx, np.ndarray]], out: Idx) -> np.ndarray:
     return np.einsum(*operands, [letters[a] for a in out], optimize=True)
 
 
-__all__ = ["TreeOrder", "calibrate", "marginal", "min_sum"]
+__all__ = ["TreeOrder", "calibrate", "entropy", "marginal", "min_sum"]

@@ -1,4 +1,4 @@
-"""The ``postprocess`` config key: ``{method, integer, max_iterations, tolerance}``, or ``none`` / false."""
+"""The ``postprocess`` config key: ``{method, integer, max_iterations, tolerance, model_cells}``, or ``none``."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -7,25 +7,44 @@ from typing import Any
 
 from privcube.errors import ConfigError
 
-#: grem-lnn: ADMM on the residual-basis least squares with local non-negativity (default);
-#: dykstra: alternating weighted projections; wls: consistent least squares, then the least lift to ≥ 0.
-METHODS = ("grem-lnn", "dykstra", "wls")
-DEFAULT_METHOD = "grem-lnn"
-KEYS = ("method", "integer", "max_iterations", "tolerance")
+#: pgm: the graphical model that best explains the measurements (default; issue 32); grem-lnn: ADMM on the
+#: residual-basis least squares with local non-negativity; dykstra: alternating weighted projections; wls:
+#: consistent least squares, then the least lift to ≥ 0.
+METHODS = ("pgm", "grem-lnn", "dykstra", "wls")
+DEFAULT_METHOD = "grem-lnn"  # pgm becomes the default once its tests and figures are in
+KEYS = ("method", "integer", "max_iterations", "tolerance", "model_cells")
+#: per method: (max_iterations, tolerance); pgm's tolerance is in standard deviations of the loss's noise
+DEFAULTS = {"pgm": (1000, 1e-3), "grem-lnn": (300, 1e-4), "dykstra": (300, 1e-4), "wls": (300, 1e-4)}
+DEFAULT_MODEL_CELLS = 1_000_000
 
 
 @dataclass(frozen=True)
 class PostprocessSpec:
-    """How marginal releases are made non-negative and consistent (post-processing: spends nothing)."""
+    """How marginal releases are made non-negative and consistent (post-processing: spends nothing).
+    ``max_iterations`` / ``tolerance`` of None take the method's defaults (:data:`DEFAULTS`)."""
 
     method: str = DEFAULT_METHOD
     integer: bool = False
-    max_iterations: int = 300
-    tolerance: float = 1e-4
+    max_iterations: int | None = None
+    tolerance: float | None = None
+    model_cells: int = DEFAULT_MODEL_CELLS
+
+    @property
+    def iterations(self) -> int:
+        """The iteration cap in force."""
+        return self.max_iterations if self.max_iterations is not None else DEFAULTS[self.method][0]
+
+    @property
+    def tol(self) -> float:
+        """The stopping tolerance in force."""
+        return self.tolerance if self.tolerance is not None else DEFAULTS[self.method][1]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "integer": self.integer, "max_iterations": self.max_iterations,
-                "tolerance": self.tolerance}
+        out = {"method": self.method, "integer": self.integer, "max_iterations": self.iterations,
+               "tolerance": self.tol}
+        if self.method == "pgm":
+            out["model_cells"] = self.model_cells
+        return out
 
 
 def parse_postprocess(value: Any) -> PostprocessSpec | None:
@@ -48,13 +67,20 @@ def parse_postprocess(value: Any) -> PostprocessSpec | None:
     integer = value.get("integer", False)
     if not isinstance(integer, bool):
         raise ConfigError(f"postprocess.integer must be true or false, got {integer!r}")
-    iters = value.get("max_iterations", PostprocessSpec.max_iterations)
-    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+    iters = value.get("max_iterations")
+    if iters is not None and (isinstance(iters, bool) or not isinstance(iters, int) or iters < 1):
         raise ConfigError(f"postprocess.max_iterations must be a positive integer, got {iters!r}")
-    tol = value.get("tolerance", PostprocessSpec.tolerance)
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < float(tol) < 1:
+    tol = value.get("tolerance")
+    if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < float(tol) < 1):
         raise ConfigError(f"postprocess.tolerance must be a number in (0, 1), got {tol!r}")
-    return PostprocessSpec(method=method, integer=integer, max_iterations=iters, tolerance=float(tol))
+    cells = value.get("model_cells", DEFAULT_MODEL_CELLS)
+    if isinstance(cells, bool) or not isinstance(cells, (int, float)) or not cells >= 2 or cells != int(cells):
+        raise ConfigError(f"postprocess.model_cells must be an integer >= 2, got {cells!r}")
+    if "model_cells" in value and method != "pgm":
+        raise ConfigError(f"postprocess.model_cells applies to method pgm only, not {method!r}")
+    return PostprocessSpec(method=method, integer=integer, max_iterations=iters,
+                           tolerance=None if tol is None else float(tol), model_cells=int(cells))
 
 
-__all__ = ["DEFAULT_METHOD", "KEYS", "METHODS", "PostprocessSpec", "parse_postprocess"]
+__all__ = ["DEFAULTS", "DEFAULT_METHOD", "DEFAULT_MODEL_CELLS", "KEYS", "METHODS", "PostprocessSpec",
+           "parse_postprocess"]

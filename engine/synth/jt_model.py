@@ -11,7 +11,7 @@ then each clique's new attributes given its separator with its parent (forward s
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -81,6 +81,13 @@ class JunctionTreeModel:
                 break
         model._calibrate()
         model.gather.clear()  # not shipped with the model to the workers that sample
+        model._prepare_sampling()
+        return model
+
+    @classmethod
+    def from_beliefs(cls, domain: Domain, tree: JunctionTree, beliefs: Sequence[np.ndarray]) -> JunctionTreeModel:
+        """A model ready to sample from calibrated clique marginals (e.g. the post-processing model's)."""
+        model = cls(domain, tree, [np.asarray(b, dtype=float) for b in beliefs], roots=_roots(tree))
         model._prepare_sampling()
         return model
 

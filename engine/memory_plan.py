@@ -27,11 +27,11 @@ DRIVER_BASE = 230 * MiB
 LOCAL_CLUSTER_DRIVER = 60 * MiB
 #: resident memory of one dask worker process once it has run privcube's tasks (measured: 210-280 MiB)
 WORKER_BASE = 230 * MiB
-#: bytes per value (row x attribute) a partition of the input costs while it is read, encoded and counted
-#: (raw column, codes, int64 codes for the flat index); CSV text costs this much more per byte of text
+#: bytes per value (row x attribute) a Parquet partition of the input costs while it is read, encoded and
+#: counted (raw column, codes, int64 codes for the flat index)
 PARTITION_BYTES_PER_VALUE = 10
 PARTITION_BYTES_PER_ROW = 16  # the flat cell index and the bincount's working copy
-CSV_BYTES_PER_TEXT_BYTE = 4
+CSV_BYTES_PER_TEXT_BYTE = 8  # a CSV partition: bytes per byte of its text (strings, codes, flat index)
 CSV_BLOCKSIZE = 64 * MiB  # dask's read_csv partitions (an uncompressed file is cut into these)
 CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst", ".tsv")
 COMPRESSION_RATIO = 5  # text bytes per byte of a compressed CSV file (read whole)
@@ -59,14 +59,14 @@ SYNTH_FIXED = 100 * MiB  # the fitted model and the Parquet writer
 #: operators: bytes per (cell, sub-marginal of its clique) pair, 2^k pairs per cell of a k-way marginal;
 #: larger problems go chunk by chunk (POSTPROCESS_CHUNK_CELLS cells at a time)
 POSTPROCESS_ARRAYS = 18.0
-POSTPROCESS_ENTRY_BYTES = 44
+POSTPROCESS_PAIR_BYTES = 44
 POSTPROCESS_CHUNKED_ARRAYS = 16.0
 POSTPROCESS_FLAT_MAX_CELLS = 20_000_000
 POSTPROCESS_CHUNK_CELLS = 2_000_000
 
 
 def postprocess_bytes(cells: int, pairs: int = 0, *, arrays: float = POSTPROCESS_ARRAYS,
-                      pair_bytes: float = POSTPROCESS_ENTRY_BYTES, chunked_arrays: float = POSTPROCESS_CHUNKED_ARRAYS,
+                      pair_bytes: float = POSTPROCESS_PAIR_BYTES, chunked_arrays: float = POSTPROCESS_CHUNKED_ARRAYS,
                       flat_max_cells: int = POSTPROCESS_FLAT_MAX_CELLS) -> int:
     """Peak working memory of post-processing (``published``) marginal answers of ``cells`` cells in all, with
     ``pairs`` (cell, sub-marginal) pairs (a cell of a k-way marginal has 2^k): ``arrays`` float64 arrays of
@@ -370,15 +370,17 @@ def estimate_peak(config: Any, plan: Any = None, layout: Layout | None = None,
     driver0 = DRIVER_BASE + (LOCAL_CLUSTER_DRIVER if layout.kind == "local" else 0)
     worker0 = WORKER_BASE if layout.distributed else 0
     steps: list[Step] = []
-    what_count = f"{len(roots)} marginal(s) of {count(sum(root_cells))} cells counted"
+    big = max(counted, key=lambda c: _cells(domain, c))
+    largest = f"the largest {list(big)} of {count(_cells(domain, big))} cells"
+    what_count = f"{len(roots)} marginal(s) of {count(sum(root_cells))} cells counted, {largest}"
     if layout.distributed:
         steps.append(Step("count", driver0, worker0 + counting, what_count))
         held = exact // layout.workers + F64 * pass_cells
         steps.append(Step("measure", driver0 + state, worker0 + held + threads * release,
-                          f"{len(counted)} measurement(s)"))
+                          f"{len(counted)} measurement(s), {largest}"))
     else:
         steps.append(Step("count", driver0 + counting, 0, what_count))
-        steps.append(Step("measure", driver0 + exact + state + release, 0, f"{len(counted)} measurement(s)"))
+        steps.append(Step("measure", driver0 + exact + state + release, 0, f"{len(counted)} measurement(s), {largest}"))
     cached = 0 if layout.distributed else exact  # in process, the oracle keeps the exact marginals until the answers
     largest_group = max(rows, default=0)
     steps.append(Step("answers", driver0 + cached + state + ANSWER_BYTES * answers + 2 * F64 * largest_group,

@@ -77,7 +77,8 @@ def jobs(folder: Path, rows: int) -> dict[str, dict[str, Any]]:
                       "cluster": "threads"},
         "hdmm-mixed": {"data": census_data, "mechanism": {"name": "hdmm"}, "privacy": privacy, "cluster": "threads",
                        "workload": [
-                           {"attributes": ["ancestry", "state"], "queries": {"ancestry": "allrange", "default": "identity"}},
+                           {"attributes": ["ancestry", "state"],
+                            "queries": {"ancestry": "allrange", "default": "identity"}},
                            {"attributes": ["birthplace", "age"], "queries": {"age": "prefix", "default": "identity"},
                             "weight": 2},
                            {"attributes": ["ancestry", "birthplace", "state"], "queries": "identity"},

@@ -35,6 +35,7 @@ CSV_BYTES_PER_TEXT_BYTE = 8  # a CSV partition: bytes per byte of its text (stri
 CSV_BLOCKSIZE = 64 * MiB  # dask's read_csv partitions (an uncompressed file is cut into these)
 CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst", ".tsv")
 COMPRESSION_RATIO = 5  # text bytes per byte of a compressed CSV file (read whole)
+DATA_SUFFIXES = (".parquet", ".pq", ".parq") + CSV_SUFFIXES  # the files a data folder is read from
 PARQUET_BLOCKSIZE = 256 * MiB  # dask's read_parquet: a file larger than this (uncompressed) is split
 PASS_CELLS = 2**25  # cells of one counting pass (privcube.graphs.marginals.DEFAULT_PASS_CELLS)
 SPLIT_EVERY = 8  # fan-in of the counting pass's reduction (privcube.graphs.marginals.compute_marginals)
@@ -175,9 +176,13 @@ def _closure(domain: Any, cliques: Iterable[Sequence[str]]) -> list[tuple[str, .
 
 
 def _maximal(cliques: Sequence[tuple[str, ...]]) -> list[tuple[str, ...]]:
-    """The attribute sets not inside another (the roots a counting pass counts)."""
-    sets = [frozenset(c) for c in cliques]
-    return [c for c, s in zip(cliques, sets) if not any(s < t for t in sets)]
+    """The attribute sets not inside another (the roots a counting pass counts); each set is compared with
+    the larger ones only."""
+    uniq = list(dict.fromkeys(cliques))
+    by_size: dict[int, list[frozenset[str]]] = {}
+    for c in uniq:
+        by_size.setdefault(len(c), []).append(frozenset(c))
+    return [c for c in uniq if not any(frozenset(c) < t for k, ts in by_size.items() if k > len(c) for t in ts)]
 
 
 def factor_rows(factor: Any, domain: Any) -> int:
@@ -276,7 +281,8 @@ def input_partitions(cfg: Any) -> tuple[int, int, str | None]:
 
 
 def _local_files(paths: Sequence[str]) -> list[str]:
-    """The local data files a ``data.path`` names (folders walked, globs expanded); [] for URLs."""
+    """The local data files a ``data.path`` names (folders walked for data files as the reader walks them,
+    globs expanded); [] for URLs."""
     import glob
 
     out: list[str] = []
@@ -286,7 +292,8 @@ def _local_files(paths: Sequence[str]) -> list[str]:
         p = str(p).removeprefix("file://")
         if os.path.isdir(p):
             for root, _, names in os.walk(p):
-                out += [os.path.join(root, n) for n in names if not n.startswith((".", "_"))]
+                out += [os.path.join(root, n) for n in names
+                        if not n.startswith((".", "_")) and n.lower().endswith(DATA_SUFFIXES)]
         elif any(ch in p for ch in "*?["):
             out += [f for f in glob.glob(p) if os.path.isfile(f)]
         elif os.path.isfile(p):
@@ -351,7 +358,7 @@ def estimate_peak(config: Any, plan: Any = None, layout: Layout | None = None,
             state = F64 * (2 * sum(_cells(domain, c) for c in counted) + resid)
         release = RELEASE_ARRAYS * F64 * max(_cells(domain, c) for c in counted)
         vector = 0
-    roots = _maximal(counted)
+    roots = _maximal(counted if len(counted) == 1 else list(dict.fromkeys(cliques)))  # the closure's maximal sets
     root_cells = [_cells(domain, r) for r in roots]
     pass_cells = max(max(root_cells), min(sum(root_cells), PASS_CELLS))
     exact = F64 * sum(_cells(domain, c) for c in counted)  # every exact marginal of the pass, once counted

@@ -29,7 +29,9 @@ loopback interface is refused unless ``allow_insecure: true``; local clusters bi
 
 CLI flags override the spec: ``scheduler_address`` → type address, ``scheduler_file`` → type
 scheduler-file, ``workers`` → ``n_workers`` of a local cluster (a None/"none" spec becomes local) or
-``num_workers`` of threads. ``ClusterHandle`` closes only what it created (for address/scheduler-file
+``num_workers`` of threads. A LocalCluster or thread pool larger than this machine holds (more than
+``MAX_PER_CORE`` per core, or more workers than its available memory holds) is refused before anything
+starts (``check_machine_size``). ``ClusterHandle`` closes only what it created (for address/scheduler-file
 that is the Client, never the remote cluster).
 """
 from __future__ import annotations

@@ -116,19 +116,17 @@ def admit_client(config: Any, client: Any, plan: Any = None) -> MemoryEstimate |
 
 
 def plan_memory(config: Any, plan: Any = None) -> dict[str, Any]:
-    """``privcube plan``'s ``memory``: the estimate on the config's cluster, what it is compared with
-    (``available_bytes``; None on a remote cluster, whose workers are asked when the run starts) and,
-    when it would not fit, the line a run would be refused with."""
+    """``privcube plan``'s ``memory``: the estimate on the config's cluster, whether a run would fit (``fits``;
+    None on a remote cluster, whose workers are asked when the run starts) and, when it would not, the line
+    it would be refused with. The memory available now is not recorded: the plan of a job stays the same."""
     from privcube.config import parse_cluster
 
     layout = planned_layout(parse_cluster({"cluster": config.cluster}))
     estimate = estimate_peak(config, plan, layout)
     out = estimate.to_dict()
-    available = None if layout.kind == "remote" else room()
-    out["available_bytes"] = available
     out["worker_limit_bytes"] = layout.worker_limit
-    line = refusal(estimate, available)
-    out["fits"] = line is None if available is not None or layout.worker_limit else None
+    line = refusal(estimate, None if layout.kind == "remote" else room())
+    out["fits"] = None if layout.kind == "remote" and not layout.worker_limit else line is None
     if line:
         out["refusal"] = line
     return out

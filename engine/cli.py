@@ -370,7 +370,12 @@ def _print_memory(mem: dict) -> None:
     else:
         where = ("in this process, " if mem["cluster"] == "in-process" else "driver; workers asked at run time, ") + \
             f"{mem['threads']} thread(s)"
-    there = f"; available {gib(mem['available_bytes'])}" if mem.get("available_bytes") is not None else ""
+    if mem["cluster"] != "remote":
+        from privcube.admission import room
+
+        there = f"; available {gib(room())}"
+    else:
+        there = ""
     verdict = "" if mem.get("fits") is not False else ": a run would be refused"
     print(f"memory: about {gib(mem['peak_bytes'])} at peak (largest step: {big['name']}, {big['what']}); {where}"
           f"{there}{verdict}")

@@ -125,7 +125,8 @@ def test_plan_of_a_small_job_fits_and_is_dominated_by_the_process_itself(tmp_pat
     mem = json.loads(cli("plan", str(cfg), "--json").stdout)["memory"]
     assert mem["fits"] is True and "refusal" not in mem
     assert DRIVER_BASE <= mem["peak_bytes"] < DRIVER_BASE + 200 * 2**20
-    assert mem["available_bytes"] > 0 and mem["workers"] == 0 and mem["cluster"] == "in-process"
+    assert mem["workers"] == 0 and mem["cluster"] == "in-process"
+    assert "available_bytes" not in mem  # the plan of a job does not change with the machine's load
 
 
 def test_a_job_that_fits_still_runs(tmp_path):
@@ -256,7 +257,7 @@ def test_constants_mirror_the_engine():
 def test_plan_memory_on_a_remote_cluster_has_no_available_figure(tmp_path):
     cfg = load_config(job_file(tmp_path, {"a": 4, "b": 3}, cluster={"type": "address", "address": "tcp://127.0.0.1:1"}))
     mem = plan_memory(cfg)
-    assert mem["available_bytes"] is None and mem["fits"] is None and mem["cluster"] == "remote"
+    assert mem["fits"] is None and mem["cluster"] == "remote" and "refusal" not in mem
 
 
 def test_machine_figures_are_sane():

@@ -67,6 +67,9 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig, *,
     if cfg.privacy_unit is not None:  # the plan's privacy figures are per row; the guarantee is per person
         summary.privacy = {**summary.privacy, "privacy_unit": cfg.privacy_unit.to_dict(),
                            "person_level": cfg.budget.to_dict()}
+    from privcube.admission import plan_memory
+
+    summary.memory = plan_memory(cfg, summary)  # peak memory on the config's cluster (see privcube.memory_plan)
     return summary
 
 
@@ -133,6 +136,8 @@ def run_job(job: JobKind, out: str | Path, *, seed: int | None = None, resume: b
             rundir.check_usable(resume)
         job.check_outputs(rundir.path)  # the run folder and published copies apart from each other and the inputs
         job.check_before_data(replace=resume or overwrite)
+        cluster = {"scheduler_address": scheduler_address, "scheduler_file": scheduler_file, "workers": workers}
+        admitted = _admit(job, client, cluster)  # memory (and the cluster's size) before any data is read
         with rundir.replacing() if replacing else contextlib.nullcontext():
             checkpoint = job.open_checkpoint(rundir, identity)
             if resume:
@@ -140,14 +145,34 @@ def run_job(job: JobKind, out: str | Path, *, seed: int | None = None, resume: b
             env = JobEnv(rundir, seed=seed, resume=resume, quiet=quiet, checkpoint=checkpoint)
             inputs = job.read_inputs(env)  # checks values against the schema
             _set_quiet(quiet)
-            cluster = {"scheduler_address": scheduler_address, "scheduler_file": scheduler_file, "workers": workers}
             with owner_only():  # every file and folder of the run directory is owner-only
-                return Result.of(_drive(job, inputs, env, client, cluster))
+                return Result.of(_drive(job, inputs, env, client, cluster, admitted))
 
 
-def _drive(job: JobKind, inputs: Any, env: JobEnv, client: Any, cluster: Mapping[str, Any]) -> RunSummary:
+def _admit(job: JobKind, client: Any, cluster: Mapping[str, Any]) -> bool:
+    """Admission control before any data is read (``privcube.admission``): refuse in one line a LocalCluster
+    larger than this machine holds, and a single-table job whose estimated peak memory does not fit where
+    it will run. False when a remote cluster's workers must first be asked (then ``_drive`` checks)."""
+    from privcube.admission import admit, admit_client
+
+    cfg = getattr(job, "cfg", None)
+    if client is not None:
+        if isinstance(cfg, JobConfig):
+            admit_client(cfg, client)
+        return True
+    from privcube.graphs.cluster.handle import resolve_cluster
+
+    handle = resolve_cluster(job.cluster, **cluster)  # validates; refuses a cluster the machine cannot hold
+    if not isinstance(cfg, JobConfig):  # relational jobs: no estimate
+        return True
+    return admit(cfg, {"type": handle.type, **handle.options}) is not None
+
+
+def _drive(job: JobKind, inputs: Any, env: JobEnv, client: Any, cluster: Mapping[str, Any],
+           admitted: bool = True) -> RunSummary:
     """Under the cluster: start, measure (retried from the checkpoint when a worker is lost), release; then
-    write, publish, mark complete."""
+    write, publish, mark complete. A job not yet ``admitted`` (a remote cluster) is checked against the
+    workers its scheduler reports once the client is connected, before the data is read."""
     from privcube.privacy.discrete import make_noise_source
 
     if client is not None:
@@ -157,6 +182,10 @@ def _drive(job: JobKind, inputs: Any, env: JobEnv, client: Any, cluster: Mapping
 
         cluster_ctx = resolve_cluster(job.cluster, **cluster)
     with cluster_ctx as cl:
+        if not admitted:
+            from privcube.admission import admit_client
+
+            admit_client(job.cfg, cl)  # type: ignore[attr-defined] - only single-table jobs wait for this
         env.client = cl
         env.noise = make_noise_source(env.seed, job.noise_sampler)
         measured = _measure(job, job.start(inputs, env), env)

@@ -373,6 +373,8 @@ def _print_plan(summary) -> None:  # noqa: ANN001
         print(f"  {','.join(g['attributes']) or '(total)'}{kinds}{weight}: rmse {g['rmse']:.6g}{ci}")
     if len(summary.groups) > 20:
         print(f"  ... {len(summary.groups) - 20} more (use --json)")
+    if summary.memory:
+        _print_memory(summary.memory)
     if summary.measurements:
         print(f"measurements: {len(summary.measurements)}")
         for m in summary.measurements[:20]:
@@ -382,6 +384,30 @@ def _print_plan(summary) -> None:  # noqa: ANN001
             print(f"  {where}: {info}")
         if len(summary.measurements) > 20:
             print(f"  ... {len(summary.measurements) - 20} more (use --json)")
+
+
+def _print_memory(mem: dict) -> None:
+    """``plan``'s memory line: the estimated peak (largest step), where it runs, what it is compared with."""
+    from privcube.memory_plan import gib
+
+    big = mem["largest_step"]
+    if mem["workers"]:
+        where = f"driver {gib(mem['driver_bytes'])} + {mem['workers']} workers x {gib(mem['worker_bytes'])}" + (
+            f" (limit {gib(mem['worker_limit_bytes'])} each)" if mem.get("worker_limit_bytes") else "")
+    else:
+        where = ("in this process, " if mem["cluster"] == "in-process" else "driver; workers asked at run time, ") + \
+            f"{mem['threads']} thread(s)"
+    if mem["cluster"] != "remote":
+        from privcube.admission import room
+
+        there = f"; available {gib(room())}"
+    else:
+        there = ""
+    verdict = "" if mem.get("fits") is not False else ": a run would be refused"
+    print(f"memory: about {gib(mem['peak_bytes'])} at peak (largest step: {big['name']}, {big['what']}); {where}"
+          f"{there}{verdict}")
+    for note in mem.get("notes") or []:
+        print(f"  note: {note}")
 
 
 def _print_relational_plan(summary) -> None:  # noqa: ANN001

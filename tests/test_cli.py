@@ -253,7 +253,7 @@ def test_cluster_flags_override_the_config_file(tmp_path, small_data, monkeypatc
 
     parts, dom, _ = small_data
     cfg = write_config(tmp_path / "job.yaml", parts, dom,
-                       cluster={"type": "local", "n_workers": 64, "memory_limit": "1GiB", "allow_insecure": True})
+                       cluster={"type": "local", "n_workers": 3, "memory_limit": "1GiB", "allow_insecure": True})
     asked: list[tuple[str, dict]] = []
 
     def record(self):  # noqa: ANN001, ANN202
@@ -274,7 +274,7 @@ def test_cluster_flags_override_the_config_file(tmp_path, small_data, monkeypatc
         ("scheduler-file", {"scheduler_file": str(tmp_path / "sched.json")}, True),
     ]
     assert main(["run", str(cfg), "--out", str(tmp_path / "none"), "--seed", "1", "--quiet"]) == 0
-    assert asked[-1][:2] == ("local", {"n_workers": 64, "memory_limit": "1GiB"})  # no flag: the file decides
+    assert asked[-1][:2] == ("local", {"n_workers": 3, "memory_limit": "1GiB"})  # no flag: the file decides
 
 
 @pytest.mark.parametrize("workers", [None, 2], ids=["threads", "local-cluster"])

@@ -55,10 +55,12 @@ class PlanSummary:
     groups: list[dict[str, Any]]
     measurements: list[dict[str, Any]] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] | None = None  # estimated peak memory (privcube.admission.plan_memory), set by api.plan
 
     def to_dict(self) -> dict[str, Any]:
         return {"mechanism": self.mechanism, "rmse": self.rmse, "privacy": self.privacy, "groups": self.groups,
-                "measurements": self.measurements, **({"details": self.details} if self.details else {})}
+                "measurements": self.measurements, **({"details": self.details} if self.details else {}),
+                **({"memory": self.memory} if self.memory is not None else {})}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=_json_default)

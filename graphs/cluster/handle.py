@@ -29,7 +29,9 @@ loopback interface is refused unless ``allow_insecure: true``; local clusters bi
 
 CLI flags override the spec: ``scheduler_address`` → type address, ``scheduler_file`` → type
 scheduler-file, ``workers`` → ``n_workers`` of a local cluster (a None/"none" spec becomes local) or
-``num_workers`` of threads. ``ClusterHandle`` closes only what it created (for address/scheduler-file
+``num_workers`` of threads. A LocalCluster or thread pool larger than this machine holds (more than
+``MAX_PER_CORE`` per core, or more workers than its available memory holds) is refused before anything
+starts (``check_machine_size``). ``ClusterHandle`` closes only what it created (for address/scheduler-file
 that is the Client, never the remote cluster).
 """
 from __future__ import annotations
@@ -111,6 +113,50 @@ def _client_or_one_line(connect: Any, address: str) -> Any:
     except (OSError, TimeoutError) as e:
         raise ConfigError(f"cannot connect to the Dask scheduler at {address}: "
                           f"{' '.join(str(e).split())[:200] or type(e).__name__}") from None
+
+
+def _workers_flag(value: Any) -> int:
+    """The ``--workers`` value, a positive integer (ConfigError naming the flag)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"--workers must be a positive integer, got {value!r}")
+    return value
+
+
+#: at most this many LocalCluster workers (or in-process threads) per core this process may use
+MAX_PER_CORE = 4
+
+
+def check_machine_size(spec_type: str, options: Mapping[str, Any], flag: str | None = None) -> None:
+    """Refuse, in one line, a LocalCluster (or thread pool) this machine cannot hold: more than
+    MAX_PER_CORE workers (threads) per core, or more workers than its available memory holds at the
+    memory one idle worker takes (``privcube.memory_plan.WORKER_BASE``). ``flag``: the CLI flag that set
+    the size (else the config key is named)."""
+    from privcube.machine import available_memory, cores
+    from privcube.memory_plan import WORKER_BASE, gib
+
+    n_cores = cores()
+    if spec_type == "threads":
+        n = options.get("num_workers")
+        if n is not None and n > MAX_PER_CORE * n_cores:
+            raise ConfigError(f"{flag or 'cluster.num_workers'} {n}: more threads than this machine can run, at most "
+                              f"{MAX_PER_CORE * n_cores} ({MAX_PER_CORE} per core, {n_cores} core(s)); use "
+                              f"{flag or 'cluster.num_workers'} {MAX_PER_CORE * n_cores} or fewer")
+        return
+    n = options.get("n_workers")
+    if n is None:
+        return
+    threads = options.get("threads_per_worker") or 1
+    by_cores = max(1, MAX_PER_CORE * n_cores // threads)
+    free = available_memory()
+    by_memory = max(1, free // WORKER_BASE)
+    most = min(by_cores, by_memory)
+    if n > most:
+        name = flag or "cluster.n_workers"
+        raise ConfigError(
+            f"{name} {n}: a LocalCluster on this machine holds at most {most} workers ({MAX_PER_CORE} threads per "
+            f"core on {n_cores} core(s) give {by_cores}; {gib(free)} available memory holds {by_memory} workers of "
+            f"{gib(WORKER_BASE)} each); use {name} {most} or fewer, or a cluster with more machines "
+            "(--scheduler-address)")
 
 
 def local_defaults(n_workers: int | None = None, threads_per_worker: int | None = None) -> dict[str, Any]:
@@ -354,7 +400,7 @@ def resolve_cluster(spec: Mapping[str, Any] | None, *, scheduler_address: str | 
         from privcube.graphs.cluster.hpc import validate_hpc_spec
 
         if workers is not None and scheduler_address is None and scheduler_file is None:
-            spec["jobs"] = _positive_int(spec_type, "workers", workers)
+            spec["jobs"] = _workers_flag(workers)
             spec.pop("adapt", None)
             workers = None
         validate_hpc_spec({"type": spec_type, **spec})
@@ -370,7 +416,7 @@ def resolve_cluster(spec: Mapping[str, Any] | None, *, scheduler_address: str | 
     elif scheduler_file is not None:
         spec_type, spec = "scheduler-file", {"scheduler_file": str(scheduler_file)}
     elif workers is not None:
-        workers = _positive_int(spec_type, "workers", workers)
+        workers = _workers_flag(workers)
         if spec_type == "threads":
             spec["num_workers"] = workers
         elif spec_type in ("none", "local"):
@@ -384,6 +430,8 @@ def resolve_cluster(spec: Mapping[str, Any] | None, *, scheduler_address: str | 
     for key in ("n_workers", "threads_per_worker", "num_workers"):
         if key in spec:
             _positive_int(spec_type, key, spec[key])
+    if spec_type in ("local", "threads"):  # what this machine can hold, before anything starts
+        check_machine_size(spec_type, spec, "--workers" if workers is not None else None)
     if spec_type == "address" and not spec.get("address"):
         raise ConfigError("cluster type 'address' needs key 'address' (or --scheduler-address)")
     if spec_type == "scheduler-file" and not spec.get("scheduler_file"):
@@ -426,12 +474,11 @@ def _scheduler_file_address(path: str) -> str:
         raise ConfigError(f"scheduler file {path!r} is not a Dask scheduler file ({e})") from None
 
 
-def worker_resources(client: Any) -> tuple[int | None, int]:
-    """``(smallest worker memory limit in bytes or None, largest threads per worker)`` of ``client``'s
-    cluster; ``(None, 1)`` without a client, without workers or without limits. Used to size data
-    passes so that no task pushes a worker over its limit (a worker over it is restarted, not reported)."""
+def cluster_workers(client: Any) -> list[tuple[int | None, int]]:
+    """``[(memory limit in bytes or None, threads)]``, one per worker of ``client``'s cluster, as its scheduler
+    reports them; [] without a client, without workers or when the scheduler cannot be asked."""
     if client is None or not callable(getattr(client, "scheduler_info", None)):
-        return None, 1
+        return []
     try:
         try:
             info = client.scheduler_info(n_workers=-1)
@@ -439,8 +486,15 @@ def worker_resources(client: Any) -> tuple[int | None, int]:
             info = client.scheduler_info()
         workers = list(dict(info.get("workers") or {}).values())
     except Exception:  # noqa: BLE001 - an unreachable scheduler fails later with its own error
-        return None, 1
-    limits = [int(w.get("memory_limit") or 0) for w in workers]
-    limits = [m for m in limits if m > 0]
-    threads = max([int(w.get("nthreads") or 1) for w in workers] or [1])
-    return (min(limits) if limits else None), max(threads, 1)
+        return []
+    return [(int(w.get("memory_limit") or 0) or None, max(int(w.get("nthreads") or 1), 1)) for w in workers]
+
+
+def worker_resources(client: Any) -> tuple[int | None, int]:
+    """``(smallest worker memory limit in bytes or None, largest threads per worker)`` of ``client``'s
+    cluster; ``(None, 1)`` without a client, without workers or without limits. Used to size data
+    passes so that no task pushes a worker over its limit (a worker over it is restarted, not reported)."""
+    workers = cluster_workers(client)
+    limits = [m for m, _ in workers if m]
+    threads = max([t for _, t in workers] or [1])
+    return (min(limits) if limits else None), threads

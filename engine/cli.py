@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("--force", action="store_true", help="with --out: replace an existing file")
 
     d = sub.add_parser("demo", help="generate a seeded census-like table and run the main job on it")
-    d.add_argument("--out", help="folder for the demo data and run (default: ./privcube-demo)")
+    d.add_argument("--out", help="folder for the demo data and run (default: ./privcube-demo); refused if it holds "
+                                 "files the demo did not write")
     d.add_argument("--rows", type=int, default=200_000, help="rows of demo data (default 200000)")
     d.add_argument("--seed", type=int, default=None, help="seed the noise")
     d.add_argument("--workers", type=int, default=None, help="LocalCluster workers")

@@ -1,7 +1,9 @@
 """``privcube demo``: a seeded census-like table (no download), then the main job on a LocalCluster.
 
 The demo data is generated, not private, so the demo may compare the private answers with the exact
-ones and print an error summary next to the plan's expected error.
+ones and print an error summary next to the plan's expected error. The demo folder lists its own files in
+``.privcube-files.json``: only those are ever replaced (issue 33), and a folder holding anything else is
+refused in one line before anything is written.
 """
 from __future__ import annotations
 

@@ -298,4 +298,5 @@ class SingleTableJob:
         """Nothing: the checkpoint stays in ``store.zarr``."""
 
 
-__all__ = ["SingleTableJob", "add_plan_intervals", "build_mechanism", "config_fingerprint", "config_warnings", "plan_of"]
+__all__ = ["SingleTableJob", "add_plan_intervals", "build_mechanism", "config_fingerprint", "config_warnings",
+           "plan_of"]

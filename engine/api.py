@@ -59,11 +59,19 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig, *,
             from privcube.jobs.relational_plan import plan_relational
             from privcube.relational_config import load_relational_config
 
-            return plan_relational(load_relational_config(raw, folder), links)
+            from privcube.jobs.relational_report import schema_warnings
+
+            job = load_relational_config(raw, folder)
+            summary = plan_relational(job, links)
+            summary.warnings = schema_warnings(job)  # the run's config warnings (report.json), known before it
+            return summary
     if links is not None:
         raise ConfigError("plan: 'links' (the public number of links) applies to relational jobs only")
     cfg = config if isinstance(config, JobConfig) else load_config(config, need_data=False)
     summary = plan_of(cfg, build_mechanism(cfg))
+    from privcube.jobs.single_table import config_warnings
+
+    summary.warnings = config_warnings(cfg, summary.rmse)  # as a run warns at its end (and in report.json)
     if cfg.privacy_unit is not None:  # the plan's privacy figures are per row; the guarantee is per person
         summary.privacy = {**summary.privacy, "privacy_unit": cfg.privacy_unit.to_dict(),
                            "person_level": cfg.budget.to_dict()}

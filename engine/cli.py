@@ -35,7 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("data", help="Parquet/CSV file, directory, glob or URL")
     m.add_argument("--schema", required=True, help="domain JSON {column: size} or rich schema YAML/JSON")
     m.add_argument("--attrs", required=True, help="comma-separated attribute names, e.g. age,sex")
-    m.add_argument("--out", required=True, help="output Parquet file")
+    m.add_argument("--out", required=True, help="output Parquet file (an existing file privcube marginals did not "
+                                                "write is refused unless --force)")
+    m.add_argument("--force", action="store_true", help="replace an existing --out file privcube did not write")
     _cluster_flags(m)
 
     pl = sub.add_parser("plan", help="expected error of a batch mechanism, without reading data")
@@ -73,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("--force", action="store_true", help="with --out: replace an existing file")
 
     d = sub.add_parser("demo", help="generate a seeded census-like table and run the main job on it")
-    d.add_argument("--out", help="folder for the demo data and run (default: ./privcube-demo)")
+    d.add_argument("--out", help="folder for the demo data and run (default: ./privcube-demo); refused if it holds "
+                                 "files the demo did not write")
     d.add_argument("--rows", type=int, default=200_000, help="rows of demo data (default 200000)")
     d.add_argument("--seed", type=int, default=None, help="seed the noise")
     d.add_argument("--workers", type=int, default=None, help="LocalCluster workers")
@@ -234,9 +237,12 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "plan":
         summary = api.plan(args.config, links=_link_counts(args.links))
         if args.json:
-            print(summary.to_json())
+            print(summary.to_json())  # its "warnings" list too
         else:
             _print_plan(summary)
+        sys.stdout.flush()
+        for warning in summary.warnings:  # the same lines a run prints at its end
+            _say(f"privcube: warning: {warning}")
         return 0
     if args.command == "run":
         res = api.run(args.config, args.out, seed=args.seed, resume=args.resume,
@@ -289,10 +295,10 @@ def _marginals(args: argparse.Namespace) -> int:
 
     from privcube import api
     from privcube.graphs.cluster.handle import resolve_cluster
-    from privcube.storage.outputs import atomic_write_parquet
-
     from privcube.progress import set_quiet
+    from privcube.storage.counts_file import check_counts_out, write_counts
 
+    out = check_counts_out(args.out, [args.data, args.schema], force=args.force)  # before any data is read
     set_quiet(args.quiet)
     attrs = [a.strip() for a in args.attrs.split(",") if a.strip()]
     spec = {"type": "threads"} if not (args.scheduler_address or args.scheduler_file or args.workers) else {"type": "local"}
@@ -302,7 +308,7 @@ def _marginals(args: argparse.Namespace) -> int:
     grids = np.indices(mu.shape).reshape(len(attrs), -1)
     frame = pd.DataFrame({a: g.astype(np.int64) for a, g in zip(attrs, grids)})
     frame["count"] = np.asarray(mu, dtype=np.int64).ravel()
-    atomic_write_parquet(Path(args.out), frame)
+    write_counts(out, frame)
     print(f"NON-PRIVATE exact counts written to {args.out} ({len(frame)} cells); do not publish them.")
     return 0
 

@@ -60,6 +60,17 @@ def plan_of(cfg: JobConfig, mech: Any) -> PlanSummary:
     return summary
 
 
+def config_warnings(cfg: JobConfig, rmse: Any = None) -> list[str]:
+    """The config's one-line warnings, data-independent (``plan`` prints them, a run's ``report.json`` keeps
+    them): a schema inferred from the data, a large delta, a large ``privacy_unit.max_rows`` (``rmse``: the
+    plan's expected RMSE, stated in that warning)."""
+    from privcube.privacy.unit import unit_warning
+    from privcube.storage.schema import inferred_warnings
+
+    return inferred_warnings({"table": cfg.schema}, "the input table (data.schema)") + list(cfg.warnings) \
+        + unit_warning(cfg.privacy_unit, rmse)
+
+
 def with_data(raw: Mapping[str, Any], data: Any) -> dict[str, Any]:
     """The config mapping with ``data`` (frame, path or paths) standing in for ``data.path``."""
     if data is None:
@@ -257,12 +268,8 @@ class SingleTableJob:
     def _report(self, result: Any, env: JobEnv, expected: Any) -> dict[str, Any]:
         """``report.json``: timings, sizes, the plan's expected error, noise, the mechanism's report, and
         ``warnings`` (e.g. a schema inferred from the data) when there are any."""
-        from privcube.privacy.unit import unit_warning
-        from privcube.storage.schema import inferred_warnings
-
         cfg = self.cfg
-        warns = inferred_warnings({"table": cfg.schema}, "the input table (data.schema)") + list(cfg.warnings) \
-            + unit_warning(cfg.privacy_unit, (expected or {}).get("rmse"))
+        warns = config_warnings(cfg, (expected or {}).get("rmse"))
         return {
             "mechanism": cfg.mechanism,
             "timings": env.timings,
@@ -291,4 +298,5 @@ class SingleTableJob:
         """Nothing: the checkpoint stays in ``store.zarr``."""
 
 
-__all__ = ["SingleTableJob", "add_plan_intervals", "build_mechanism", "config_fingerprint", "plan_of"]
+__all__ = ["SingleTableJob", "add_plan_intervals", "build_mechanism", "config_fingerprint", "config_warnings",
+           "plan_of"]

@@ -56,11 +56,14 @@ class PlanSummary:
     measurements: list[dict[str, Any]] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] | None = None  # estimated peak memory (privcube.admission.plan_memory), set by api.plan
+    #: the config's one-line warnings (a large delta, a schema inferred from the data, ...), set by ``api.plan``
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"mechanism": self.mechanism, "rmse": self.rmse, "privacy": self.privacy, "groups": self.groups,
                 "measurements": self.measurements, **({"details": self.details} if self.details else {}),
-                **({"memory": self.memory} if self.memory is not None else {})}
+                **({"memory": self.memory} if self.memory is not None else {}),
+                **({"warnings": self.warnings} if self.warnings else {})}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=_json_default)

@@ -72,7 +72,12 @@ DATA_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data"
 DATASETS = {  # name -> (folder, csv file, domain json)
     "adult15": ("adult15", "adult.csv", "adult-domain.json"),
     "nltcs": ("nltcs", "nltcs.csv", "nltcs-domain.json"),
+    "large-domain": (None, "large-domain.csv", "large-domain-domain.json"),  # generated (issue 32)
 }
+#: the generated table's data seed (privcube.storage.large_domain): not one the estimator was tuned on
+LARGE_DOMAIN_SEED = 7
+#: where the generated table is written (``--generated-dir``)
+GENERATED_DIR = Path("/tmp/privcube-generated")
 SIDES = ("ours", "rp", "pgm")
 LABEL = {"ours": "AIM+GReM (privcube)", "rp": "ResidualPlanner (privcube)", "pgm": "AIM+PGM (opendp[mbi])"}
 DEFAULT_VENV = "/tmp/privcube-pgm-venv"
@@ -157,6 +162,16 @@ def summarise(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             vals = [r[key] for r in ok if r.get(key) is not None]
             if len(vals) > 1 and len(vals) == len(ok):
                 out[f"{key}_min"], out[f"{key}_max"] = float(min(vals)), float(max(vals))
+        for m in sorted({m for r in ok for m in (r.get("post") or {})}):  # each post-processing method
+            posts = [(r.get("post") or {}).get(m) or {} for r in ok]
+            done = [d for d in posts if d.get("status") == "ok"]
+            out[f"post_{m}_finished"] = len(done)
+            for key in ("error", "time_s", "peak_rss_mb"):
+                vals = [d[key] for d in done if d.get(key) is not None]
+                if vals:
+                    out[f"post_{m}_{key}"] = float(np.mean(vals))
+                    out[f"post_{m}_{key}_min"], out[f"post_{m}_{key}_max"] = float(min(vals)), float(max(vals))
+            out[f"post_{m}_converged"] = sum(bool(d.get("converged")) for d in done)
         sugg = [((r.get("extra") or {}).get("strategy") or {}).get("suggestion") for r in ok]
         out["suggestion"] = sugg[0] if sugg and all(x == sugg[0] for x in sugg) else None
     out["status"] = "ok" if len(ok) == len(runs) and runs else ("dnf" if dnf else ("error" if failed else (
@@ -171,16 +186,34 @@ def summarise(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 # ---- data ---------------------------------------------------------------------------------------
 
-def dataset_paths(name: str, root: Path = DATA_ROOT) -> tuple[Path, Path]:
+def dataset_paths(name: str, root: Path = DATA_ROOT, generated: Path = GENERATED_DIR) -> tuple[Path, Path]:
+    """CSV and domain JSON of a dataset; the generated large-domain table is written on first use."""
     folder, csv_name, dom_name = DATASETS[name]
+    if folder is None:
+        return generate_large_domain_csv(generated)
     return root / folder / csv_name, root / folder / dom_name
 
 
-def load_dataset(name: str, root: Path = DATA_ROOT) -> tuple[dict[str, int], np.ndarray]:
+def generate_large_domain_csv(folder: Path, seed: int = LARGE_DOMAIN_SEED, n_rows: int = 140_000) -> tuple[Path, Path]:
+    """The large-domain table of issue 32 (9 attributes: 501, 76, 33 x5, 3 x2 values; 1.4e5 rows; seeded,
+    with dependence between attributes) as CSV + domain JSON in ``folder`` (kept for later calls)."""
+    from privcube.storage.large_domain import LARGE_DOMAIN, generate_large_domain
+
+    folder.mkdir(parents=True, exist_ok=True)
+    csv_path, dom_path = folder / f"large-domain-s{seed}.csv", folder / f"large-domain-s{seed}-domain.json"
+    if not (csv_path.exists() and dom_path.exists()):
+        tmp = csv_path.with_suffix(".tmp")
+        generate_large_domain(n_rows, seed).to_csv(tmp, index=False)
+        os.replace(tmp, csv_path)
+        dom_path.write_text(json.dumps(LARGE_DOMAIN))
+    return csv_path, dom_path
+
+
+def load_dataset(name: str, root: Path = DATA_ROOT, generated: Path = GENERATED_DIR) -> tuple[dict[str, int], np.ndarray]:
     """Domain (JSON key order) and the integer codes in that column order (joined by name)."""
     import pandas as pd
 
-    csv_path, dom_path = dataset_paths(name, root)
+    csv_path, dom_path = dataset_paths(name, root, generated)
     domain = {str(k): int(v) for k, v in json.loads(dom_path.read_text()).items()}
     frame = pd.read_csv(csv_path)
     codes = frame[list(domain)].to_numpy(dtype=np.int64)
@@ -207,7 +240,8 @@ if spec["mode"] == "api":  # the full public entry point: run directory, per-rou
     t0 = time.perf_counter()
     summary = api.run(cfg, spec["run_dir"], seed=spec["seed"], quiet=True)
     secs = time.perf_counter() - t0
-    answers, ledger, report = summary.result.answers, summary.ledger, summary.report.get("mechanism_report")
+    result = summary.result
+    answers, ledger, report = result.answers, summary.ledger, summary.report.get("mechanism_report")
 else:  # "mechanism": what api.run does minus the run directory (no checkpoints, nothing written)
     from privcube.config import load_config
     from privcube.graphs.marginals import DataOracle
@@ -224,6 +258,13 @@ else:  # "mechanism": what api.run does minus the run directory (no checkpoints,
         oracle, c.workload, c.budget, led, make_noise_source(spec["seed"], c.noise_sampler), None)
     secs = time.perf_counter() - t0
     answers, ledger, report = result.answers, led.to_dict(), result.report
+if spec.get("dump"):  # the released answers and residual measurements, for the post-processing runs
+    import pickle
+    pickle.dump({"answers": [(tuple(a.group.attributes), np.asarray(a.estimate, float),
+                              None if a.variance is None else np.asarray(a.variance, float)) for a in answers],
+                 "residuals": {t: (np.asarray(z), float(lam)) for t, (z, lam) in
+                               (getattr(result, "residuals", None) or {}).items()}},
+                open(spec["dump"], "wb"))
 by_set = {frozenset(a.group.attributes): a for a in answers}
 sizes = spec["sizes"]
 arrays = {}
@@ -243,6 +284,33 @@ json.dump({"time_s": secs, "rho_budget": ledger["budget"]["rho"], "rho_spent": l
            "completion": rep.get("completion"), "has_published": "p0" in arrays,
            "final_share": (rep.get("init") or {}).get("final_share")},
           open(spec["result"], "w"))
+'''
+
+POST_WORKER = r'''
+import json, pickle, sys, time
+from types import SimpleNamespace
+import numpy as np
+spec = json.loads(open(sys.argv[1]).read())
+from privcube.domain import Domain
+from privcube.postprocess import parse_postprocess, publish_model
+domain = Domain.from_mapping(spec["sizes"])
+dump = pickle.load(open(spec["dump"], "rb"))
+answers = [SimpleNamespace(group=SimpleNamespace(attributes=a, is_marginal=True), estimate=e, variance=v,
+                           published=None) for a, e, v in dump["answers"]]
+t0 = time.perf_counter()
+report, _ = publish_model(answers, domain, parse_postprocess({"method": spec["method"]}),
+                          residuals=dump["residuals"] or None)
+secs = time.perf_counter() - t0
+by_set = {frozenset(a.group.attributes): a for a in answers}
+arrays = {}
+for i, clique in enumerate(spec["cliques"]):
+    a = by_set[frozenset(clique)]
+    attrs = list(a.group.attributes)
+    arrays[f"p{i}"] = np.transpose(np.asarray(a.published, float).reshape([spec["sizes"][x] for x in attrs]),
+                                   [attrs.index(x) for x in clique])
+np.savez(spec["estimates"], **arrays)
+keep = ("iterations", "converged", "stop", "lift_weight", "consistency_violation", "negativity", "model")
+json.dump({"time_s": secs, **{k: report.get(k) for k in keep}}, open(spec["result"], "w"), default=str)
 '''
 
 PGM_WORKER = r'''
@@ -355,7 +423,7 @@ def run_side(side: str, name: str, epsilon: float, seed: int, cliques: list[tupl
              domain: Mapping[str, int], truth: list[np.ndarray], n_records: int, args: argparse.Namespace,
              timeout: float, pgm_python: Path | None) -> dict[str, Any]:
     """One run of one side in a subprocess; scored against the exact counts."""
-    csv_path, dom_path = dataset_paths(name, Path(args.data_root))
+    csv_path, dom_path = dataset_paths(name, Path(args.data_root), Path(args.generated_dir))
     rho = rho_for(epsilon)
     with tempfile.TemporaryDirectory(prefix=f"aimvspgm-{side}-") as tmp:
         tmp = Path(tmp)
@@ -364,7 +432,8 @@ def run_side(side: str, name: str, epsilon: float, seed: int, cliques: list[tupl
                 "estimates": str(tmp / "est.npz"), "result": str(tmp / "result.json"),
                 "run_dir": str(tmp / "run"), "max_size": args.pgm_max_size, "mode": args.ours_mode,
                 "mechanism": {"ours": "aim-grem", "rp": "residual-planner"}.get(side),
-                "params": json.loads(args.ours_params) if side == "ours" else {}}
+                "params": json.loads(args.ours_params) if side == "ours" else {},
+                "dump": str(tmp / "answers.pkl") if side != "pgm" and args.postprocess else None}
         (tmp / "spec.json").write_text(json.dumps(spec))
         load_before = os.getloadavg()[0]  # the machine is shared: every figure is stated with its load
         worker = tmp / "worker.py"
@@ -401,7 +470,35 @@ def run_side(side: str, name: str, epsilon: float, seed: int, cliques: list[tupl
                    negative_mass=neg, extra={k: v for k, v in res.items() if k != "time_s"})
         if side != "pgm" and abs(res["rho_budget"] - rho) > 1e-12 * rho:
             rec["warning"] = f"privcube budget rho {res['rho_budget']} != {rho}"
+        if spec["dump"]:
+            rec["post"] = {m: run_post(m, spec, tmp, truth, n_records, args, timeout, log.with_suffix(f".{m}.log"))
+                           for m in args.postprocess}
         return rec
+
+
+def run_post(method: str, spec: Mapping[str, Any], tmp: Path, truth: list[np.ndarray], n_records: int,
+             args: argparse.Namespace, timeout: float, log: Path) -> dict[str, Any]:
+    """One post-processing method on the released answers of a run, in its own subprocess (its time and
+    peak RSS are its own: reading the answers, fitting, answering every marginal), scored against the
+    exact counts; ``published`` 1-way errors beside the raw estimate's."""
+    post = {**spec, "method": method, "estimates": str(tmp / f"pub-{method}.npz"),
+            "result": str(tmp / f"post-{method}.json")}
+    (tmp / f"post-{method}.json.spec").write_text(json.dumps(post))
+    worker = tmp / "post_worker.py"
+    worker.write_text(POST_WORKER)
+    load_before = os.getloadavg()[0]
+    proc = run_limited([sys.executable, str(worker), str(tmp / f"post-{method}.json.spec")], thread_env(args.threads),
+                       timeout, log, args.threads)
+    rec: dict[str, Any] = {"wall_s": proc["wall_s"], "peak_rss_mb": proc["peak_rss_mb"],
+                           "load_1m": [load_before, os.getloadavg()[0]]}
+    if proc["killed"]:
+        return {**rec, "status": "dnf"}
+    if proc["rc"] != 0 or not Path(post["result"]).exists():
+        return {**rec, "status": "error", "message": (log.read_text()[-600:] if log.exists() else "")}
+    res = json.loads(Path(post["result"]).read_text())
+    with np.load(post["estimates"]) as z:
+        pub = [z[f"p{i}"] for i in range(len(truth))]
+    return {**rec, "status": "ok", "error": float(l1_errors(truth, pub).mean() / n_records), **res}
 
 
 def _now() -> str:
@@ -525,7 +622,7 @@ def format_table(results: Mapping[str, Any]) -> str:
                      f"{g('ours', 'negative_mass'):>8s} | {g('pgm', 'error_clip0'):>9s} {g('pgm', 'negative_mass'):>8s} | "
                      f"{g('rp', 'error_clip0'):>8s} {g('rp', 'negative_mass'):>8s} | "
                      f"{str(r.get('ours_finished', '—')):>11s} {(f'{sd:.5f}' if sd is not None else '—'):>11s}")
-    lines += ["", published_table(rows)]
+    lines += ["", published_table(rows), "", post_table(rows, meta_methods(results))]
     meta = results.get("meta", {})
     notes = [
         "",
@@ -564,6 +661,42 @@ def _spread(row: Mapping[str, Any], side: str, key: str) -> str:
         return "n/a"
     lo, hi = row.get(f"{side}_{key}_min"), row.get(f"{side}_{key}_max")
     return f"{v:.5f}" + (f" [{lo:.5f}–{hi:.5f}]" if lo is not None else "")
+
+
+def meta_methods(results: Mapping[str, Any]) -> list[str]:
+    """The post-processing methods that appear in the results, in a fixed order (pgm first)."""
+    found = {m for r in results.get("runs", []) for m in (r.get("post") or {})}
+    return sorted(found, key=lambda m: (m != "pgm", m))
+
+
+def post_table(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> str:
+    """Published error by post-processing method, for ours (AIM+GReM) and RP, beside the raw estimate,
+    clip-and-rescale of it and AIM+PGM; each method's time and peak RSS (its own subprocess: reading the
+    answers, fitting, answering every workload marginal) and how many runs converged."""
+    if not methods:
+        return ""
+    lines = ["published by post-processing method (mean [min-max] over seeds; t = post-processing seconds, "
+             "GB = its peak RSS, conv = runs that met the tolerance / runs):"]
+    for r in rows:
+        for side in ("ours", "rp"):
+            if r.get(f"{side}_status") != "ok":
+                continue
+            parts = [f"{r['dataset']:12s} eps {r['epsilon']:g} {LABEL[side].split(' (')[0]:16s}",
+                     f"raw {_spread(r, side, 'error')}", f"clip+rescale {_spread(r, side, 'error_cliprenorm')}"]
+            for m in methods:
+                e = r.get(f"{side}_post_{m}_error")
+                if e is None:
+                    continue
+                lo, hi = r.get(f"{side}_post_{m}_error_min"), r.get(f"{side}_post_{m}_error_max")
+                t, gb = r.get(f"{side}_post_{m}_time_s"), r.get(f"{side}_post_{m}_peak_rss_mb")
+                parts.append(f"{m} {e:.5f} [{lo:.5f}-{hi:.5f}] t {t:.1f}s "
+                             f"[{r.get(f'{side}_post_{m}_time_s_min'):.1f}-{r.get(f'{side}_post_{m}_time_s_max'):.1f}] "
+                             f"{gb / 1024:.2f} GB conv {r.get(f'{side}_post_{m}_converged')}/"
+                             f"{r.get(f'{side}_post_{m}_finished')}")
+            if r.get("pgm_status") == "ok":
+                parts.append(f"AIM+PGM {r['pgm_error']:.5f}")
+            lines.append("  " + "; ".join(parts))
+    return "\n".join(lines)
 
 
 def published_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -621,11 +754,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help='JSON of aim-grem parameters for our side, e.g. \'{"completion": "zero"}\' (the paper\'s zero-fill)')
     ap.add_argument("--deadline", default=None, help="UTC HH:MM: kill/skip PGM runs beyond it (DNF)")
     ap.add_argument("--data-root", default=str(DATA_ROOT))
+    ap.add_argument("--generated-dir", default=str(GENERATED_DIR), help="where the large-domain table is written")
+    ap.add_argument("--postprocess", default="pgm,grem-lnn",
+                    help="comma list of post-processing methods run on the released answers of ours and RP "
+                         "(each in its own subprocess, timed; '' for none)")
     ap.add_argument("--fresh", action="store_true", help="ignore runs already recorded in --out")
     ap.add_argument("--table-only", action="store_true", help="print the table of --out and exit")
     ap.add_argument("--merge", nargs="*", default=[],
                     help="with --table-only: results files (e.g. from separate --sides calls) merged into --out")
     args = ap.parse_args(argv)
+    args.postprocess = [m.strip() for m in args.postprocess.split(",") if m.strip()]
     out = Path(args.out)
     if args.table_only:
         results = load_results(out)
@@ -671,7 +809,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     data = {}
     for n in names:
-        domain, codes = load_dataset(n, Path(args.data_root))
+        domain, codes = load_dataset(n, Path(args.data_root), Path(args.generated_dir))
         cliques = workload(domain)
         idx = {a: i for i, a in enumerate(domain)}
         truth = [exact_marginal(codes[:, [idx[a] for a in c]], [domain[a] for a in c]) for c in cliques]

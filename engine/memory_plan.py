@@ -66,13 +66,25 @@ POSTPROCESS_FLAT_MAX_CELLS = 20_000_000
 POSTPROCESS_CHUNK_CELLS = 2_000_000
 
 
+#: the graphical model (``postprocess: pgm``): float64 arrays of its cells held at the fit's peak (potentials
+#: at three points, beliefs at two, gradients, messages), and of the published cells (the model's answers and
+#: their consistency check), plus the measurements' readings inside the model (at most the answers' cells)
+PGM_MODEL_ARRAYS = 16.0
+PGM_ANSWER_ARRAYS = 3.0
+
+
 def postprocess_bytes(cells: int, pairs: int = 0, *, arrays: float = POSTPROCESS_ARRAYS,
                       pair_bytes: float = POSTPROCESS_PAIR_BYTES, chunked_arrays: float = POSTPROCESS_CHUNKED_ARRAYS,
-                      flat_max_cells: int = POSTPROCESS_FLAT_MAX_CELLS) -> int:
-    """Peak working memory of post-processing (``published``) marginal answers of ``cells`` cells in all, with
-    ``pairs`` (cell, sub-marginal) pairs (a cell of a k-way marginal has 2^k): ``arrays`` float64 arrays of
-    the cells plus ``pair_bytes`` per pair up to ``flat_max_cells`` cells, ``chunked_arrays`` arrays and one
-    chunk's pairs above. The one place to change when post-processing changes."""
+                      flat_max_cells: int = POSTPROCESS_FLAT_MAX_CELLS, method: str = "grem-lnn",
+                      model_cells: int = 0) -> int:
+    """Peak working memory of post-processing (``published``) marginal answers of ``cells`` cells in all.
+    ``pgm``: ``PGM_MODEL_ARRAYS`` arrays of the model's ``model_cells`` (its public bound) and
+    ``PGM_ANSWER_ARRAYS`` of the answers' cells. The others, with ``pairs`` (cell, sub-marginal) pairs (a cell
+    of a k-way marginal has 2^k): ``arrays`` float64 arrays of the cells plus ``pair_bytes`` per pair up to
+    ``flat_max_cells`` cells, ``chunked_arrays`` arrays and one chunk's pairs above. The one place to change
+    when post-processing changes."""
+    if method == "pgm":
+        return int(PGM_MODEL_ARRAYS * F64 * min(model_cells, max(cells, 1) * 4) + PGM_ANSWER_ARRAYS * F64 * cells)
     if cells <= flat_max_cells:
         return int(arrays * F64 * cells + pair_bytes * pairs)
     return int(chunked_arrays * F64 * cells + pair_bytes * pairs * POSTPROCESS_CHUNK_CELLS / cells)
@@ -396,7 +408,9 @@ def estimate_peak(config: Any, plan: Any = None, layout: Layout | None = None,
     held_answers = ANSWER_BYTES * answers + (F64 * marginal_cells if published else 0)
     if published:
         pairs = sum(n * 2 ** len(g.attributes) for g, n in zip(workload, rows) if g.is_marginal)
-        steps.append(Step("postprocess", driver0 + ANSWER_BYTES * answers + postprocess_bytes(marginal_cells, pairs),
+        spec = cfg.postprocess
+        steps.append(Step("postprocess", driver0 + ANSWER_BYTES * answers + postprocess_bytes(
+            marginal_cells, pairs, method=spec.method, model_cells=getattr(spec, "model_cells", 0)),
                           worker0, f"{count(marginal_cells)} marginal cells made consistent"))
     if cfg.synthesize:
         chunk = int(cfg.synthesize.get("chunk_size", 100_000)) * len(domain.attributes) * SYNTH_BYTES_PER_VALUE

@@ -76,7 +76,7 @@ def problems(draw: st.DrawFn) -> tuple[Domain, list[tuple[str, ...]], dict, dict
     return domain, cliques, values, variances, records
 
 
-@pytest.mark.parametrize("method", ["grem-lnn", "dykstra", "wls"])
+@pytest.mark.parametrize("method", ["pgm", "grem-lnn", "dykstra", "wls"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=problems())
 def test_published_is_nonnegative_consistent_one_total(method: str, case: tuple) -> None:
@@ -90,16 +90,19 @@ def test_published_is_nonnegative_consistent_one_total(method: str, case: tuple)
         assert np.array_equal(a.estimate, _in_order(values[c], c, tuple(a.group.attributes)))
 
 
+@pytest.mark.parametrize("method, atol", [("grem-lnn", 1e-6), ("pgm", 1e-4)])
 @settings(max_examples=25, deadline=None)
 @given(case=problems())
-def test_noiseless_measurements_give_back_the_exact_marginals(case: tuple) -> None:
+def test_noiseless_measurements_give_back_the_exact_marginals(method: str, atol: float, case: tuple) -> None:
+    """Noise-free answers come back (per record: pgm's fit reaches an empty cell asymptotically, and its
+    regulariser's pull shrinks with the noise, to κσ̄ log-ratio a cell)."""
     domain, cliques, _, _, records = case
     truth = ArrayOracle(domain, records).marginals(cliques)
     answers = _answers(domain, cliques, truth, {c: 0.0 for c in cliques})
-    publish(answers, domain, PostprocessSpec())
+    publish(answers, domain, PostprocessSpec(method=method))
     for a, c in zip(answers, cliques):
         want = _in_order(truth[c], c, tuple(a.group.attributes))
-        assert np.allclose(a.published, want, rtol=0, atol=1e-6 * max(1, len(records)))
+        assert np.allclose(a.published, want, rtol=0, atol=atol * max(1, len(records)))
 
 
 @settings(max_examples=25, deadline=None)
@@ -176,7 +179,7 @@ def test_run_writes_published_and_spends_nothing(tmp_path: Path) -> None:
     led_off = json.loads((off.out_dir / "ledger.json").read_text())
     assert led_on["spent"] == led_off["spent"] and led_on["charges"] == led_off["charges"]
     rep = json.loads((on.out_dir / "report.json").read_text())
-    assert rep["postprocess"]["method"] == "grem-lnn" and rep["postprocess"]["iterations"] >= 1
+    assert rep["postprocess"]["method"] == "pgm" and rep["postprocess"]["iterations"] >= 1
     assert "postprocess" not in json.loads((off.out_dir / "report.json").read_text())
     index = json.loads((on.out_dir / "answers" / "index.json").read_text())["groups"]
     for g in index:
@@ -206,7 +209,9 @@ def test_run_integer_true(tmp_path: Path) -> None:
     assert len(sums) == 1 and s.report["postprocess"]["integer"] is True
 
 
-@pytest.mark.parametrize("value, key", [({"method": "pgm"}, "postprocess.method"), ({"metod": "wls"}, "metod"),
+@pytest.mark.parametrize("value, key", [({"method": "mbi"}, "postprocess.method"),
+                                        ({"model_cells": 1}, "postprocess.model_cells"),
+                                        ({"method": "wls", "model_cells": 10}, "postprocess.model_cells"), ({"metod": "wls"}, "metod"),
                                         ({"integer": "yes"}, "postprocess.integer"), (3, "postprocess"),
                                         ({"max_iterations": 0}, "postprocess.max_iterations")])
 def test_bad_postprocess_config_is_one_error_naming_the_key(value: object, key: str) -> None:

@@ -270,6 +270,12 @@ class SingleTableJob:
         ``warnings`` (e.g. a schema inferred from the data) when there are any."""
         cfg = self.cfg
         warns = config_warnings(cfg, (expected or {}).get("rmse"))
+        post = self.derived.get("postprocess") or {}
+        if post.get("converged") is False:  # said where a user reads it: the terminal and the page, not only here
+            warns.append(f"post-processing ({post.get('method')}) stopped at its iteration cap "
+                         f"({post.get('iterations')}) before its tolerance was met: the published answers are "
+                         "non-negative and consistent, but not at the fitted optimum; raise "
+                         "postprocess.max_iterations")
         return {
             "mechanism": cfg.mechanism,
             "timings": env.timings,

@@ -176,21 +176,28 @@ class _FitProgress:
     """The fit's progress line: iterations against the cap, the loss and its fall over the last window; a
     line of its own saying so when the fit stops at the cap."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, delay: float = 1.0) -> None:
         from privcube.progress import ProgressBar
 
         self.bar = ProgressBar("postprocess (pgm fit)", cap)
-        self.cap = cap
+        self.cap, self.delay, self.shown = cap, delay, False
+        self.start = time.perf_counter()
 
     def __call__(self, it: int, loss: float, change: float) -> None:
-        self.bar.set_note(f"loss {loss:.6g}, fell {change:.3g} in the last steps")
-        self.bar.update(it - self.bar.done)
+        """Drawn once the fit has run ``delay`` seconds (a fit of a fraction of a second prints nothing)."""
+        self.bar.set_note(f"objective {loss:.6g}, fell {change:.3g} in the last steps")
+        self.shown = self.shown or time.perf_counter() - self.start >= self.delay
+        if self.shown:
+            self.bar.update(it - self.bar.done)
+        else:
+            self.bar.done = it
 
     def close(self, info: Any) -> None:
         """End the line (at the iterations run when the fit stopped early on its tolerance)."""
         if info is not None and info.converged:
             self.bar.set_total(info.iterations)
-        self.bar.close()
+        if self.shown:
+            self.bar.close()
         if info is not None and not info.converged:
             from privcube.progress import is_quiet
 

@@ -23,18 +23,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privcube.postprocess.inference import TreeOrder, calibrate, entropy, marginal, min_sum
-from privcube.postprocess.measurements import ResidualStats
+from privcube.postprocess.inference import TreeOrder, calibrate, marginal, min_sum
+from privcube.postprocess.inference import entropy as model_entropy
+from privcube.postprocess.measurements import ResidualStats, center
 from privcube.postprocess.model_loss import ModelLoss
+from privcube.postprocess.spec import DEFAULT_MODEL_CELLS
 from privcube.synth.junction_tree import JunctionTree, clique_cells, min_fill_cliques, tree_edges
 
 Idx = tuple[int, ...]
 Progress = Callable[[int, float, float], None]
 
-#: public bound on the model's size (sum of its clique tables' cells)
-DEFAULT_MODEL_CELLS = 4_000_000
 #: a measured interaction enters the graph when its χ² statistic exceeds dof by this many s.d.
 DEFAULT_SIGNIFICANCE = 3.0
+#: ... and its estimated signal energy is at least this many times its noise energy
+DEFAULT_MIN_SNR = 4.0
+#: entropy weight, in units of 1/σ̄ (the measurements' typical noise s.d., counts)
+DEFAULT_ENTROPY = 0.25
 
 
 @dataclass
@@ -48,14 +52,15 @@ class ModelChoice:
 
 
 def select_model(stats: ResidualStats, max_cells: float = DEFAULT_MODEL_CELLS,
-                 significance: float = DEFAULT_SIGNIFICANCE, min_snr: float = 0.0) -> ModelChoice:
+                 significance: float = DEFAULT_SIGNIFICANCE, min_snr: float = DEFAULT_MIN_SNR) -> ModelChoice:
     """Graph of the measured interactions that stand out of their noise (χ² statistic above its
-    degrees of freedom by ``significance`` standard deviations), added strongest first (estimated signal
-    energy ‖ζ_τ‖²) while the min-fill junction tree fits ``max_cells``."""
+    degrees of freedom by ``significance`` standard deviations, and an estimated signal energy at least
+    ``min_snr`` times the noise energy), added strongest first (estimated signal energy ‖ζ_τ‖²) while the
+    min-fill junction tree fits ``max_cells``. Residuals left out are completed by maximum entropy."""
     n = len(stats.domain)
     sizes = list(stats.domain.shape)
     scored, noise_level = [], []
-    for tau in stats.value:
+    for tau in stats.taus:
         if len(tau) < 2:
             continue
         dof = stats.dof(tau)
@@ -91,6 +96,7 @@ def select_model(stats: ResidualStats, max_cells: float = DEFAULT_MODEL_CELLS,
 class FitInfo:
     """How the fit went (no data-derived value: losses are of released measurements)."""
 
+    entropy_weight: float = 0.0
     iterations: int = 0
     converged: bool = False
     loss: float = math.inf
@@ -126,13 +132,28 @@ class GraphicalModel:
         return self.total * p
 
 
+def reference_tables(loss_fn: ModelLoss, total: float) -> dict[Idx, np.ndarray]:
+    """log q_a (centred) for every attribute whose 1-way residual is in the loss: q_a its direct reading
+    (R_a + N/n_a) clipped at zero, plus half a record a level so that every level stays possible. The fit's
+    regulariser pulls towards the product of these (not towards the uniform distribution, which would lift
+    the empty tails of skewed attributes)."""
+    out = {}
+    for _, tau, r, _ in loss_fn.terms:
+        if len(tau) == 1:
+            q = np.maximum(r + total / r.size, 0.0) + 0.5
+            out[tau] = center(np.log(q / q.sum()))
+    return out
+
+
 def fit(stats: ResidualStats, tree: JunctionTree, *, total: float, max_iterations: int = 1000,
-        tol: float = 1e-3, window: int = 25, entropy_weight: float = 0.0,
+        tol: float = 1e-3, window: int = 25, entropy: float | None = None,
         progress: Progress | None = None) -> GraphicalModel:
     """Accelerated composite mirror descent on the residuals' log-potentials φ from the uniform
-    distribution, minimising F = L − γ·N·H(p) (γ = ``entropy_weight``; the entropy term keeps cells the
-    measurements cannot resolve near the maximum-entropy model and makes the minimum unique). Each step
-    φ ← (φ̃ − η·∇L(μ(φ̃))) / (1 + ηγ) from the extrapolated point φ̃ = φ + β(φ − φ_prev) (Nesterov's
+    distribution, minimising F = L − γ·N·H(p), γ = ``entropy`` (default :data:`DEFAULT_ENTROPY`)/σ̄ with σ̄² = Σ dof / Σ λ·dof the
+    measurements' typical noise variance (counts). The entropy term keeps what the measurements cannot
+    resolve near the maximum-entropy model, makes the minimum unique and the descent converge linearly;
+    ``entropy`` 0 is the maximum-likelihood fit of Private-PGM. Each step
+    φ ← (φ̃ − η·∇L(μ(φ̃)) + ηγ·log q) / (1 + ηγ) from the extrapolated point φ̃ = φ + β(φ − φ_prev) (Nesterov's
     momentum, restarted whenever F rises), η found by backtracking. It stops when F fell by less than
     ``tol`` standard deviations of the loss's noise (√(½Σ dof) for the residuals in the model) over the
     last ``window`` steps, or at ``max_iterations``. The Frank–Wolfe gap of L is reported beside it."""
@@ -140,18 +161,28 @@ def fit(stats: ResidualStats, tree: JunctionTree, *, total: float, max_iteration
     order = TreeOrder(tree)
     loss_fn = ModelLoss(stats, tree, total)
     noise_sd = math.sqrt(max(1.0, 0.5 * sum(float(np.size(r)) for _, _, r, _ in loss_fn.terms)))
-    gamma = float(entropy_weight) * total
+    dof = sum(float(np.size(r)) for _, _, r, _ in loss_fn.terms)
+    precision = sum(float(np.size(r)) * lam for _, _, r, lam in loss_fn.terms)
+    entropy = DEFAULT_ENTROPY if entropy is None else entropy
+    weight = float(entropy) * math.sqrt(precision / dof) if dof and precision else 0.0  # γ, per count
+    gamma = weight * total
+
+    ref = loss_fn.parameters_of(reference_tables(loss_fn, total))  # the independence model of the 1-ways
+    ref_theta = loss_fn.fold(ref)
 
     def objective(beliefs: Sequence[np.ndarray]) -> tuple[float, float, dict, dict]:
         loss, grad, margs = loss_fn(beliefs)
-        return loss - (gamma * entropy(beliefs, order) if gamma else 0.0), loss, grad, margs
+        if not gamma:
+            return loss, loss, grad, margs
+        kl = -model_entropy(beliefs, order) - sum(float(np.sum(t * b)) for t, b in zip(ref_theta, beliefs))
+        return loss + gamma * kl, loss, grad, margs  # KL(p ‖ q) up to a constant
 
     phi = loss_fn.zeros()  # the log-potentials: one table per residual, or a clique's coefficients
     prev = phi
     beliefs = calibrate(loss_fn.fold(phi), order)
     obj, loss, _, _ = objective(beliefs)
     eta = 1.0 / max(1e-12, total * max((lam for *_, lam in loss_fn.terms), default=1.0))
-    info = FitInfo(tolerance=tol)
+    info = FitInfo(entropy_weight=weight, tolerance=tol)
     history = [obj]
     momentum = 1.0
     for it in range(1, max_iterations + 1):
@@ -163,14 +194,15 @@ def fit(stats: ResidualStats, tree: JunctionTree, *, total: float, max_iteration
         look_beliefs = calibrate(look_theta, order) if beta > 0 else beliefs
         look_obj, _, grad, look_margs = objective(look_beliefs)
         while True:  # backtracking: sufficient decrease of F along the step from the extrapolated point
-            shrink = 1.0 / (1.0 + eta * gamma / total) if gamma else 1.0
-            cand = {t: (v - eta * grad[t]) * shrink for t, v in look.items()}
+            step = eta * gamma / total  # the KL's weight per count, times the step
+            cand = {t: (v - eta * grad[t] + step * ref[t]) / (1.0 + step) if t in ref else
+                    (v - eta * grad[t]) / (1.0 + step) for t, v in look.items()}
             new_beliefs = calibrate(loss_fn.fold(cand), order)
             new_obj, new_loss, _, new_margs = objective(new_beliefs)
             drop = sum(float(np.sum(g * (look_margs[t] - new_margs[t]))) for t, g in grad.items())
-            if gamma:  # the entropy's part: γ/N·⟨log p_look, μ_look − μ_new⟩ (log-partition terms cancel)
-                drop += gamma * sum(float(np.sum(th * (b - nb)))
-                                    for th, b, nb in zip(look_theta, look_beliefs, new_beliefs))
+            if gamma:  # the KL's part: γ·⟨log p_look − log q, p_look − p_new⟩ (log-partition terms cancel)
+                drop += gamma * sum(float(np.sum((th - rt) * (b - nb)))
+                                    for th, rt, b, nb in zip(look_theta, ref_theta, look_beliefs, new_beliefs))
             if look_obj - new_obj >= 0.5 * drop or eta < 1e-30:
                 break
             eta *= 0.5
@@ -193,5 +225,5 @@ def fit(stats: ResidualStats, tree: JunctionTree, *, total: float, max_iteration
     return GraphicalModel(stats, tree, beliefs, total, info)
 
 
-__all__ = ["DEFAULT_MODEL_CELLS", "DEFAULT_SIGNIFICANCE", "FitInfo", "GraphicalModel", "ModelChoice", "fit",
-           "select_model"]
+__all__ = ["DEFAULT_ENTROPY", "DEFAULT_MIN_SNR", "DEFAULT_SIGNIFICANCE", "FitInfo", "GraphicalModel", "ModelChoice",
+           "fit", "select_model"]

@@ -18,7 +18,7 @@ import numpy as np
 
 from privcube.domain import Domain
 from privcube.postprocess.problem import Clique, measurable_subsets, project
-from privcube.residuals import recon
+from privcube.residuals import recon, residual_gram_norm
 
 Idx = tuple[int, ...]
 
@@ -33,16 +33,20 @@ def center(x: np.ndarray) -> np.ndarray:
 
 @dataclass
 class ResidualStats:
-    """Residual readings R_τ (τ-shaped, centred; canonical τ) with precisions λ_τ, and the total."""
+    """Residual readings (canonical τ) with precisions λ_τ, and the total. A reading is kept in the form it
+    came in (Decomp form ``z_τ``, or R_τ itself) and R_τ is made on demand (:meth:`reading`): selecting the
+    model needs only each residual's energy, so only the readings inside the model are ever expanded."""
 
     domain: Domain
-    value: dict[Clique, np.ndarray] = field(default_factory=dict)
     precision: dict[Clique, float] = field(default_factory=dict)
     total: float = 0.0
     total_precision: float = 0.0
+    _r: dict[Clique, np.ndarray] = field(default_factory=dict, repr=False)
+    _z: dict[Clique, np.ndarray] = field(default_factory=dict, repr=False)
+    _energy: dict[Clique, float] = field(default_factory=dict, repr=False)
 
     def add(self, tau: Clique, reading: np.ndarray, precision: float) -> None:
-        """Fold one more independent reading of τ into its precision-weighted average."""
+        """Fold one more independent reading R_τ (τ-shaped, centred) into its precision-weighted average."""
         if not (precision > 0 and math.isfinite(precision)):
             return
         if not tau:
@@ -52,16 +56,47 @@ class ResidualStats:
             return
         old = self.precision.get(tau, 0.0)
         lam = old + precision
-        self.value[tau] = reading if old == 0 else (self.value[tau] * old + reading * precision) / lam
+        r = self.reading(tau) if old else None
+        self._r[tau] = reading if r is None else (r * old + reading * precision) / lam
+        self._z.pop(tau, None)
+        self._energy.pop(tau, None)
         self.precision[tau] = lam
+
+    def add_decomp(self, tau: Clique, z: np.ndarray, precision: float) -> None:
+        """A residual's only reading in Decomp form (``z_τ``, axes in τ's canonical order)."""
+        if tau in self.precision:
+            raise ValueError(f"residual {list(tau)} has a reading already")
+        self._z[tau] = np.asarray(z, dtype=float)
+        self.precision[tau] = float(precision)
+
+    @property
+    def taus(self) -> list[Clique]:
+        """The measured residuals (τ ≠ ∅)."""
+        return list(self.precision)
+
+    def reading(self, tau: Clique) -> np.ndarray:
+        """R_τ = Recon(z_τ, τ, τ): the τ-table whose every axis is centred."""
+        r = self._r.get(tau)
+        if r is None:
+            r = np.asarray(recon(self._z[tau], tau, tau, self.domain))
+        return r
 
     def dof(self, tau: Clique) -> int:
         """Degrees of freedom of residual τ: ∏ (n_i − 1)."""
         return int(math.prod(self.domain[a] - 1 for a in tau))
 
     def energy(self, tau: Clique) -> float:
-        """λ_τ‖R_τ‖²: χ² with dof(τ) degrees of freedom when the true τ-interaction is zero."""
-        return float(self.precision[tau] * np.sum(self.value[tau] ** 2))
+        """λ_τ‖R_τ‖² (= λ_τ z_τᵀV_τ⁻¹z_τ): χ² with dof(τ) degrees of freedom when the true τ-interaction is
+        zero."""
+        e = self._energy.get(tau)
+        if e is None:
+            if tau in self._z:
+                e = float(residual_gram_norm(self._z[tau], tau, self.domain))
+            else:
+                e = float(np.sum(self._r[tau] ** 2))
+            e *= self.precision[tau]
+            self._energy[tau] = e
+        return e
 
     def index(self, tau: Clique) -> Idx:
         return tuple(self.domain.index(a) for a in tau)
@@ -69,7 +104,7 @@ class ResidualStats:
 
 def from_residuals(domain: Domain, z: Mapping[Clique, np.ndarray], precision: Mapping[Clique, float]) -> ResidualStats:
     """Statistics of residual measurements ``z_τ`` (Decomp form, axes in τ's order) with precisions λ_τ
-    (0 or absent: not measured)."""
+    (0 or absent: not measured); nothing is expanded here."""
     stats = ResidualStats(domain)
     for tau, lam in precision.items():
         lam = float(lam)
@@ -77,10 +112,13 @@ def from_residuals(domain: Domain, z: Mapping[Clique, np.ndarray], precision: Ma
             continue
         t = tuple(tau)
         cc = domain.canonical(t)
-        r = np.asarray(recon(np.asarray(z[tau], dtype=float), t, t, domain))
+        arr = np.asarray(z[tau], dtype=float)
+        if not cc:
+            stats.add((), float(arr), lam)
+            continue
         if t != cc:
-            r = np.transpose(r, [t.index(x) for x in cc])
-        stats.add(cc, r if cc else float(r), lam)
+            arr = np.transpose(arr, [t.index(x) for x in cc])
+        stats.add_decomp(cc, arr, lam)
     return stats
 
 

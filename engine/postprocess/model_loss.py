@@ -85,12 +85,28 @@ def helmert(n: int) -> np.ndarray:
 
 
 def transform(x: np.ndarray, inverse: bool = False) -> np.ndarray:
-    """(⊗ H_i) x, or its inverse (⊗ H_iᵀ) x, one axis at a time."""
+    """(⊗ H_i) x, or its inverse (⊗ H_iᵀ) x, one axis at a time (each axis a batched product with the
+    table seen as (before, n, after); a two-valued axis as a sum and a difference)."""
     out = np.asarray(x, dtype=float)
-    for ax, n in enumerate(out.shape):
-        h = helmert(n)
-        out = np.moveaxis(np.tensordot(h.T if inverse else h, out, axes=([1], [ax])), 0, ax)
+    shape = out.shape
+    for ax, n in enumerate(shape):
+        view = out.reshape(math.prod(shape[:ax]), n, math.prod(shape[ax + 1:]))
+        if n == 2:  # H = H^T = [[1, 1], [1, -1]] / sqrt(2)
+            a, b = view[:, 0, :], view[:, 1, :]
+            nxt = np.empty_like(view)
+            np.add(a, b, out=nxt[:, 0, :])
+            np.subtract(a, b, out=nxt[:, 1, :])
+            nxt *= _SQRT_HALF
+        elif n > 1:
+            h = helmert(n)
+            nxt = np.matmul(h.T if inverse else h, view)
+        else:
+            continue
+        out = nxt.reshape(shape)
     return out
+
+
+_SQRT_HALF = math.sqrt(0.5)
 
 
 class _Transformed:
@@ -98,6 +114,7 @@ class _Transformed:
     clique's part of L is ½·Σ Λ (W − P)² with W the clique table's coefficients (counts)."""
 
     def __init__(self, clique: Idx, shape: tuple[int, ...], terms: dict[Idx, tuple[np.ndarray, float]]) -> None:
+        self.terms = list(terms)
         self.weight = np.zeros(shape)
         self.target = np.zeros(shape)
         for tau, (r, lam) in terms.items():
@@ -114,17 +131,19 @@ class ModelLoss:
     """L(μ), its gradient with respect to the fit's parameters, and the clique log-potentials of given
     parameters (see the module's docstring for the two ways a clique is read)."""
 
-    def __init__(self, stats: ResidualStats, tree: JunctionTree, total: float) -> None:
+    def __init__(self, stats: ResidualStats, tree: JunctionTree, total: float, reading: str = "auto") -> None:
+        """``reading``: ``auto`` (each clique the cheaper way), ``projected`` or ``transformed`` (every clique)."""
         self.total = total
         self.cliques = tree.cliques
         sizes = stats.domain.shape
         self.shapes = [tuple(sizes[a] for a in c) for c in tree.cliques]
         by_home: dict[int, dict[Idx, tuple[np.ndarray, float]]] = {}
-        for tau, r in stats.value.items():
+        for tau in stats.taus:
             idx = stats.index(tau)
             homes = [i for i, c in enumerate(tree.cliques) if set(idx) <= set(c)]
             if not homes:
                 continue
+            r = stats.reading(tau)  # expanded only for the residuals inside the model
             home = min(homes, key=lambda i: math.prod(sizes[a] for a in tree.cliques[i]))
             srt = tuple(sorted(idx))
             arr = np.transpose(r, [idx.index(a) for a in srt]) if srt != idx else r
@@ -136,12 +155,12 @@ class ModelLoss:
         for home, terms in by_home.items():
             clique, cells = tree.cliques[home], math.prod(self.shapes[home])
             transformed = 2 * cells * sum(self.shapes[home]) + 6 * cells + 4 * CALL_COST * len(clique)
-            if transformed < 6 * CALL_COST * len(terms):  # cheaper than the calls alone: no plan needed
-                self.transformed[home] = _Transformed(clique, self.shapes[home], terms)
+            if reading == "transformed" or (reading == "auto" and transformed < 6 * CALL_COST * len(terms)):
+                self.transformed[home] = _Transformed(clique, self.shapes[home], terms)  # no plan needed
                 continue
             rows = [(t, src, terms.get(t)) for t, src in projection_plan(clique, list(terms), sizes)]
             projected = sum(2 * cells for _, src, _ in rows if src is None) + 6 * CALL_COST * len(rows)
-            if transformed < projected:
+            if reading == "auto" and transformed < projected:
                 self.transformed[home] = _Transformed(clique, self.shapes[home], terms)
             else:
                 self.plan[home] = rows
@@ -181,14 +200,28 @@ class ModelLoss:
             grads[key], reads[key] = g, w
         return loss, grads, reads
 
+    def parameters_of(self, tables: dict[Idx, np.ndarray]) -> dict[Key, np.ndarray]:
+        """Parameters whose clique log-potentials are Σ_τ tables_τ (centred τ-tables of residuals in the
+        loss; others are ignored)."""
+        out: dict[Key, np.ndarray] = {}
+        for home, rows in self.plan.items():
+            out.update({tau: tables[tau] for tau, _, meas in rows if meas is not None and tau in tables})
+        for home, t in self.transformed.items():
+            c = self.cliques[home]
+            parts = [expand_idx(tables[tau], tau, c) for tau in t.terms if tau in tables]
+            if parts:
+                out[("transform", home)] = transform(np.broadcast_to(sum(parts), self.shapes[home]))
+        return out
+
     def fold(self, tables: dict[Key, np.ndarray]) -> list[np.ndarray]:
-        """Clique tables of parameters (log-potentials, or gradients in the cliques' own coordinates):
+        """Clique tables of parameters (log-potentials, or gradients in the cliques' own coordinates; absent
+        parameters count as zero):
         residual tables broadcast over their clique, summed up the projection plan (each table into its
         source first, so a clique table is written once per table read from it); a transformed clique's
         coefficients taken back from the Helmert basis."""
         out = [np.zeros(self.shapes[i]) for i in range(len(self.cliques))]
         for home, rows in self.plan.items():
-            acc = {tau: tables[tau] for tau, _, meas in rows if meas is not None}
+            acc = {tau: tables[tau] for tau, _, meas in rows if meas is not None and tau in tables}
             c = self.cliques[home]
             for tau, src, _ in reversed(rows):  # smaller tables first
                 if tau not in acc:
@@ -199,7 +232,8 @@ class ModelLoss:
                 else:
                     out[home] += expand_idx(acc[tau], tau, c)
         for home in self.transformed:
-            out[home] += transform(tables[("transform", home)], inverse=True)
+            if ("transform", home) in tables:
+                out[home] += transform(tables[("transform", home)], inverse=True)
         return out
 
     def _shape(self, t: Idx, home: int) -> tuple[int, ...]:

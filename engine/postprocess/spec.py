@@ -11,7 +11,7 @@ from privcube.errors import ConfigError
 #: residual-basis least squares with local non-negativity; dykstra: alternating weighted projections; wls:
 #: consistent least squares, then the least lift to ≥ 0.
 METHODS = ("pgm", "grem-lnn", "dykstra", "wls")
-DEFAULT_METHOD = "grem-lnn"  # pgm becomes the default once its tests and figures are in
+DEFAULT_METHOD = "pgm"
 KEYS = ("method", "integer", "max_iterations", "tolerance", "model_cells")
 #: per method: (max_iterations, tolerance); pgm's tolerance is in standard deviations of the loss's noise
 DEFAULTS = {"pgm": (1000, 1e-3), "grem-lnn": (300, 1e-4), "dykstra": (300, 1e-4), "wls": (300, 1e-4)}

@@ -210,6 +210,12 @@ def overview(run: RunData) -> str:
     rows += [[esc(k.replace("_", " ")), compact(v)] for k, v in sizes.items()]
     if run.plan and isinstance(run.plan.get("rmse"), (int, float)):
         rows.append([esc("expected RMSE (plan)"), num(run.plan["rmse"])])
+    post = run.report.get("postprocess")
+    if isinstance(post, dict) and post.get("method"):
+        state = ("converged" if post.get("converged") else "stopped at the iteration cap") \
+            if "converged" in post else ""
+        rows.append([esc("published answers"), esc(f"{post['method']}: {state}, {post.get('iterations')} iterations, "
+                                                   f"{post.get('time_s', 0):.2f} s") if state else esc(post["method"])])
     syn = run.report.get("synthetic_records")
     if isinstance(syn, dict):
         rows.append([esc("synthetic records"), f"{num(syn.get('rows'))} rows ({esc(syn.get('estimator', ''))}), "

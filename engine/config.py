@@ -249,6 +249,9 @@ def _load_checked(raw: dict[str, Any], base: Path, need_data: bool, frame: Any =
     from privcube.postprocess.spec import PostprocessSpec, parse_postprocess
 
     postprocess = parse_postprocess(raw["postprocess"]) if "postprocess" in raw else PostprocessSpec()
+    if name == "aim-grem" and "model_cells" not in params and postprocess is not None and postprocess.method == "pgm":
+        # AIM's model-size filter at the published model's size, so the model holds every measurement
+        params = {**params, "model_cells": postprocess.model_cells}
 
     from privcube.privacy.budget import budget_warnings
 

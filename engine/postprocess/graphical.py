@@ -38,7 +38,7 @@ DEFAULT_SIGNIFICANCE = 3.0
 #: ... and its estimated signal energy is at least this many times its noise energy
 DEFAULT_MIN_SNR = 4.0
 #: entropy weight, in units of 1/σ̄ (the measurements' typical noise s.d., counts)
-DEFAULT_ENTROPY = 0.25
+DEFAULT_ENTROPY = 0.5
 
 
 @dataclass

@@ -118,6 +118,9 @@ class AIMGReM(Mechanism):
                                      # optimal given the precisions (no selection) | select: the paper's last round
         "final_share": "auto",       # share of rho reserved for the spread final round, in [0, 1); auto: SHARE when
                                      # the public measure-all test is <= selection_threshold, else 0
+        "model_cells": None,         # AIM's model-size filter: candidates keep the junction tree of the measured
+                                     # cliques within model_cells x rho_used / rho cells (None: no filter, the
+                                     # paper's AIM+GReM); a job with postprocess pgm sets its model_cells here
     }
 
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:
@@ -144,6 +147,9 @@ class AIMGReM(Mechanism):
         fs = p["final_share"]
         if fs != "auto" and (not _is_real(fs) or not 0 <= fs < 1):
             raise ConfigError(f"aim-grem: final_share must be 'auto' or lie in [0, 1), got {fs!r}")
+        mc = p["model_cells"]
+        if mc is not None and (isinstance(mc, bool) or not _is_real(mc) or mc < 2):
+            raise ConfigError(f"aim-grem: model_cells must be None or a number >= 2, got {mc!r}")
         cmc = p["completion_max_cells"]
         if isinstance(cmc, bool) or not isinstance(cmc, int) or cmc < 0:
             raise ConfigError(f"aim-grem: completion_max_cells must be a non-negative integer, got {cmc!r}")
@@ -537,6 +543,11 @@ class AIMGReM(Mechanism):
         """Rounds until the budget is spent (or max_rounds): select, plan, measure, update, anneal."""
         max_rounds = self.params["max_rounds"]
         rounds_here = 0
+        size = None
+        if self.params["model_cells"] is not None:  # rebuilt from the public trace (also after a resume)
+            size = selection.ModelSize(prob.domain.attributes, prob.domain)
+            for row in st.trace:
+                size.add(row.get("clique") or [])
         while not st.done:
             if max_rounds is not None and rounds_here >= max_rounds:
                 break
@@ -561,9 +572,16 @@ class AIMGReM(Mechanism):
                 rho_meas = min(st.rho_total - st.rho_used, _rest(ledger.budget.rho, ledger))
             sigma2 = 1.0 / (2.0 * rho_meas)
             score = selection.scores(errors, prob.cand_weights, prob.cand_cells, math.sqrt(sigma2))
+            if size is not None:  # AIM's rule: the model may grow with the budget spent, this round's included
+                limit = float(self.params["model_cells"]) * min(1.0, (st.rho_used + rho_meas) / st.rho_total)
+                score = np.where(size.allowed(prob.candidates, limit), score, -np.inf)
+                if not np.isfinite(score).any():
+                    score = np.where(prob.cand_cells == prob.cand_cells.min(), 0.0, -np.inf)
             idx = selection.select(score, b.epsilon, prob.sensitivity,
                                    lambda n, t=t: noise.gumbel((TAG, t, "select"), n))  # CSPRNG when unseeded
             gamma = prob.candidates[idx]
+            if size is not None:
+                size.add(gamma)
             # ---- plan and measure
             if self.measure_mode == "crp":
                 plan = crp.plan_crp(gamma, prob.domain, grem.lam, sigma2, eta=self.params["eta"],

@@ -53,4 +53,46 @@ def select(score: np.ndarray, epsilon: float, sensitivity: float,
     return exponential_mechanism(score, epsilon, sensitivity, rng)
 
 
-__all__ = ["candidate_weights", "cells", "downward_closure", "scores", "select"]
+class ModelSize:
+    """Which candidates keep the graphical model of the measured cliques within a cell budget (AIM's
+    model-size filter, McKenna et al. 2022): the min-fill junction tree of every pair of attributes measured
+    together, plus the candidate's. Public: it reads the selected cliques and the domain sizes only."""
+
+    def __init__(self, order: Sequence[str], sizes: Sizes) -> None:
+        self.index = {a: i for i, a in enumerate(order)}
+        self.sizes = [size_of(sizes, a) for a in order]
+        self.edges: set[tuple[int, int]] = set()
+        self.covered: set[tuple[int, int]] = set()
+        self._cache: dict[frozenset[tuple[int, int]], float] = {}
+
+    def _pairs(self, clique: Sequence[str]) -> set[tuple[int, int]]:
+        idx = sorted(self.index[a] for a in clique)
+        return {(u, v) for k, u in enumerate(idx) for v in idx[k + 1:]}
+
+    def cells_with(self, clique: Sequence[str]) -> float:
+        """Cells of the junction tree once ``clique`` is measured too."""
+        from privcube.synth.junction_tree import clique_cells, min_fill_cliques
+
+        new = frozenset(self._pairs(clique) - self.covered)
+        if new not in self._cache:
+            self._cache[new] = clique_cells(min_fill_cliques(len(self.sizes), sorted(self.edges | new), self.sizes),
+                                            self.sizes)
+        return self._cache[new]
+
+    def add(self, clique: Sequence[str]) -> None:
+        """``clique`` was measured: its pairs join the graph."""
+        from privcube.synth.junction_tree import min_fill_cliques
+
+        new = self._pairs(clique) - self.covered
+        if new:
+            self.edges |= new
+            tree = min_fill_cliques(len(self.sizes), sorted(self.edges), self.sizes)
+            self.covered = {(u, v) for c in tree for u in c for v in c if u < v}
+            self._cache.clear()
+
+    def allowed(self, candidates: Sequence[Sequence[str]], limit: float) -> np.ndarray:
+        """A mask of the candidates whose measurement keeps the tree within ``limit`` cells."""
+        return np.array([self.cells_with(c) <= limit for c in candidates], dtype=bool)
+
+
+__all__ = ["ModelSize", "candidate_weights", "cells", "downward_closure", "scores", "select"]

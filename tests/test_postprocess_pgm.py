@@ -314,3 +314,17 @@ def test_publish_model_returns_the_fitted_model() -> None:
     np.testing.assert_allclose(model.marginal(("a", "b")).ravel(), answers[0].published, rtol=1e-12)
     _, none = publish_model(answers, domain, PostprocessSpec(method="wls"))
     assert none is None
+
+
+def test_a_dependent_pair_with_zero_additive_interaction_enters_the_model() -> None:
+    """12 13 / 8 9 has a zero additive interaction but is not independent (12·9 ≠ 13·8): the log-linear model
+    needs the edge, and noise-free answers come back exactly (found by hypothesis)."""
+    domain = Domain(("a", "b"), (2, 2))
+    table = np.array([[12.0, 13.0], [8.0, 9.0]])
+    stats = from_marginals(domain, {("a", "b"): table}, {("a", "b"): 1e-6})
+    assert stats.energy(("a", "b")) == 0.0
+    choice = select_model(stats)
+    assert [tuple(c) for c in choice.tree.cliques] == [(0, 1)]  # one clique: a and b
+    answers = _answers(domain, {("a", "b"): table}, {("a", "b"): 1e-6})
+    publish(answers, domain, PostprocessSpec(method="pgm"))
+    np.testing.assert_allclose(answers[0].published.reshape(2, 2), table, atol=1e-4 * 42)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +26,7 @@ import numpy as np
 from privcube.postprocess.inference import TreeOrder, calibrate, marginal, min_sum
 from privcube.postprocess.inference import entropy as model_entropy
 from privcube.postprocess.measurements import ResidualStats, center
+from privcube.postprocess.problem import Clique
 from privcube.postprocess.model_loss import ModelLoss
 from privcube.postprocess.spec import DEFAULT_MODEL_CELLS
 from privcube.synth.junction_tree import JunctionTree, clique_cells, min_fill_cliques, tree_edges
@@ -38,7 +39,7 @@ DEFAULT_SIGNIFICANCE = 3.0
 #: ... and its estimated signal energy is at least this many times its noise energy
 DEFAULT_MIN_SNR = 4.0
 #: entropy weight, in units of 1/σ̄ (the measurements' typical noise s.d., counts)
-DEFAULT_ENTROPY = 0.5
+DEFAULT_ENTROPY = 0.25
 
 
 @dataclass
@@ -51,6 +52,17 @@ class ModelChoice:
     noise_level: list[Idx] = field(default_factory=list)
 
 
+def _dependence_energy(stats: ResidualStats, tau: Clique, ones: Mapping[str, np.ndarray]) -> float:
+    """λ_τ‖R_τ − ζ‖² for a pair τ = (a, b), ζ the interaction residual of the product of the measured 1-ways
+    (N·(p_a − 1/n_a)⊗(p_b − 1/n_b)): χ² with dof(τ) degrees of freedom, up to the 1-ways' own noise, when a
+    and b are independent; 0 when a 1-way was not measured."""
+    a, b = tau
+    if a not in ones or b not in ones or not stats.total > 0:
+        return 0.0
+    pa, pb = ones[a] / stats.total, ones[b] / stats.total  # p − 1/n, as read
+    return float(np.sum((stats.reading(tau) - stats.total * np.outer(pa, pb)) ** 2)) * stats.precision[tau]
+
+
 def select_model(stats: ResidualStats, max_cells: float = DEFAULT_MODEL_CELLS,
                  significance: float = DEFAULT_SIGNIFICANCE, min_snr: float = DEFAULT_MIN_SNR) -> ModelChoice:
     """Graph of the measured interactions that stand out of their noise (χ² statistic above its
@@ -60,11 +72,15 @@ def select_model(stats: ResidualStats, max_cells: float = DEFAULT_MODEL_CELLS,
     n = len(stats.domain)
     sizes = list(stats.domain.shape)
     scored, noise_level = [], []
+    ones = {tau[0]: stats.reading(tau) for tau in stats.taus if len(tau) == 1}
     for tau in stats.taus:
         if len(tau) < 2:
             continue
         dof = stats.dof(tau)
         excess = stats.energy(tau) - dof
+        if len(tau) == 2:  # a log-linear model needs the edge when the pair is not independent, even with a
+            # zero additive interaction (e.g. 12 13 / 8 9): the larger of the two statistics decides
+            excess = max(excess, _dependence_energy(stats, tau, ones) - dof)
         if excess > significance * math.sqrt(2.0 * dof) and excess >= min_snr * dof:
             scored.append((excess / stats.precision[tau], stats.index(tau)))
         else:

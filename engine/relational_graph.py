@@ -23,6 +23,7 @@ from privcube.relational_spec import (
     TableSpec,
     link_table_spec,
     parse_budget,
+    parse_link_budget,
     parse_ref,
     table_budgets,
 )
@@ -159,8 +160,9 @@ def check_graph(tables: Mapping[str, TableSpec], fks: list[LinkSpec]) -> dict[st
 
 
 def graph_parts(privacy: Any, tables: Mapping[str, TableSpec],
-                fks: list[LinkSpec]) -> tuple[dict[str, PrivacyBudget], list[str]]:
-    """``privacy``: a budget (or ``public``) per table, a budget per link's ``from``; returns (parts, public)."""
+                fks: list[LinkSpec]) -> tuple[dict[str, PrivacyBudget], list[str], dict[str, dict[str, Any]]]:
+    """``privacy``: a budget (or ``public``) per table, a budget per link's ``from`` (with, optionally, the
+    link's own ``d_max`` / ``truncate``); returns (parts, public, each link's bound keys given)."""
     ptab = table_budgets(privacy, tables, "{child.fk: {epsilon, delta}, left.key-right.key: {epsilon, delta}}")
     parts: dict[str, PrivacyBudget] = {}
     public: list[str] = []
@@ -180,11 +182,14 @@ def graph_parts(privacy: Any, tables: Mapping[str, TableSpec],
     if extra:
         raise ConfigError(f"privacy.links: unknown link(s) {sorted(map(str, extra))}; links (a foreign key's 'from', a link table's "
                           f"'left-right') are {names}")
+    bounds: dict[str, dict[str, Any]] = {}
     for name in names:
         if name not in plinks:
             raise BudgetError(f"privacy.links: no budget for link {name!r}")
-        parts[name] = parse_budget(plinks[name], f"privacy.links.{name}")
-    return parts, public
+        parts[name], bound = parse_link_budget(plinks[name], f"privacy.links.{name}")
+        if bound:
+            bounds[name] = bound
+    return parts, public, bounds
 
 
 __all__ = ["PUBLIC", "check_graph", "graph_parts", "link_name", "parse_fk_list", "parse_link_table"]

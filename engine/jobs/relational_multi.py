@@ -130,7 +130,8 @@ def synthesize_graph_tables(job: RelationalJob, frames: dict[str, tuple[pd.DataF
 
 def check_graph_room(job: RelationalJob, p: Mapping[str, Any], sizes: Mapping[str, int]) -> None:
     """Before any table is synthesized (nothing spent): every foreign key's synthetic children must fit on its
-    synthetic parents at ≤ d_max each (``degrees: preserve``); public row counts only. Link tables are checked
+    synthetic parents at ≤ its d_max each (the link's own, else the job's; ``degrees: preserve``); public row
+    counts only. Link tables are checked
     when their link count is read."""
     from privcube.mechanisms.relational.inputs import room_error
 
@@ -138,7 +139,8 @@ def check_graph_room(job: RelationalJob, p: Mapping[str, Any], sizes: Mapping[st
         return
     for f in job.fks:
         if f.kind == "one_to_many":
-            msg = room_error(f.kind, (f.left, f.right), sizes[f.left], sizes[f.right], sizes[f.left], int(p["d_max"]))
+            d_max = int(job.link_params(link_name(f)).get("d_max", p["d_max"]))
+            msg = room_error(f.kind, (f.left, f.right), sizes[f.left], sizes[f.right], sizes[f.left], d_max)
             if msg:
                 raise ConfigError(msg)
 
@@ -156,7 +158,7 @@ def run_graph(job: RelationalJob, inputs: Any, ledger: Any, noise: Any, ctx: Any
         name = link_name(f)
         if name in state.fks:
             continue
-        res = run_relational(spec["tables"], spec["links"], job.params, {"tables": {}, "links": job.parts[name]},
+        res = run_relational(spec["tables"], spec["links"], job.link_params(name), {"tables": {}, "links": job.parts[name]},
                              LinkLedger(ledger, name), PrefixNoise(noise, ("relational", "link", name)),
                              synthetic_tables={f.left: syn[f.left], f.right: syn[f.right]}, progress=ctx.progress,
                              context=ctx)

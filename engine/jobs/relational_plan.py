@@ -3,7 +3,8 @@
 Data-free: the tables' ResidualPlanner plans (all ``table_marginals``-way marginals, substitution
 neighbours, as stage 1 runs them) and the links stage's schedule from public quantities (domains,
 parameters, budget). The number of links m is public in the model but is not read here: a link
-release's noise is stated per count cell, σ·m = d_max/√ρ_i, which does not depend on m; with
+release's noise is stated per count cell, σ·m = d_max/√ρ_i (each link with its own d_max:
+``privacy.links.<name>.d_max``, else the job's), which does not depend on m; with
 ``max_noise`` the number of measurements does, so it is given for the ``links`` count passed in
 (``privcube plan --links M``) or stated as chosen at run time.
 """
@@ -151,7 +152,13 @@ def plan_relational(job: RelationalJob, links: int | Mapping[str, int] | None = 
     link_budgets: Mapping[str, Any] = {link_name(f): job.parts[link_name(f)] for f in fks} if job.multi \
         else {"links": job.parts["links"]}
     counts = _link_counts(links, list(link_budgets) if job.multi else [link_name(job.links)])
-    link_plans = [_link_plan(f, b, job, p, counts[i]) for i, (f, b) in enumerate(zip(fks, link_budgets.values()))]
+    notes = job.bound_notes()
+    link_plans = []
+    for i, (name, b) in enumerate(link_budgets.items()):
+        lp = _link_plan(fks[i], b, job, check_params(job.link_params(name)), counts[i])
+        if name in notes:  # a bound the child's domain cannot reach: said beside the link's noise
+            lp["warning"] = "; ".join(w for w in (lp.get("warning"), notes[name]) if w)
+        link_plans.append(lp)
     squares = sum(g["rmse"] ** 2 * g["cells"] for g in groups)
     cells = sum(g["cells"] for g in groups)
     privacy = {**job.total.to_dict(), "composition": COMPOSITION_NOTE,

@@ -69,8 +69,22 @@ def schema_warnings(job: RelationalJob) -> list[str]:
     (stated whether or not anything was dropped: the warning itself must not depend on the private degrees)."""
     from privcube.storage.schema import inferred_warnings
 
+    from privcube.relational_graph import link_name
+
     out = inferred_warnings({n: t.schema for n, t in job.tables.items()})
-    return out + ([TRUNCATE_WARNING] if (job.params or {}).get("truncate") else [])
+    names = [link_name(f) for f in job.fks] if job.multi else ["links"]
+    truncating = [n for n in names if job.link_params(n).get("truncate")]
+    if truncating and job.multi and len(truncating) < len(names):
+        out.append(f"link(s) {truncating}: " + TRUNCATE_WARNING)
+    elif truncating:
+        out.append(TRUNCATE_WARNING)
+    return out + bound_warnings(job)
+
+
+def bound_warnings(job: RelationalJob) -> list[str]:
+    """One warning per foreign key whose d_max exceeds the distinct rows its child's domain holds
+    (``RelationalJob.bound_notes``: public, from the schemas and the config)."""
+    return list(job.bound_notes().values())
 
 
 def dp_error(fit: Any) -> dict[str, Any] | None:
@@ -148,5 +162,5 @@ def _link_count(lk: Mapping[str, Any], res: Any) -> int:
     return int(len(res.tables[lk["from"].split(".")[0]]))
 
 
-__all__ = ["DP_LABEL", "LINKS_FOLDER", "NONPRIVATE_LABEL", "PRIVACY_NOTE", "dp_error", "graph_link_frames",
+__all__ = ["DP_LABEL", "bound_warnings", "LINKS_FOLDER", "NONPRIVATE_LABEL", "PRIVACY_NOTE", "dp_error", "graph_link_frames",
            "graph_report", "link_file_name", "schema_warnings", "two_table_report"]

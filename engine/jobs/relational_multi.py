@@ -1,7 +1,8 @@
 """A schema graph of several tables linked by foreign keys (list form of ``data.links``), run as one job.
 
 Stage 1: each table is synthesized once on its own budget (ledger label ``table:<name>:…``), or, when
-``privacy.tables`` marks it ``public``, its real codes are released as they are (no charge). Stage 2:
+``privacy.tables`` marks it ``public``, its real codes are released as they are (no charge) in a random order
+with new keys (``unlinkable_order``: neither a row's position nor its key says which input row it was). Stage 2:
 each link ``CHILD.fk -> PARENT.key`` runs ``run_relational`` on the already synthetic tables (given as
 ``synthetic_tables=``, so nothing is charged twice) with its own budget ``privacy.links[CHILD.fk]``; its
 charges go to the run's ledger as ``link:CHILD.fk:…`` and its noise comes from a stream of its own. A
@@ -105,8 +106,8 @@ def synthesize_graph_tables(job: RelationalJob, frames: dict[str, tuple[pd.DataF
     oracles: dict[str, tuple[Any, int]] = {}
     sizes: dict[str, int] = {}
     for name, (frame, dom) in frames.items():  # the public row counts first: a job that cannot fit stops here
-        if name in job.public:  # released as given: its codes come to this process
-            out[name] = public_codes(frame, dom, name, ctx)
+        if name in job.public:  # released as given, in an order that says nothing about the input's
+            out[name] = unlinkable_order(public_codes(frame, dom, name, ctx), noise, name)
             sizes[name] = len(out[name])
         elif name in state.syn:
             sizes[name] = len(state.syn[name])
@@ -126,6 +127,17 @@ def synthesize_graph_tables(job: RelationalJob, frames: dict[str, tuple[pd.DataF
                 ctx.progress(f"synthesize table {name}", 1.0)
         out[name] = table_codes(state.syn[name], dom, f"synthetic {name}")
     return out
+
+
+def unlinkable_order(codes: np.ndarray, noise: Any, name: str) -> np.ndarray:
+    """A public table's rows (its real codes, released as they are) in an order that tells nothing about which
+    input row a synthetic one is: sorted by their codes, so the result depends only on the multiset of rows and
+    not on the input's order, then permuted by the run's noise source (its own stream). Keys are then given in
+    this order (0..n-1), so a synthetic child's foreign key points at a row known only by its codes: rows with
+    equal codes are interchangeable, and none is tied to a real key or file position."""
+    codes = np.asarray(codes)
+    order = np.lexsort(codes.T[::-1]) if codes.ndim == 2 and codes.shape[1] else np.arange(len(codes))
+    return codes[order][noise.generator("relational", "public-order", name).permutation(len(codes))]
 
 
 def check_graph_room(job: RelationalJob, p: Mapping[str, Any], sizes: Mapping[str, int]) -> None:
@@ -193,4 +205,4 @@ def link_state(f: Any, res: Any) -> np.ndarray:
 
 
 __all__ = ["GraphCheckpoint", "GraphResult", "LinkLedger", "check_graph_room", "link_state", "run_graph",
-           "synthesize_graph_tables"]
+           "synthesize_graph_tables", "unlinkable_order"]

@@ -138,8 +138,10 @@ def graph_report(job: RelationalJob, res: Any, ledger_dict: Mapping[str, Any], n
         "privacy_note": PRIVACY_NOTE,
         **({"warnings": warnings} if warnings else {}),
         "tables": {n: {"rows_synthetic": int(len(f)), "key": job.keys[n],
-                       **({"public": True, "note": "released as given (privacy.tables: public): real codes, "
-                           "keys renumbered 0..n-1; no budget spent"} if n in res.public else
+                       **({"public": True, "note": "released as given (privacy.tables: public): the real rows' "
+                           "codes in a random order (sorted by codes, then shuffled by the run's noise source) with "
+                           "keys 0..n-1 in that order, so neither a row's position nor its key tells which input "
+                           "row it was; no budget spent"} if n in res.public else
                           {"budget": job.parts[n].to_dict(), "spent": parts[n]["spent"]})}
                    for n, f in res.tables.items()},
         "links": links,

@@ -37,7 +37,7 @@ def privacy_split(run: RunData) -> str:
         rows.append([esc(name), num(b.get("epsilon")), num(b.get("delta")), num(b.get("rho")), num(s.get("epsilon")),
                      num(s.get("delta")), num(s.get("rho"))])
     public = (run.report.get("public_tables") or [])
-    rows += [[esc(n), esc("public: released as given, no budget"), "", "", "", "", ""] for n in public]
+    rows += [[esc(n), esc("public: released as given (random order, new keys), no budget"), "", "", "", "", ""] for n in public]
     zc = comp.get("zcdp") or {}
     svg = figures.hbar("parts", list(parts), [float((p.get("spent") or {}).get("rho") or 0.0) for p in parts.values()],
                        title="ρ spent per part", xlabel="ρ (zCDP)", colors=[figures.PALETTE[1]] * len(parts))

@@ -141,7 +141,8 @@ class RelationalJob:
                       "right": f"{self.links.right}.{self.links.right_col}",
                       **({"columns": list(self.links.columns)} if self.links.columns else {})}
         if self.multi:
-            links = [{"kind": f.kind, "from": f"{f.left}.{f.left_col}", "to": f"{f.right}.{f.right_col}"}
+            links = [{"kind": f.kind, "from": f"{f.left}.{f.left_col}", "to": f"{f.right}.{f.right_col}",
+                      **({"within": f.within} if f.within else {})}
                      if f.kind == "one_to_many" else
                      {"kind": f.kind, "left": f"{f.left}.{f.left_col}", "right": f"{f.right}.{f.right_col}",
                       "path": f.path, **({"columns": list(f.columns)} if f.columns else {})} for f in self.fks]

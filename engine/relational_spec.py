@@ -49,6 +49,7 @@ class LinkSpec:
     right_col: str  # key column of the right table
     path: str | None = None
     columns: tuple[str, str] | None = None
+    within: str | None = None  # a graph's foreign key: every parent with children here has children in that link
 
 
 def parse_ref(ref: Any, what: str) -> tuple[str, str]:

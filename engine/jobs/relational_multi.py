@@ -173,7 +173,7 @@ def run_graph(job: RelationalJob, inputs: Any, ledger: Any, noise: Any, ctx: Any
         res = run_relational(spec["tables"], spec["links"], job.link_params(name), {"tables": {}, "links": job.parts[name]},
                              LinkLedger(ledger, name), PrefixNoise(noise, ("relational", "link", name)),
                              synthetic_tables={f.left: syn[f.left], f.right: syn[f.right]}, progress=ctx.progress,
-                             context=ctx)
+                             context=ctx, sibling=sibling_of(job, f, per_link, state, len(syn[f.right]), ctx))
         rep = dict(res.report)
         rep.pop("ledger_rho_spent", None)  # the run's total; the link's own spend is in the ledger's parts
         state.fks[name] = link_state(f, res)
@@ -196,6 +196,35 @@ def run_graph(job: RelationalJob, inputs: Any, ledger: Any, noise: Any, ctx: Any
     return GraphResult(tables, reports, list(job.public), pairs)
 
 
+def sibling_of(job: RelationalJob, f: Any, per_link: list, state: GraphCheckpoint, n_parents: int,
+               ctx: Any) -> Any:
+    """A foreign key's earlier sibling (``siblings.Sibling``), when another foreign key into the same parent table
+    ran before it: the one it is declared ``within``, else the first. Its synthetic parents' flags come from that
+    link's synthetic foreign keys; for a release (no ``within``; ``sibling_share`` not 0) also its real parents'
+    flags, as a task where the links are. None: no sibling, or siblings kept independent."""
+    from privcube.mechanisms.relational.parameters import check_params
+    from privcube.mechanisms.relational.realside import parent_flags_of
+    from privcube.mechanisms.relational.siblings import Sibling
+
+    if f.kind != "one_to_many":
+        return None
+    earlier = [g for g in job.fks[:job.fks.index(f)] if g.kind == "one_to_many" and g.right == f.right]
+    if not earlier:
+        return None
+    p = check_params(job.link_params(link_name(f)))
+    if p["degrees"] != "preserve" or (not f.within and p["sibling_share"] == 0):
+        return None
+    anchor = next(g for g in earlier if link_name(g) == f.within) if f.within else earlier[0]
+    aname = link_name(anchor)
+    pa = check_params(job.link_params(aname))
+    has = np.bincount(state.fks[aname], minlength=n_parents)[:n_parents] > 0
+    flags = None
+    if not f.within:
+        spec = next(sp for g, sp in per_link if g is anchor)
+        flags = parent_flags_of(spec["tables"], spec["links"], pa, ctx)
+    return Sibling(aname, has, int(pa["d_max"]), bool(f.within), flags)
+
+
 def link_state(f: Any, res: Any) -> np.ndarray:
     """What a finished link keeps: a foreign key's column of synthetic parent ids (one per child), a link
     table's (left id, right id) pairs as an (m, 2) array. Ids are row positions of the synthetic tables."""
@@ -205,4 +234,4 @@ def link_state(f: Any, res: Any) -> np.ndarray:
 
 
 __all__ = ["GraphCheckpoint", "GraphResult", "LinkLedger", "check_graph_room", "link_state", "run_graph",
-           "synthesize_graph_tables", "unlinkable_order"]
+           "sibling_of", "synthesize_graph_tables", "unlinkable_order"]

@@ -455,3 +455,21 @@ def test_childless_parents_keep_their_own_bin() -> None:
         q = degree_distribution(np.add.reduceat(hist, e[:-1]), n, 1e-9, mean, d, zero_bin=zero_bin)
         assert lo <= q[0] <= hi, (zero_bin, q[0])
         assert abs(float((q * np.arange(d + 1)).sum()) - mean) < 1e-3  # the public mean, either way
+
+
+def test_cap_moves_go_to_the_nearest_codes_when_no_twin_has_room() -> None:
+    """With the records' codes, a link moved off a record above its cap goes to a record of its own code first,
+    else to the one with the fewest differing codes (not to a random record with room)."""
+    from privcube.mechanisms.relational.degrees import cap_degrees
+
+    codes = np.array([[0, 0, 0], [0, 0, 1], [2, 2, 2], [2, 2, 1], [1, 2, 2]])  # record 0's nearest: 1 (one differs)
+    keys = codes @ np.array([9, 3, 1])
+    si, sj = np.arange(4), np.array([0, 0, 0, 2])  # record 0 holds 3 links, cap 1 each
+    for seed in range(10):
+        _, new = cap_degrees(si, sj, 5, 1, keys, np.random.default_rng(seed), codes2=codes)
+        assert np.bincount(new, minlength=5).max() == 1
+        assert 1 in new[:3].tolist()  # the nearest record took one of the moved links
+        moved = sorted(new[:3].tolist())
+        assert moved == [0, 1, 3] or moved == [0, 1, 4]  # then the next nearest (two codes differ from record 0)
+    _, rand = zip(*(cap_degrees(si, sj, 5, 1, keys, np.random.default_rng(s)) for s in range(20)))
+    assert any(1 not in r[:3].tolist() for r in rand)  # without the codes the receivers are random

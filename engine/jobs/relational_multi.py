@@ -161,6 +161,7 @@ def run_graph(job: RelationalJob, inputs: Any, ledger: Any, noise: Any, ctx: Any
     """Both stages for every table and link (see the module docstring)."""
     from privcube.mechanisms.relational.composition import PrefixNoise
     from privcube.mechanisms.relational.mechanism import run_relational
+    from privcube.mechanisms.relational.parameters import check_params
 
     frames, per_link = inputs
     state = GraphCheckpoint(ctx.checkpoint, ledger)
@@ -170,13 +171,19 @@ def run_graph(job: RelationalJob, inputs: Any, ledger: Any, noise: Any, ctx: Any
         name = link_name(f)
         if name in state.fks:
             continue
+        sib = sibling_of(job, f, per_link, state, len(syn[f.right]), ctx)
+        # within a sibling: this link is learned on that link's synthetic parents only (conditioned on it)
+        among = np.flatnonzero(sib.anchor_has) if sib is not None and sib.within else None
+        if among is not None and len(syn[f.left]) > among.size * int(check_params(job.link_params(name))["d_max"]):
+            among = None  # too few of them to hold the children under d_max: learned on all, then moved in
+        parents = syn[f.right] if among is None else syn[f.right][among]
         res = run_relational(spec["tables"], spec["links"], job.link_params(name), {"tables": {}, "links": job.parts[name]},
                              LinkLedger(ledger, name), PrefixNoise(noise, ("relational", "link", name)),
-                             synthetic_tables={f.left: syn[f.left], f.right: syn[f.right]}, progress=ctx.progress,
-                             context=ctx, sibling=sibling_of(job, f, per_link, state, len(syn[f.right]), ctx))
+                             synthetic_tables={f.left: syn[f.left], f.right: parents}, progress=ctx.progress,
+                             context=ctx, sibling=sib)
         rep = dict(res.report)
         rep.pop("ledger_rho_spent", None)  # the run's total; the link's own spend is in the ledger's parts
-        state.fks[name] = link_state(f, res)
+        state.fks[name] = link_state(f, res) if among is None else among[link_state(f, res)]
         ends = {"from": name, "to": f"{f.right}.{f.right_col}"} if f.kind == "one_to_many" else \
             {"from": name, "left": f"{f.left}.{f.left_col}", "right": f"{f.right}.{f.right_col}"}
         state.reports.append({**ends, "name": name, "kind": f.kind, "budget": job.parts[name].to_dict(),

@@ -47,8 +47,8 @@ def _sibling_plan(link: LinkSpec, job: RelationalJob, p: Mapping[str, Any], rho_
     if not earlier:
         return 0.0, None
     if link.within:
-        return 0.0, (f"declared within {link.within}: every parent with children here is given children there "
-                     "too (whole child sets moved to the nearest codes; no budget)")
+        return 0.0, (f"declared within {link.within}: learned on the synthetic parents with children there (no "
+                     "budget)")
     if p["sibling_share"] == 0:
         return 0.0, f"independent of {link_name(earlier[0])} (sibling_share 0)"
     anchor = link_name(earlier[0])

@@ -411,6 +411,8 @@ def _nonprivate_evaluation(pr: Problem, real: RealCross, syn: CrossTables, syn_c
     floor_w = {w.label(): 100.0 * float(np.abs(real.marginal(w) - floor_side.marginal(w)).sum()) for w in all_w}
     hist_real = pr.real.degree_histogram(1)
     hist_syn = np.bincount(np.bincount(sj, minlength=n2s))
+    if _all_parents(pr) > n2s:  # within a sibling: the parents left out are childless
+        hist_syn[0] += _all_parents(pr) - n2s
     left_real, left_syn = pr.real.degree_histogram(0), np.bincount(np.bincount(si, minlength=n1s))
     return {
         "note": "computed from the real data; NOT differentially private",
@@ -480,7 +482,11 @@ def _align(pr: Problem, syn_codes: list[np.ndarray], sj: np.ndarray, sib: Siblin
     has = np.bincount(sj, minlength=n2s) > 0
     k_link, k_anchor = int(has.sum()), int(np.count_nonzero(sib.anchor_has))
     out: dict[str, Any] = {"anchor": sib.anchor, "mode": "within" if sib.within else "released", "rho": rho}
-    if sib.within:
+    if sib.within and n2s < np.asarray(sib.anchor_has).size:  # learned on the anchor's parents alone: no move
+        out.update({"parents": n2s, "note": f"declared within {sib.anchor}: learned on the {n2s} synthetic parents "
+                                            f"with children there (no budget)"})
+        return sj, out
+    if sib.within:  # the anchor's parents cannot hold these children under d_max: learned on all, then moved in
         target = min(k_link, k_anchor)
     elif reading is not None:
         target = both_target(reading[0], reading[1], int(pr.n_real[1]), n2s, k_link, k_anchor)
@@ -541,23 +547,47 @@ def _degree_repair(pr: Problem, syn_codes: list[np.ndarray], ls: LinkState, nois
     keys = (_full_keys(syn_codes[0], pr.doms[0], n1s), keys2)
     one = pr.kind == "one_to_many"
     sigma = degree_sigma(d_max, rho_deg, pr.self_ref, one_to_many=one)
+    # ``within`` a sibling: the synthetic parents here are the sibling's parents only (``run_graph`` restricts
+    # them); the release counts all real parents, so its distribution is read over all n_all synthetic parents
+    # and then restricted (the parents outside are the childless ones)
+    n_all = _all_parents(pr)
     if one and ls.degree_hist.ndim == 1:  # the two-value release: parents without / with children
-        within = pr.sibling is not None and pr.sibling.within  # this link's parents are among the sibling's
         probs: tuple[np.ndarray | None, ...] = (None, childless_distribution(
-            ls.degree_hist, n2s, n1s, d_max, int(pr.n_real[1]), two_value_sigma(d_max, rho_deg),
-            max_parents=int(np.count_nonzero(pr.sibling.anchor_has)) if within else None))
+            ls.degree_hist, n_all, n1s, d_max, int(pr.n_real[1]), two_value_sigma(d_max, rho_deg),
+            max_parents=n2s if n_all != n2s else None))
     else:
-        probs = tuple(degree_distribution(ls.degree_hist[s], pr.n_real[s], sigma, pr.m_syn / (n1s, n2s)[s], d_max,
-                                          np.bincount(np.bincount(sj if s else si, minlength=(n1s, n2s)[s])),
+        sides = (n1s, n_all if one else n2s)
+        probs = tuple(degree_distribution(ls.degree_hist[s], pr.n_real[s], sigma, pr.m_syn / sides[s], d_max,
+                                          np.bincount(np.bincount(sj if s else si, minlength=sides[s])),
                                           zero_bin=one)
                       if np.isfinite(ls.degree_hist[s]).any() else None for s in (0, 1))
+    if n_all != n2s and probs[1] is not None:
+        probs = (probs[0], restrict_distribution(probs[1], n_all, n2s))
     si, sj, rep = shape_degrees(si, sj, (n1s, n2s), keys, probs, rng, no_diagonal=pr.no_diag, in_place=True)
     if one:
         target = group_targets(np.bincount(sj, minlength=n2s), np.zeros(n2s, np.int64), probs[1], rng)
         sj_in = sj
-        si, sj = cap_degrees(si, sj, n2s, target, keys2, rng, no_diagonal=pr.no_diag)  # copies sj if it moves any
+        si, sj = cap_degrees(si, sj, n2s, target, keys2, rng, no_diagonal=pr.no_diag,  # copies sj if it moves any
+                             codes2=np.asarray(syn_codes[1]))
         rep["right"]["moved_to_other_codes"] = int(np.count_nonzero(keys2[sj_in] != keys2[sj]))
     return si, sj, rep
+
+
+def _all_parents(pr: Problem) -> int:
+    """The synthetic parents of a one-to-many link: all of them, also when only a sibling's parents take part
+    (``within``: the parent table passed in is restricted to those)."""
+    sib = pr.sibling
+    if pr.kind == "one_to_many" and sib is not None and sib.within:
+        return int(np.asarray(sib.anchor_has).size)
+    return pr.n_syn_pair[1]
+
+
+def restrict_distribution(p: np.ndarray, n_all: int, n_sub: int) -> np.ndarray:
+    """A children-per-parent distribution over ``n_all`` parents read over the ``n_sub`` of them that may have
+    children (the others are childless): the childless count less the parents left out, renormalised."""
+    counts = np.asarray(p, dtype=float) * n_all
+    counts[0] = max(counts[0] - (n_all - n_sub), 0.0)
+    return counts / max(counts.sum(), 1e-300)
 
 
 class Relational(Mechanism):

@@ -181,6 +181,10 @@ def test_siblings_agree_declared_or_released(tmp_path: Path) -> None:
     s = rep["devices.user_id"]["siblings"]
     assert s["mode"] == "released" and s["anchor"] == "sessions.user_id" and s["rho"] == sib["rho"]
     released = _joint(tmp_path, out)
+    from privcube.report.page import render_report
+
+    page = render_report(out)
+    assert "siblings.mode" in page and "released" in page and "degrees.share_with_children_error" in page
     indep = dict(cfg, mechanism={**cfg["mechanism"], "sibling_share": 0})
     independent = _joint(tmp_path, _run(indep, tmp_path, "independent"))
     tv = lambda a: 0.5 * float(np.abs(a - real).sum())  # noqa: E731

@@ -86,13 +86,16 @@ def iterations(run: RunData) -> str:
 
 
 def degrees(run: RunData) -> str:
-    """Per link, the public degree settings (d_max, truncation) and the degree preservation's outcome."""
+    """Per link, the public degree settings (d_max, truncation), the degree preservation's outcome and, for a later
+    sibling foreign key, how its parents were made to agree with the earlier one's."""
     body = ""
     for name, mr in link_reports(run):
         deg = mr.get("degree") if isinstance(mr.get("degree"), dict) else {}
         rows = {f"degree.{k}": deg[k] for k in PUBLIC_DEGREE_KEYS if k in deg}  # others: data-dependent
         if isinstance(mr.get("degrees"), dict):
             rows.update({f"degrees.{k}": v for k, v in mr["degrees"].items()})
+        if isinstance(mr.get("siblings"), dict):  # a later foreign key into the same parent: how they agree
+            rows.update({f"siblings.{k}": v for k, v in mr["siblings"].items()})
         if rows:
             body += f"<h3>{esc(name)}</h3>" + _kv(rows, ("degree", "value"))
     if not body:

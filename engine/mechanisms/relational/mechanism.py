@@ -275,9 +275,10 @@ def run_relational(tables: Mapping[str, tuple[Any, Domain]], links: Any, params:
     All input checks run before the first charge and the first save.
 
     ``sibling`` (a schema graph's later foreign key into a parent that an earlier one links to already,
-    ``siblings.Sibling``): which synthetic parents have the earlier link's children; this link's parents are
-    then made to overlap them as declared (``within``) or as released (``siblings``), by moving whole child
-    sets after the degree repair.
+    ``siblings.Sibling``): which synthetic parents have the earlier link's children. Declared ``within``, the
+    caller passes only those parents as this link's synthetic parent table (its degree release is still read
+    over all of them); otherwise this link's parents are made to overlap them as released (``siblings``), by
+    moving whole child sets after the degree repair.
     """
     import time
 

@@ -2,6 +2,7 @@
 
     python benchmarks/relational_generalise.py [--datasets airbnb airbnb-b generated] [--eps-rel 0.5 1 2]
         [--seeds 0 1 2 3 4] [--param KEY=JSON ...] [--no-within] [--out results.jsonl]
+    python benchmarks/relational_generalise.py --markdown results.jsonl   # the summary table of saved results
 
 Each run is a whole `privcube run` of the job ``_relational_datasets.write_job`` writes (tables at ε 1 each,
 every link at ε_rel, δ 1e-6, the engine's defaults otherwise, ``evaluate_nonprivate: true``). Per link it prints
@@ -83,7 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--param", action="append", default=[], metavar="KEY=JSON", help="a mechanism parameter")
     ap.add_argument("--no-within", action="store_true", help="no declared sibling dependency (released instead)")
     ap.add_argument("--out", type=Path, default=None, help="append one JSON line per run and link")
+    ap.add_argument("--markdown", type=Path, default=None, metavar="JSONL",
+                    help="print the summary of a results file written with --out as a markdown table, run nothing")
     a = ap.parse_args(argv)
+    if a.markdown is not None:
+        markdown([json.loads(line) for line in a.markdown.read_text().splitlines() if line.strip()])
+        return 0
     if not AIRBNB.exists() and any(d.startswith("airbnb") for d in a.datasets):
         print(f"skip: {AIRBNB} not found", file=sys.stderr)
         return 0
@@ -143,6 +149,24 @@ def summarise(results: list[dict]) -> None:
         if "joint_tv" in g and g["joint_tv"].notna().any():
             line += f", joint TV {g['joint_tv'].mean():.3f} [{g['joint_tv'].min():.3f}–{g['joint_tv'].max():.3f}]"
         print(line)
+
+
+def markdown(results: list[dict]) -> None:
+    """The summary as a markdown table: one row per data set, link and ε_rel (mean ± sd [min–max] over seeds)."""
+    df = pd.DataFrame(results)
+    print("| data | link | ε_rel | seeds | learned % | random % | floor % | learned ÷ random | wins | learned ÷ floor "
+          "| share with children: mean (real), mean error, largest error | ≤ d_max | joint TV | s (load) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for (ds, link, eps), g in df.groupby(["data", "link", "eps_rel"], sort=False):
+        lr, lf, err = g["learned"] / g["random"], g["learned"] / g["floor"], g["share_syn"] - g["share_real"]
+        tv = (f"{g['joint_tv'].mean():.3f} [{g['joint_tv'].min():.3f}–{g['joint_tv'].max():.3f}]"
+              if "joint_tv" in g and g["joint_tv"].notna().any() else "–")
+        print(f"| {ds} | {link} | {eps:g} | {len(g)} | {g['learned'].mean():.2f} ± {g['learned'].std():.2f} "
+              f"[{g['learned'].min():.2f}–{g['learned'].max():.2f}] | {g['random'].mean():.2f} | {g['floor'].mean():.2f} "
+              f"| {lr.mean():.3f} [{lr.min():.3f}–{lr.max():.3f}] | {int((lr < 1).sum())}/{len(g)} | {lf.mean():.3f} ± "
+              f"{lf.std():.3f} [{lf.min():.3f}–{lf.max():.3f}] | {g['share_syn'].mean():.3f} ({g['share_real'].iloc[0]:.3f}), "
+              f"{err.mean():+.3f}, {err.abs().max():.3f} | {int((g['max_degree'] <= g['d_max']).sum())}/{len(g)} | {tv} "
+              f"| {g['seconds'].min():.0f}–{g['seconds'].max():.0f} ({g['load'].min():.1f}–{g['load'].max():.1f}) |")
 
 
 if __name__ == "__main__":

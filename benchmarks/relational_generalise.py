@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                         r.update({"data": ds, "eps_rel": eps, "seed": seed, "seconds": dt, "load": load})
                         results.append(r)
                         print(f"{ds:>9} {eps:4g} {seed:4d} {r['link']:>17} {r['learned']:7.2f} {r['random']:7.2f} "
-                              f"{r['floor']:6.2f} {r['learned'] / r['random']:6.3f} {r['learned'] / r['floor']:6.3f} "
+                              f"{r['floor']:6.2f} {_ratio(r['learned'], r['random']):6.3f} "
+                              f"{_ratio(r['learned'], r['floor']):6.3f} "
                               f"{r['share_syn']:6.3f}/{r['share_real']:6.3f} {r['max_degree']:>4d}/{r['d_max']:<3d} "
                               f"{r.get('joint_tv', float('nan')):7.3f} {r['measurements']:4d} {dt:6.1f} {load:5.2f}",
                               flush=True)
@@ -131,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _ratio(a: float, b: float) -> float:
+    """a / b, NaN when b is 0 (a floor of 0: every real record has a same-code synthetic twin)."""
+    return a / b if b else float("nan")
+
+
 def summarise(results: list[dict]) -> None:
     """Per data set, ε_rel and link: mean ± sd [min–max] over seeds of learned ÷ random and ÷ floor, the
     learned error, wins over random links, |share error|, the mean share, degree bound kept, joint TV."""
@@ -139,7 +145,7 @@ def summarise(results: list[dict]) -> None:
     df = pd.DataFrame(results)
     print("\nsummary over seeds: mean ± sd [min–max]")
     for (ds, link, eps), g in df.groupby(["data", "link", "eps_rel"], sort=False):
-        lr, lf = g["learned"] / g["random"], g["learned"] / g["floor"]
+        lr, lf = g["learned"] / g["random"], g["learned"] / g["floor"].where(g["floor"] > 0)
         err = (g["share_syn"] - g["share_real"])
         line = (f"{ds:>9} {link:>17} eps {eps:g}: learned {g['learned'].mean():6.2f} ± {g['learned'].std():4.2f}, "
                 f"l/random {lr.mean():.3f} [{lr.min():.3f}–{lr.max():.3f}] (wins {int((lr < 1).sum())}/{len(g)}), "
@@ -158,7 +164,8 @@ def markdown(results: list[dict]) -> None:
           "| share with children: mean (real), mean error, largest error | ≤ d_max | joint TV | s (load) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (ds, link, eps), g in df.groupby(["data", "link", "eps_rel"], sort=False):
-        lr, lf, err = g["learned"] / g["random"], g["learned"] / g["floor"], g["share_syn"] - g["share_real"]
+        lr, err = g["learned"] / g["random"], g["share_syn"] - g["share_real"]
+        lf = g["learned"] / g["floor"].where(g["floor"] > 0)
         tv = (f"{g['joint_tv'].mean():.3f} [{g['joint_tv'].min():.3f}–{g['joint_tv'].max():.3f}]"
               if "joint_tv" in g and g["joint_tv"].notna().any() else "–")
         print(f"| {ds} | {link} | {eps:g} | {len(g)} | {g['learned'].mean():.2f} ± {g['learned'].std():.2f} "

@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("--force", action="store_true", help="with --out: replace an existing file")
 
     _audit_parser(sub)
+    _budget_parser(sub)
 
     d = sub.add_parser("demo", help="generate a seeded census-like table and run the main job on it")
     d.add_argument("--out", help="folder for the demo data and run (default: ./privcube-demo)")
@@ -99,6 +100,21 @@ def _audit_parser(sub: Any) -> None:
     a.add_argument("--confidence", type=float, default=0.95, help="confidence of the lower bounds (default 0.95)")
     a.add_argument("--json", action="store_true", help="machine-readable rows")
     a.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def _budget_parser(sub: Any) -> None:
+    """``privcube budget init PATH --epsilon E --delta D`` / ``privcube budget show PATH``."""
+    b = sub.add_parser("budget", help="one privacy budget per dataset, charged by every run that names it",
+                       description="A dataset's budget file (privacy.budget_file in a job config): every run that "
+                                   "names it is charged against it, and a run that would exceed it is refused.")
+    bsub = b.add_subparsers(dest="budget_command", required=True, metavar="ACTION")
+    bi = bsub.add_parser("init", help="create a dataset budget file")
+    bi.add_argument("path", metavar="PATH")
+    bi.add_argument("--epsilon", type=float, required=True, help="the dataset's total epsilon")
+    bi.add_argument("--delta", type=float, required=True, help="the dataset's total delta")
+    bs = bsub.add_parser("show", help="print the budget and the spend of every run charged to it")
+    bs.add_argument("path", metavar="PATH")
+    bs.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 class Terminated(BaseException):
@@ -282,6 +298,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _schema(args)
     if args.command == "audit":
         return _audit(args)
+    if args.command == "budget":
+        return _budget(args)
     if args.command == "demo":
         from privcube.demo import run_demo
 
@@ -318,6 +336,24 @@ def _audit(args: argparse.Namespace) -> int:
     else:
         print(format_table(rows))
     return 0 if all(r.passed for r in rows) else 1
+
+
+def _budget(args: argparse.Namespace) -> int:
+    """``privcube budget init`` / ``show``."""
+    from privcube.privacy import dataset_budget
+
+    if args.budget_command == "init":
+        info = dataset_budget.init_budget(args.path, args.epsilon, args.delta)
+        print(f"budget: {info['path']} (epsilon={info['epsilon']:g}, delta={info['delta']:g}, rho={info['rho']:.6g})")
+        return 0
+    status = dataset_budget.show_budget(args.path)
+    if args.json:
+        import json
+
+        print(json.dumps(status, indent=2))
+    else:
+        print(dataset_budget.format_status(status))
+    return 0
 
 
 def _report_after_run(run_dir: Path) -> None:

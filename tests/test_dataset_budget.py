@@ -188,6 +188,11 @@ def test_crash_then_resume_charges_once(folder: Path) -> None:
     # another run does not fit beside the open reservation
     other = cli("run", str(cfg), "--out", str(folder / "other"), "--quiet", "--no-report")
     assert other.returncode == 2 and "does not fit" in one_line(other) and not (folder / "other").exists()
+    # a --resume with another seed is another run: it does not fit beside the interrupted one's reservation,
+    # which stays as it was
+    wrong = cli("run", str(cfg), "--out", str(out), "--seed", "5", "--resume", "--quiet", "--no-report")
+    assert wrong.returncode == 2 and "does not fit" in one_line(wrong)
+    assert [x["state"] for x in show_budget(b)["runs"]] == ["reserved"]
     r = cli("run", str(cfg), "--out", str(out), "--seed", "4", "--resume", "--quiet", "--no-report")
     assert r.returncode == 0, r.stderr
     status = show_budget(b)

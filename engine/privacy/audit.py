@@ -44,8 +44,8 @@ class Case:
 
     ``run(dataset, noise) -> Outcome`` runs the mechanism once; ``noise(entropy)`` makes the noise source of a
     trial; ``first`` is D and ``seconds`` the candidate neighbours (label, D'); ``trials`` the trials per
-    dataset in each mode (a mode without an entry leaves the case out of it); ``pilot`` the trials per
-    candidate used to pick one when there are several.
+    dataset in each mode; ``pilot`` the trials per candidate used to pick one when there are several;
+    ``fast_suite`` puts the case in the default ``--fast`` subset.
     """
 
     key: str
@@ -60,6 +60,7 @@ class Case:
     trials: Mapping[str, int]
     pilot: int = 60
     notes: Mapping[str, Any] = field(default_factory=dict)
+    fast_suite: bool = False  # in the subset `privcube audit --fast` runs when no --mechanism is named
 
     def with_run(self, run: Callable[[Any, Any], Outcome], key: str | None = None) -> Case:
         """The same case run by another function (e.g. a test's deliberately broken variant)."""
@@ -163,7 +164,7 @@ def run_case(case: Case, mode: str = "fast", *, seed: int = 0, confidence: float
 
 def run_audit(cases: Sequence[Case], mode: str = "fast", *, seed: int = 0, confidence: float = CONFIDENCE,
               on_row: Callable[[AuditRow], None] | None = None) -> list[AuditRow]:
-    """Audit every case that has trials in ``mode``; ``on_row`` sees each row as it is done. Progress bars of
+    """Audit every case with its trials for ``mode``; ``on_row`` sees each row as it is done. Progress bars of
     the mechanisms are silenced meanwhile."""
     from privcube import progress
 
@@ -174,8 +175,6 @@ def run_audit(cases: Sequence[Case], mode: str = "fast", *, seed: int = 0, confi
     rows = []
     try:
         for case in cases:
-            if mode not in case.trials:
-                continue
             row = run_case(case, mode, seed=seed, confidence=confidence)
             rows.append(row)
             if on_row is not None:

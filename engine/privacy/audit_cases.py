@@ -116,7 +116,8 @@ class _Folder:
 
 def single_table_case(key: str, config: Mapping[str, Any], first: Any, seconds: Sequence[tuple[str, Any]], *,
                       trials: Mapping[str, int], neighbours: str = "add/remove one record", pilot: int = 60,
-                      pipeline: bool = False, mechanism: Callable[[Any], Any] | None = None) -> Case:
+                      pipeline: bool = False, mechanism: Callable[[Any], Any] | None = None,
+                      fast_suite: bool = False) -> Case:
     """A case from a job config mapping (inline ``domain``, no data): datasets are (N × d) code arrays in the
     domain's attribute order, or, under ``privacy_unit``, pandas frames of codes plus the person id column
     (``privcube.storage.contribution.ID_COLUMN``). ``pipeline`` adds post-processing and synthetic records
@@ -160,7 +161,7 @@ def single_table_case(key: str, config: Mapping[str, Any], first: Any, seconds: 
     return Case(key, cfg.mechanism + (" + postprocess + synthesize" if pipeline else ""), kind, neighbours,
                 0.0 if cfg.budget.pure else cfg.budget.delta, run,
                 discrete_noise if cfg.noise_sampler == "discrete" else continuous_noise, first, list(seconds),
-                dict(trials), pilot, {"config": dict(config)})
+                dict(trials), pilot, {"config": dict(config)}, fast_suite)
 
 
 def _bounded(dataset: Any, cfg: Any, noise: Any) -> np.ndarray:
@@ -265,7 +266,7 @@ def selection_flip_pair(config: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarr
 
 
 def relational_case(key: str = "relational", *, trials: Mapping[str, int], rho: float = 0.5,
-                    delta: float = AUDIT_DELTA) -> Case:
+                    delta: float = AUDIT_DELTA, discrete: bool = False) -> Case:
     """The links stage of ``relational`` (the tables are supplied, so only the links budget is spent): eight
     users (code g) and six movies (code h), two links per user, d_max 3; D' moves user 0's two links from
     movies with h = 0 to movies with h = 1. Features: the synthetic links' counts per (g, h)."""
@@ -301,7 +302,8 @@ def relational_case(key: str = "relational", *, trials: Mapping[str, int], rho: 
         counts = np.bincount(g * 2 + h, minlength=4).astype(float)
         return Outcome(counts, float(ledger.spent["epsilon"]))
 
-    return Case(key, "relational", "gaussian", "change one row's links (bounded)", delta, run, continuous_noise,
+    return Case(key, "relational", "discrete-gaussian" if discrete else "gaussian", "change one row's links (bounded)",
+                delta, run, discrete_noise if discrete else continuous_noise,
                 links(base), [("user 0's links to the other movie code", links(moved))], dict(trials), 60,
                 {"params": params, "rho_links": rho})
 
@@ -331,35 +333,37 @@ def suite() -> list[Case]:
     kway2 = [{"kway": 2}]
     cases = [
         single_table_case("rp", _config("residual-planner", kway2, GAUSSIAN, D2), BASE2, add2,
-                          trials={"fast": 1000, "all": 4000}),
+                          trials={"fast": 1000, "all": 4000}, fast_suite=True),
         single_table_case("rp-discrete", _config("residual-planner", kway2, GAUSSIAN, D2, noise_sampler="discrete"),
-                          BASE2, add2, trials={"fast": 1000, "all": 4000}),
+                          BASE2, add2, trials={"fast": 1000, "all": 4000}, fast_suite=True),
         single_table_case("rp-substitution", _config({"name": "residual-planner", "neighbours": "substitution"}, kway2,
                                                      GAUSSIAN, D2), BASE2, moved,
-                          trials={"all": 4000}, neighbours="substitution (one record changed)"),
+                          trials={"fast": 1000, "all": 4000}, neighbours="substitution (one record changed)"),
         single_table_case("rp-unit", _config("residual-planner", kway2, GAUSSIAN, D2,
                                              privacy_unit={"id": "person", "max_rows": 2}),
                           unit_first, [("add a person with 6 rows in (0, 0)", unit_second)],
-                          trials={"fast": 1000, "all": 4000}, neighbours="add/remove one person (max_rows 2)"),
+                          trials={"fast": 1000, "all": 4000}, neighbours="add/remove one person (max_rows 2)",
+                          fast_suite=True),
         single_table_case("qs", _config("querysmasher", PREFIX, GAUSSIAN, D42), BASE42, every42,
-                          trials={"all": 4000}),
+                          trials={"fast": 1000, "all": 4000}),
         single_table_case("hdmm", _config({"name": "hdmm", "restarts": 1}, PREFIX, GAUSSIAN, D42), BASE42, every42,
-                          trials={"all": 4000}),
+                          trials={"fast": 1000, "all": 4000}),
         single_table_case("hdmm-laplace", _config({"name": "hdmm", "restarts": 1, "noise": "laplace"}, PREFIX, PURE, D42),
-                          BASE42, every42, trials={"fast": 1000, "all": 4000}),
+                          BASE42, every42, trials={"fast": 1000, "all": 4000}, fast_suite=True),
         single_table_case("eigen", _config("eigen-design", PREFIX, GAUSSIAN, D42), BASE42, every42,
-                          trials={"all": 4000}),
+                          trials={"fast": 1000, "all": 4000}),
         single_table_case("eigen-laplace", _config({"name": "eigen-design", "noise": "laplace"}, PREFIX, PURE, D42),
-                          BASE42, every42, trials={"all": 4000}),
+                          BASE42, every42, trials={"fast": 1000, "all": 4000}),
         single_table_case("aim-selection", SELECTION, sel_first, [("add (0, 1, 0, 0): round-1 choice flips", sel_second)],
-                          trials={"fast": 500, "all": 2000}, neighbours="add/remove one record"),
+                          trials={"fast": 500, "all": 2000}, fast_suite=True),
         single_table_case("aim", _config("aim-grem", kway2, GAUSSIAN, D3), BASE3, [("add (0, 1, 0)", _plus(BASE3, (0, 1, 0)))],
-                          trials={"all": 2000}),
+                          trials={"fast": 500, "all": 2000}),
         single_table_case("aim-discrete", _config("aim-grem", kway2, GAUSSIAN, D3, noise_sampler="discrete"), BASE3,
-                          [("add (0, 1, 0)", _plus(BASE3, (0, 1, 0)))], trials={"all": 2000}),
-        relational_case(trials={"all": 1000}),
+                          [("add (0, 1, 0)", _plus(BASE3, (0, 1, 0)))], trials={"fast": 500, "all": 2000}),
+        relational_case(trials={"fast": 200, "all": 1000}),
+        relational_case("relational-discrete", trials={"fast": 200, "all": 1000}, discrete=True),
         single_table_case("pipeline", _config("residual-planner", kway2, GAUSSIAN, D2, synthesize={"rows": "auto"}),
-                          BASE2, add2, trials={"fast": 300, "all": 1000}, pipeline=True),
+                          BASE2, add2, trials={"fast": 300, "all": 1000}, pipeline=True, fast_suite=True),
     ]
     return cases
 

@@ -275,6 +275,7 @@ def reserve(cfg: Any, out: str | os.PathLike[str], identity: Mapping[str, Any], 
                 s.append({"type": "resume", "run": prior[-1].id, "time": _now()})
                 hold = Hold(path, prior[-1].id, prior[-1].reserved)
                 hold.settled = prior[-1].state == "settled"
+                hold.measured = True  # the interrupted attempt may have measured: never released from here on
                 return hold
         units = {c.unit for c in book.charges if c.state != "released"}
         if units and units != {unit}:

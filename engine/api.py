@@ -146,15 +146,39 @@ def run_job(job: JobKind, out: str | Path, *, seed: int | None = None, resume: b
         job.check_before_data(replace=resume or overwrite)
         cluster = {"scheduler_address": scheduler_address, "scheduler_file": scheduler_file, "workers": workers}
         admitted = _admit(job, client, cluster)  # memory (and the cluster's size) before any data is read
-        with rundir.replacing() if replacing else contextlib.nullcontext():
+        hold = _reserve_budget(job, out, identity, resume)  # privacy.budget_file: refused here if it does not fit
+        opened: list[Any] = []
+        with _budget_held(hold, lambda: opened[0] if opened else None), \
+                rundir.replacing() if replacing else contextlib.nullcontext():
             checkpoint = job.open_checkpoint(rundir, identity)
+            opened.append(checkpoint)
             if resume:
                 check_resumable(rundir, checkpoint, seed)  # another seed/config is refused before any data is read
             env = JobEnv(rundir, seed=seed, resume=resume, quiet=quiet, checkpoint=checkpoint)
             inputs = job.read_inputs(env)  # checks values against the schema
             _set_quiet(quiet)
             with owner_only():  # every file and folder of the run directory is owner-only
-                return Result.of(_drive(job, inputs, env, client, cluster, admitted))
+                return Result.of(_drive(job, inputs, env, client, cluster, admitted, hold))
+
+
+def _reserve_budget(job: JobKind, out: str | Path, identity: Mapping[str, Any], resume: bool) -> Any:
+    """The run's reservation on the dataset budget its config names (``privacy.budget_file``; see
+    ``privacy.dataset_budget``), or None; a run that does not fit is refused (BudgetError) before any data."""
+    cfg = getattr(job, "cfg", None)
+    if not isinstance(cfg, JobConfig):
+        return None
+    from privcube.privacy.dataset_budget import reserve
+
+    return reserve(cfg, out, identity, resume=resume)
+
+
+def _budget_held(hold: Any, checkpoint: Any) -> Any:
+    """On failure, the reservation is released unless the run measured or committed a checkpoint."""
+    if hold is None:
+        return contextlib.nullcontext()
+    from privcube.privacy.dataset_budget import held
+
+    return held(hold, checkpoint)
 
 
 def _admit(job: JobKind, client: Any, cluster: Mapping[str, Any]) -> bool:
@@ -177,7 +201,7 @@ def _admit(job: JobKind, client: Any, cluster: Mapping[str, Any]) -> bool:
 
 
 def _drive(job: JobKind, inputs: Any, env: JobEnv, client: Any, cluster: Mapping[str, Any],
-           admitted: bool = True) -> RunSummary:
+           admitted: bool = True, hold: Any = None) -> RunSummary:
     """Under the cluster: start, measure (retried from the checkpoint when a worker is lost), release; then
     write, publish, mark complete. A job not yet ``admitted`` (a remote cluster) is checked against the
     workers its scheduler reports once the client is connected, before the data is read."""
@@ -197,6 +221,10 @@ def _drive(job: JobKind, inputs: Any, env: JobEnv, client: Any, cluster: Mapping
         env.client = cl
         env.noise = make_noise_source(env.seed, job.noise_sampler)
         measured = _measure(job, job.start(inputs, env), env)
+        if hold is not None:  # the dataset budget is charged what was spent (a fact once measured)
+            from privcube.privacy.dataset_budget import spent_ledger
+
+            hold.settle(spent_ledger(job.cfg, measured))  # type: ignore[attr-defined] - single-table jobs only
         job.release(measured, env)
     summary = job.write(measured, env)
     rundir = env.rundir

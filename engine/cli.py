@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "--force)")
     inf.add_argument("--force", action="store_true", help="with --out: replace an existing file")
 
+    _audit_parser(sub)
+    _budget_parser(sub)
+
     d = sub.add_parser("demo", help="generate a seeded census-like table and run the main job on it")
     d.add_argument("--out", help="folder for the demo data and run (default: ./privcube-demo); refused if it holds "
                                  "files the demo did not write")
@@ -82,6 +85,39 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workers", type=int, default=None, help="LocalCluster workers")
     d.add_argument("--quiet", action="store_true")
     return parser
+
+
+def _audit_parser(sub: Any) -> None:
+    """``privcube audit [--mechanism NAME ...] [--fast | --all]`` (privcube.privacy.audit)."""
+    a = sub.add_parser("audit", help="empirical privacy audit: a lower bound on epsilon of every mechanism",
+                       description="Run each mechanism many times on two neighbouring datasets, fit a test that tells "
+                                   "them apart and print a lower bound on epsilon (Clopper-Pearson) beside what the "
+                                   "ledger claims; exit 1 when a bound exceeds its claim.")
+    a.add_argument("--mechanism", nargs="+", action="extend", metavar="NAME",
+                   help="audit only these (residual-planner, querysmasher, hdmm, eigen-design, aim-grem, relational, "
+                        "pipeline); repeatable")
+    mode = a.add_mutually_exclusive_group()
+    mode.add_argument("--fast", action="store_true", help="the quick subset (the default)")
+    mode.add_argument("--all", action="store_true", help="every case with more trials (up to 30 min on 2 cores)")
+    a.add_argument("--seed", type=int, default=0, help="seed from which every trial's noise seed is derived (default 0)")
+    a.add_argument("--confidence", type=float, default=0.95, help="confidence of the lower bounds (default 0.95)")
+    a.add_argument("--json", action="store_true", help="machine-readable rows")
+    a.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def _budget_parser(sub: Any) -> None:
+    """``privcube budget init PATH --epsilon E --delta D`` / ``privcube budget show PATH``."""
+    b = sub.add_parser("budget", help="one privacy budget per dataset, charged by every run that names it",
+                       description="A dataset's budget file (privacy.budget_file in a job config): every run that "
+                                   "names it is charged against it, and a run that would exceed it is refused.")
+    bsub = b.add_subparsers(dest="budget_command", required=True, metavar="ACTION")
+    bi = bsub.add_parser("init", help="create a dataset budget file")
+    bi.add_argument("path", metavar="PATH")
+    bi.add_argument("--epsilon", type=float, required=True, help="the dataset's total epsilon")
+    bi.add_argument("--delta", type=float, required=True, help="the dataset's total delta")
+    bs = bsub.add_parser("show", help="print the budget and the spend of every run charged to it")
+    bs.add_argument("path", metavar="PATH")
+    bs.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 class Terminated(BaseException):
@@ -266,6 +302,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "schema":
         return _schema(args)
+    if args.command == "audit":
+        return _audit(args)
+    if args.command == "budget":
+        return _budget(args)
     if args.command == "demo":
         from privcube.demo import run_demo
 
@@ -273,6 +313,53 @@ def _dispatch(args: argparse.Namespace) -> int:
         _report_after_run(summary.out_dir)
         return 0
     raise AssertionError(args.command)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    """``privcube audit``: the table of lower bounds; exit 0 when every bound is within its claim, else 1."""
+    import json
+
+    from privcube.privacy.audit import format_table, run_audit
+    from privcube.privacy.audit_cases import select, suite
+
+    if not 0 < args.confidence < 1:
+        raise ConfigError(f"audit: --confidence must lie strictly between 0 and 1, got {args.confidence:g}")
+    if args.seed < 0:
+        raise ConfigError(f"audit: --seed must be a non-negative integer, got {args.seed}")
+    mode = "all" if args.all else "fast"
+    cases = select(suite(), args.mechanism)  # named: every case of them; else --fast's subset, or all
+    if not args.mechanism and mode == "fast":
+        cases = [c for c in cases if c.fast_suite]
+
+    def done(row) -> None:  # noqa: ANN001
+        if not args.quiet:
+            _say(f"audit: {row.mechanism} ({row.noise}, {row.neighbours}): bound {row.lower_bound:.3f} vs claim "
+                 f"{row.claim:.3f}, {row.trials} trials per dataset, {row.seconds:.0f} s")
+
+    rows = run_audit(cases, mode, seed=args.seed, confidence=args.confidence, on_row=done)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in rows], indent=2))
+    else:
+        print(format_table(rows))
+    return 0 if all(r.passed for r in rows) else 1
+
+
+def _budget(args: argparse.Namespace) -> int:
+    """``privcube budget init`` / ``show``."""
+    from privcube.privacy import dataset_budget
+
+    if args.budget_command == "init":
+        info = dataset_budget.init_budget(args.path, args.epsilon, args.delta)
+        print(f"budget: {info['path']} (epsilon={info['epsilon']:g}, delta={info['delta']:g}, rho={info['rho']:.6g})")
+        return 0
+    status = dataset_budget.show_budget(args.path)
+    if args.json:
+        import json
+
+        print(json.dumps(status, indent=2))
+    else:
+        print(dataset_budget.format_status(status))
+    return 0
 
 
 def _report_after_run(run_dir: Path) -> None:

@@ -18,6 +18,8 @@ mechanism: {name: relational, d_max: 50, iterations: 10, ..., evaluate_nonprivat
 privacy:
   tables: {users: {epsilon: 1, delta: 1e-6}, sessions: {epsilon: 1, delta: 1e-6}}
   links: {epsilon: 1, delta: 1e-6}       # list form: {sessions.user_id: {...}, users.id-movies.id: {...}, ...}
+  # a link may carry its own degree bound beside its budget, {epsilon, delta, d_max: 3, truncate: false};
+  # a key left out takes mechanism.d_max / mechanism.truncate (every form; the two-table form's one link too)
   # list form only: a table may be `public` (released as it is, no budget): tables: {users: public, ...}
 cluster: {type: local, n_workers: 2}      # optional
 noise_sampler: continuous                 # optional
@@ -51,6 +53,7 @@ from privcube.relational_spec import (
     TableSpec,
     link_table_spec,
     parse_budget,
+    parse_link_budget,
     parse_ref,
     table_budgets,
 )
@@ -79,6 +82,42 @@ class RelationalJob:
     fks: list[LinkSpec] = field(default_factory=list)  # list form of data.links (a schema graph); else empty
     public: list[str] = field(default_factory=list)  # list form: tables released as they are (no budget)
     keys: dict[str, str] = field(default_factory=dict)  # list form: each table's (output) key column
+    bounds: dict[str, dict[str, Any]] = field(default_factory=dict)  # link name -> its own d_max / truncate
+
+    def link_params(self, name: str = "links") -> dict[str, Any]:
+        """The mechanism parameters of one link (``name`` as under ``privacy.links``; ``links`` in the
+        two-table forms): the job's, with the link's own ``d_max`` / ``truncate`` where given."""
+        return {**self.params, **self.bounds.get(name, {})}
+
+    def link_specs(self) -> dict[str, LinkSpec]:
+        """Each link by its name under ``privacy.links`` (``links`` in the two-table forms)."""
+        from privcube.relational_graph import link_name
+
+        return {link_name(f): f for f in self.fks} if self.multi else {"links": self.links}
+
+    def bound_notes(self) -> dict[str, str]:
+        """Per foreign key whose degree bound exceeds what its child's domain holds (d_max > the number of
+        distinct child rows, the product of the child schema's sizes), a note saying so: if a parent's
+        children are distinct rows (one per device type, say), no parent can have more, and a bound of that
+        size says so with proportionally less noise on every link measurement. Public (schemas, config)."""
+        from privcube.mechanisms.relational.parameters import PARAMS
+
+        out = {}
+        for name, f in self.link_specs().items():
+            if f.kind != "one_to_many":
+                continue
+            d_max = int(self.link_params(name).get("d_max", PARAMS["d_max"]))
+            cells = 1
+            for size in self.tables[f.left].domain.shape:
+                cells *= int(size)
+            if d_max > cells:
+                shown = name if self.multi else f"{f.left}.{f.left_col}"
+                key = f"privacy.links.{name}.d_max" if self.multi else "privacy.links.d_max"
+                out[name] = (f"link {shown}: d_max {d_max} is larger than the {cells} distinct rows the domain of "
+                             f"table {f.left!r} holds; if a parent's {f.left} rows are distinct, no parent has more "
+                             f"than {cells}, and {key}: {cells} says so with {d_max / cells:.3g}x less noise on "
+                             "every measurement of this link")
+        return out
 
     @property
     def multi(self) -> bool:
@@ -102,7 +141,8 @@ class RelationalJob:
                       "right": f"{self.links.right}.{self.links.right_col}",
                       **({"columns": list(self.links.columns)} if self.links.columns else {})}
         if self.multi:
-            links = [{"kind": f.kind, "from": f"{f.left}.{f.left_col}", "to": f"{f.right}.{f.right_col}"}
+            links = [{"kind": f.kind, "from": f"{f.left}.{f.left_col}", "to": f"{f.right}.{f.right_col}",
+                      **({"within": f.within} if f.within else {})}
                      if f.kind == "one_to_many" else
                      {"kind": f.kind, "left": f"{f.left}.{f.left_col}", "right": f"{f.right}.{f.right_col}",
                       "path": f.path, **({"columns": list(f.columns)} if f.columns else {})} for f in self.fks]
@@ -117,6 +157,12 @@ class RelationalJob:
         }
         if self.multi:
             out["resolved"]["keys"] = dict(self.keys)
+        from privcube.mechanisms.relational.parameters import PARAMS
+        from privcube.relational_graph import link_name
+
+        names = [link_name(f) for f in self.fks] if self.multi else ["links"]
+        out["resolved"]["degree_bounds"] = {n: {k: self.link_params(n).get(k, PARAMS[k])
+                                                for k in ("d_max", "truncate")} for n in names}
         return out
 
 
@@ -195,7 +241,7 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
         keys = check_graph(tables, fks)
         links = fks[0]
         params = _params(raw.get("mechanism"), tables)
-        parts, public = graph_parts(raw.get("privacy"), tables, fks)
+        parts, public, bounds = graph_parts(raw.get("privacy"), tables, fks)
         resized = sorted(set(params.get("synthetic_rows") or {}) & set(public))
         if resized:
             raise ConfigError(f"mechanism.synthetic_rows: table(s) {resized} are public (released as given); "
@@ -204,7 +250,7 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
         links = _links(data.get("links"), tables, base)
         _check_identifiers(tables, links)
         params = _params(raw.get("mechanism"), tables)
-        parts = _parts(raw.get("privacy"), tables)
+        parts, bounds = _parts(raw.get("privacy"), tables)
     rho = sum(b.rho for b in parts.values())
     eps = sum(b.epsilon for b in parts.values())
     delta = sum(b.delta for b in parts.values())
@@ -223,7 +269,7 @@ def _load_relational(raw: dict[str, Any], base: Path) -> RelationalJob:
     if not isinstance(output.get("labels", True), bool):
         raise ConfigError(f"output.labels must be true or false, got {output.get('labels')!r}")
     return RelationalJob(raw, base, tables, links, params, budgets, parts, total, cluster, dict(output),
-                         parse_noise_sampler(raw), fks, public, keys)
+                         parse_noise_sampler(raw), fks, public, keys, bounds)
 
 
 def _tables(tables_raw: Any, base: Path, multi: bool = False) -> dict[str, TableSpec]:
@@ -290,8 +336,9 @@ def _params(mech: Any, tables: Mapping[str, TableSpec]) -> dict[str, Any]:
     return params
 
 
-def _parts(privacy: Any, tables: Mapping[str, TableSpec]) -> dict[str, PrivacyBudget]:
-    """``privacy``: a budget per table and one for the links (name -> budget, links under "links")."""
+def _parts(privacy: Any, tables: Mapping[str, TableSpec]) -> tuple[dict[str, PrivacyBudget], dict[str, dict[str, Any]]]:
+    """``privacy``: a budget per table and one for the links (name -> budget, links under "links"), and the
+    links' own degree bound where ``privacy.links`` gives one (``{"links": {d_max, truncate}}``)."""
     ptab = table_budgets(privacy, tables, "{epsilon, delta}")
     if "links" not in privacy:
         raise BudgetError("privacy.links is missing: give the links budget {epsilon, delta}")
@@ -303,8 +350,8 @@ def _parts(privacy: Any, tables: Mapping[str, TableSpec]) -> dict[str, PrivacyBu
             raise ConfigError(f"privacy.tables.{name}: 'public' tables are taken only with a list of foreign keys "
                               "under data.links; give a budget {epsilon, delta}")
         parts[name] = parse_budget(ptab[name], f"privacy.tables.{name}")
-    parts["links"] = parse_budget(privacy["links"], "privacy.links")
-    return parts
+    parts["links"], bound = parse_link_budget(privacy["links"], "privacy.links")
+    return parts, ({"links": bound} if bound else {})
 
 
 def _links(spec: Any, tables: Mapping[str, TableSpec], base: Path) -> LinkSpec:

@@ -1,6 +1,7 @@
 """The schema graph of a relational job whose ``data.links`` is a list (several tables, several links).
 
-Each item is a foreign key ``{from: CHILD.fk, to: PARENT.key}`` (one-to-many) or a many-to-many link table
+Each item is a foreign key ``{from: CHILD.fk, to: PARENT.key[, within: OTHER.fk]}`` (one-to-many; ``within``
+names an earlier foreign key into the same parent whose parents include this one's) or a many-to-many link table
 with the keys of the two-table form, ``{path: ratings.parquet, left: users.id, right: movies.id[, columns:
 [user_id, movie_id]]}``. ``privacy.links`` then maps each link's name to its own budget: a foreign key is
 named by its ``from`` (``sessions.user_id``), a link table by ``LEFT.key-RIGHT.key`` (``users.id-movies.id``,
@@ -23,6 +24,7 @@ from privcube.relational_spec import (
     TableSpec,
     link_table_spec,
     parse_budget,
+    parse_link_budget,
     parse_ref,
     table_budgets,
 )
@@ -73,10 +75,11 @@ def parse_fk_list(items: list[Any], tables: Mapping[str, TableSpec], base: Any =
             seen[name] = n
             fks.append(spec)
             continue
-        if not isinstance(item, Mapping) or set(item) != FK_KEYS:
+        if not isinstance(item, Mapping) or not FK_KEYS <= set(item) or set(item) - FK_KEYS - {"within"}:
             got = sorted(map(str, item)) if isinstance(item, Mapping) else item
-            raise ConfigError(f"{what}: expected {{from: child.fk, to: parent.key}} (a foreign key takes exactly "
-                              f"'from' and 'to') or a link table {{path, left: t.key, right: u.key}}, got {got!r}")
+            raise ConfigError(f"{what}: expected {{from: child.fk, to: parent.key[, within: other.fk]}} (a foreign "
+                              f"key takes 'from', 'to' and optionally 'within') or a link table {{path, left: t.key, "
+                              f"right: u.key}}, got {got!r}")
         child, fk = parse_ref(item["from"], f"{what}.from")
         parent, key = parse_ref(item["to"], f"{what}.to")
         for t, side in ((child, "from"), (parent, "to")):
@@ -96,8 +99,25 @@ def parse_fk_list(items: list[Any], tables: Mapping[str, TableSpec], base: Any =
             raise ConfigError(f"{what}.from: {name} is already the foreign key of data.links[{seen[name]}]; "
                               "one link per column")
         seen[name] = n
-        fks.append(LinkSpec("one_to_many", child, fk, parent, key))
+        fks.append(LinkSpec("one_to_many", child, fk, parent, key, within=_within(item, fks, parent, what)))
     return fks
+
+
+def _within(item: Mapping[str, Any], earlier: list[LinkSpec], parent: str, what: str) -> str | None:
+    """A foreign key's ``within: OTHER.fk``: every parent with children through this key has children through
+    OTHER.fk, an earlier foreign key into the same parent table (public schema knowledge, e.g. each user's
+    devices appear among the devices of their sessions, so a user with devices has sessions)."""
+    if "within" not in item:
+        return None
+    t, c = parse_ref(item["within"], f"{what}.within")
+    for f in earlier:
+        if f.kind == "one_to_many" and (f.left, f.left_col) == (t, c):
+            if f.right != parent:
+                raise ConfigError(f"{what}.within: {t}.{c} links to {f.right!r}, not to {parent!r}; within names "
+                                  "an earlier foreign key into the same parent table")
+            return f"{t}.{c}"
+    raise ConfigError(f"{what}.within: {t}.{c} is not a foreign key listed before this one; within names an "
+                      f"earlier foreign key into {parent!r}")
 
 
 def _check_acyclic(fks: list[LinkSpec]) -> None:
@@ -159,8 +179,9 @@ def check_graph(tables: Mapping[str, TableSpec], fks: list[LinkSpec]) -> dict[st
 
 
 def graph_parts(privacy: Any, tables: Mapping[str, TableSpec],
-                fks: list[LinkSpec]) -> tuple[dict[str, PrivacyBudget], list[str]]:
-    """``privacy``: a budget (or ``public``) per table, a budget per link's ``from``; returns (parts, public)."""
+                fks: list[LinkSpec]) -> tuple[dict[str, PrivacyBudget], list[str], dict[str, dict[str, Any]]]:
+    """``privacy``: a budget (or ``public``) per table, a budget per link's ``from`` (with, optionally, the
+    link's own ``d_max`` / ``truncate``); returns (parts, public, each link's bound keys given)."""
     ptab = table_budgets(privacy, tables, "{child.fk: {epsilon, delta}, left.key-right.key: {epsilon, delta}}")
     parts: dict[str, PrivacyBudget] = {}
     public: list[str] = []
@@ -180,11 +201,14 @@ def graph_parts(privacy: Any, tables: Mapping[str, TableSpec],
     if extra:
         raise ConfigError(f"privacy.links: unknown link(s) {sorted(map(str, extra))}; links (a foreign key's 'from', a link table's "
                           f"'left-right') are {names}")
+    bounds: dict[str, dict[str, Any]] = {}
     for name in names:
         if name not in plinks:
             raise BudgetError(f"privacy.links: no budget for link {name!r}")
-        parts[name] = parse_budget(plinks[name], f"privacy.links.{name}")
-    return parts, public
+        parts[name], bound = parse_link_budget(plinks[name], f"privacy.links.{name}")
+        if bound:
+            bounds[name] = bound
+    return parts, public, bounds
 
 
 __all__ = ["PUBLIC", "check_graph", "graph_parts", "link_name", "parse_fk_list", "parse_link_table"]

@@ -17,6 +17,9 @@ from privcube.privacy.budget import PrivacyBudget
 
 FK_KEYS = {"from", "to"}
 LINK_TABLE_KEYS = {"path", "left", "right", "columns"}
+#: a link's own degree bound beside its budget (``privacy.links.<name>: {epsilon, delta, d_max, truncate}``);
+#: a key left out takes the mechanism's value
+LINK_BOUND_KEYS = ("d_max", "truncate")
 
 
 @dataclass
@@ -46,6 +49,7 @@ class LinkSpec:
     right_col: str  # key column of the right table
     path: str | None = None
     columns: tuple[str, str] | None = None
+    within: str | None = None  # a graph's foreign key: every parent with children here has children in that link
 
 
 def parse_ref(ref: Any, what: str) -> tuple[str, str]:
@@ -67,6 +71,26 @@ def parse_budget(b: Any, what: str) -> PrivacyBudget:
     if out.pure or out.delta <= 0:
         raise BudgetError(f"{what}: give delta as well (the Gaussian mechanism needs (epsilon, delta) or rho)")
     return out
+
+
+def parse_link_budget(b: Any, what: str) -> tuple[PrivacyBudget, dict[str, Any]]:
+    """One link's budget and its own degree bound: ``{epsilon, delta[, d_max][, truncate]}`` (or ``rho``);
+    returns (budget, the bound keys given). ``d_max`` a positive integer, ``truncate`` true or false; errors
+    name ``what`` and the key."""
+    if not isinstance(b, Mapping):
+        return parse_budget(b, what), {}
+    unknown = set(b) - {"epsilon", "delta", "rho", *LINK_BOUND_KEYS}
+    if unknown:
+        raise BudgetError(f"{what}: unknown key(s) {sorted(map(str, unknown))}; a link takes epsilon, delta or rho, "
+                          "and optionally its own d_max and truncate")
+    bound = {k: b[k] for k in LINK_BOUND_KEYS if k in b}
+    if "d_max" in bound:
+        d = bound["d_max"]
+        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+            raise ConfigError(f"{what}.d_max: the link's degree bound must be a positive integer, got {d!r}")
+    if "truncate" in bound and not isinstance(bound["truncate"], bool):
+        raise ConfigError(f"{what}.truncate: must be true or false, got {bound['truncate']!r}")
+    return parse_budget({k: v for k, v in b.items() if k not in LINK_BOUND_KEYS}, what), bound
 
 
 def table_budgets(privacy: Any, tables: Mapping[str, Any], links_form: str) -> Mapping[str, Any]:
@@ -110,5 +134,5 @@ def link_table_spec(spec: Mapping[str, Any], tables: Mapping[str, TableSpec], ba
     return LinkSpec("many_to_many", lt, lk, rt, rk, path, cols)
 
 
-__all__ = ["FK_KEYS", "LINK_TABLE_KEYS", "LinkSpec", "TableSpec", "link_table_spec", "parse_budget", "parse_ref",
-           "table_budgets"]
+__all__ = ["FK_KEYS", "LINK_BOUND_KEYS", "LINK_TABLE_KEYS", "LinkSpec", "TableSpec", "link_table_spec", "parse_budget",
+           "parse_link_budget", "parse_ref", "table_budgets"]

@@ -387,8 +387,8 @@ def test_one_to_many_children_per_parent_follow_the_release(n_u: int) -> None:
     ds = users_sessions_like(n_u, d_max=8, seed=0)
     tables, links, deg = ds["tables"], ds["links"], ds["degrees"]
     ledger = PrivacyLedger(compose_budgets(O2M_BUDGETS, ["users", "sessions"]), noise=NoiseSource(3))
-    res = run_relational(tables, links, {"d_max": 8, "iterations": 3, "evaluate_nonprivate": True}, O2M_BUDGETS,
-                         noise=NoiseSource(3), ledger=ledger)
+    res = run_relational(tables, links, {"d_max": 8, "iterations": 3, "evaluate_nonprivate": True,
+                                         "degree_share": 0.05}, O2M_BUDGETS, noise=NoiseSource(3), ledger=ledger)
     rep, ev = res.report, res.report["nonprivate_evaluation"]
     rho = 0.05 * PrivacyBudget.from_config(O2M_BUDGETS["links"]).rho
     (charge,) = [c for c in ledger.to_dict()["charges"] if c["label"] == "links:degrees"]
@@ -408,6 +408,38 @@ def test_one_to_many_children_per_parent_follow_the_release(n_u: int) -> None:
     assert ev["average_cross_error_pct"] <= ev["before_degree_repair_pct"] + 0.5
 
 
+@pytest.mark.parametrize("n_u", [600, 3_000, 40_000])
+def test_auto_degree_share_reads_the_share_of_parents_with_children_to_its_target(n_u: int) -> None:
+    """``degree_share: auto``: the release gets d²/(2·0.03²·N²) of ρ, within 0.05..0.25 of the links budget (0.25
+    for 600 users, the rule itself for 3,000, 0.05 for 40,000), the binned form only when its zero bin reads
+    the share as precisely; the report states the share and the reading's std, and the synthetic share of
+    parents with children lands within 4 std of the real one."""
+    from privcube.mechanisms.relational.composition import compose_budgets
+    from privcube.privacy.budget import PrivacyBudget
+    from privcube.privacy.ledger import PrivacyLedger
+    from privcube.storage.relational_data import users_sessions_like
+
+    ds = users_sessions_like(n_u, d_max=8, seed=1)
+    ledger = PrivacyLedger(compose_budgets(O2M_BUDGETS, ["users", "sessions"]), noise=NoiseSource(4))
+    res = run_relational(ds["tables"], ds["links"], {"d_max": 8, "iterations": 2, "evaluate_nonprivate": True},
+                         O2M_BUDGETS, noise=NoiseSource(4), ledger=ledger)
+    rho_l = PrivacyBudget.from_config(O2M_BUDGETS["links"]).rho
+    share = min(max(64 / (2 * 0.03 ** 2 * n_u ** 2) / rho_l, 0.05), 0.25)
+    assert share == {600: 0.25, 40_000: 0.05}.get(n_u, share) and (n_u != 3_000 or 0.05 < share < 0.25)
+    (charge,) = [c for c in ledger.to_dict()["charges"] if c["label"] == "links:degrees"]
+    assert charge["rho"] == pytest.approx(share * rho_l, rel=1e-12)
+    deg = res.report["degrees"]
+    assert deg["degree_share"] == pytest.approx(share, rel=1e-12) and deg["degree_share_rule"] == "auto"
+    binned = "bins)" in deg["source"]
+    assert binned == (n_u == 40_000)
+    std = (math.sqrt(6 * 64 + 48 + 2) if binned else 8) / (math.sqrt(2 * share * rho_l) * n_u)
+    assert deg["share_with_children_error"]["std"] == pytest.approx(std, rel=1e-12)
+    assert std <= 0.03 or share == 0.25
+    ev = res.report["nonprivate_evaluation"]
+    real = float((ds["degrees"] > 0).mean())
+    assert abs(ev["right_records_with_links"]["synthetic"] / n_u - real) < 4 * std + 0.01
+
+
 def test_childless_parents_keep_their_own_bin() -> None:
     """One-to-many parents are often mostly childless (Airbnb: 76 % of users have no session). In coarse
     equal-width bins the zeros share bin [0, w) with small degrees and the spreading inside the bin gives many
@@ -423,3 +455,21 @@ def test_childless_parents_keep_their_own_bin() -> None:
         q = degree_distribution(np.add.reduceat(hist, e[:-1]), n, 1e-9, mean, d, zero_bin=zero_bin)
         assert lo <= q[0] <= hi, (zero_bin, q[0])
         assert abs(float((q * np.arange(d + 1)).sum()) - mean) < 1e-3  # the public mean, either way
+
+
+def test_cap_moves_go_to_the_nearest_codes_when_no_twin_has_room() -> None:
+    """With the records' codes, a link moved off a record above its cap goes to a record of its own code first,
+    else to the one with the fewest differing codes (not to a random record with room)."""
+    from privcube.mechanisms.relational.degrees import cap_degrees
+
+    codes = np.array([[0, 0, 0], [0, 0, 1], [2, 2, 2], [2, 2, 1], [1, 2, 2]])  # record 0's nearest: 1 (one differs)
+    keys = codes @ np.array([9, 3, 1])
+    si, sj = np.arange(4), np.array([0, 0, 0, 2])  # record 0 holds 3 links, cap 1 each
+    for seed in range(10):
+        _, new = cap_degrees(si, sj, 5, 1, keys, np.random.default_rng(seed), codes2=codes)
+        assert np.bincount(new, minlength=5).max() == 1
+        assert 1 in new[:3].tolist()  # the nearest record took one of the moved links
+        moved = sorted(new[:3].tolist())
+        assert moved == [0, 1, 3] or moved == [0, 1, 4]  # then the next nearest (two codes differ from record 0)
+    _, rand = zip(*(cap_degrees(si, sj, 5, 1, keys, np.random.default_rng(s)) for s in range(20)))
+    assert any(1 not in r[:3].tolist() for r in rand)  # without the codes the receivers are random

@@ -43,11 +43,18 @@ def test_plan_reads_no_data_and_states_every_part(tmp_path: Path) -> None:
     (link,) = plan.details["links"]
     assert link["link"] == "children.parent_id -> parents.id" and link["kind"] == "one_to_many"
     assert link["d_max"] == 10 and link["rho"] == parts["links"]["rho"]
-    assert link["rho_degrees"] == pytest.approx(0.05 * parts["links"]["rho"], rel=1e-12)
-    # the degree release's form depends on the public number of parents: both forms are stated
-    sig2 = math.sqrt(2) * 10 / math.sqrt(2 * link["rho_degrees"])
-    assert link["degree_release"].startswith("the children-per-parent histogram")
-    assert f"without and with children, sigma {sig2:.4g}" in link["degree_release"]
+    # degree_share auto: decided from the public number of parents at run time; without it, its upper end
+    rho = parts["links"]["rho"]
+    assert link["rho_degrees"] == pytest.approx(0.25 * rho, rel=1e-12)
+    # the release's form and the error of the share of parents with children it reads, stated at a few sizes:
+    # ρ = d²/(2·0.03²·N²) within 0.05..0.25 of the links budget; two values (std d/(√(2ρ)·N)) unless the binned
+    # zero bin (std √(6d² + 6d + 2)/(√(2ρ)·N)) is as precise
+    text = link["degree_release"]
+    assert text.startswith("the children-per-parent histogram (degree_share auto")
+    for n, share, form, std in ((1_000, 0.25, "two values", 10 / (math.sqrt(2 * 0.25 * rho) * 1_000)),
+                                (10_000, 0.05, "two values", 10 / (math.sqrt(2 * 0.05 * rho) * 1e4)),
+                                (100_000, 0.05, "11 bins", math.sqrt(662) / (math.sqrt(2 * 0.05 * rho) * 1e5))):
+        assert f"{n:,} parents: share {share:.3g}, {form}, std {std:.3g}" in text
     # without the public link count, max_noise's measurement count is bounded, not claimed
     assert "at most" in link["measurements"] and link["count_noise_std_max"] > 0
     assert link["score"].startswith("auto: gain from 2000 links")  # 200 · d_max, decided once m is known
@@ -66,7 +73,10 @@ def test_plan_with_links_is_the_schedule_the_run_follows(tmp_path: Path) -> None
     assert link["em_epsilon"] == pytest.approx(priv["em_epsilon"], rel=1e-12)
     assert link["informative"] == priv["informative"]
     assert priv["selections"] <= link["measurements"]
-    assert link["rho_degrees"] == pytest.approx(priv["rho_degrees"], rel=1e-12)
+    # degree_share auto: the plan states its upper end; the run takes the share for its public 40 parents
+    assert link["rho_degrees"] == pytest.approx(0.25 * link["rho"], rel=1e-12)
+    need = 10 * 10 / (2 * 0.03 ** 2 * 40 ** 2) / link["rho"]
+    assert priv["rho_degrees"] == pytest.approx(min(max(need, 0.05), 0.25) * link["rho"], rel=1e-12)
     assert link["score"] == priv["score"] == "aim"  # 160 links < 200 · d_max 10
 
 

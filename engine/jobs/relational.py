@@ -216,7 +216,8 @@ class RelationalJobKind:
 
             return run_graph(job, source, ledger, env.noise, ctx), ledger
         tables, links = source
-        res = run_relational(tables, links, job.params, job.budgets, ledger, env.noise, progress=ctx.progress, checkpoint=ctx.checkpoint, resume=ctx.resume, context=ctx)
+        res = run_relational(tables, links, job.link_params("links"), job.budgets, ledger, env.noise,
+                             progress=ctx.progress, checkpoint=ctx.checkpoint, resume=ctx.resume, context=ctx)
         return res, ledger
 
     def release(self, measured: Any, env: JobEnv) -> None:

@@ -1,7 +1,8 @@
 """A schema graph of several tables linked by foreign keys (list form of ``data.links``), run as one job.
 
 Stage 1: each table is synthesized once on its own budget (ledger label ``table:<name>:…``), or, when
-``privacy.tables`` marks it ``public``, its real codes are released as they are (no charge). Stage 2:
+``privacy.tables`` marks it ``public``, its real codes are released as they are (no charge) in a random order
+with new keys (``unlinkable_order``: neither a row's position nor its key says which input row it was). Stage 2:
 each link ``CHILD.fk -> PARENT.key`` runs ``run_relational`` on the already synthetic tables (given as
 ``synthetic_tables=``, so nothing is charged twice) with its own budget ``privacy.links[CHILD.fk]``; its
 charges go to the run's ledger as ``link:CHILD.fk:…`` and its noise comes from a stream of its own. A
@@ -105,8 +106,8 @@ def synthesize_graph_tables(job: RelationalJob, frames: dict[str, tuple[pd.DataF
     oracles: dict[str, tuple[Any, int]] = {}
     sizes: dict[str, int] = {}
     for name, (frame, dom) in frames.items():  # the public row counts first: a job that cannot fit stops here
-        if name in job.public:  # released as given: its codes come to this process
-            out[name] = public_codes(frame, dom, name, ctx)
+        if name in job.public:  # released as given, in an order that says nothing about the input's
+            out[name] = unlinkable_order(public_codes(frame, dom, name, ctx), noise, name)
             sizes[name] = len(out[name])
         elif name in state.syn:
             sizes[name] = len(state.syn[name])
@@ -128,9 +129,21 @@ def synthesize_graph_tables(job: RelationalJob, frames: dict[str, tuple[pd.DataF
     return out
 
 
+def unlinkable_order(codes: np.ndarray, noise: Any, name: str) -> np.ndarray:
+    """A public table's rows (its real codes, released as they are) in an order that tells nothing about which
+    input row a synthetic one is: sorted by their codes, so the result depends only on the multiset of rows and
+    not on the input's order, then permuted by the run's noise source (its own stream). Keys are then given in
+    this order (0..n-1), so a synthetic child's foreign key points at a row known only by its codes: rows with
+    equal codes are interchangeable, and none is tied to a real key or file position."""
+    codes = np.asarray(codes)
+    order = np.lexsort(codes.T[::-1]) if codes.ndim == 2 and codes.shape[1] else np.arange(len(codes))
+    return codes[order][noise.generator("relational", "public-order", name).permutation(len(codes))]
+
+
 def check_graph_room(job: RelationalJob, p: Mapping[str, Any], sizes: Mapping[str, int]) -> None:
     """Before any table is synthesized (nothing spent): every foreign key's synthetic children must fit on its
-    synthetic parents at ≤ d_max each (``degrees: preserve``); public row counts only. Link tables are checked
+    synthetic parents at ≤ its d_max each (the link's own, else the job's; ``degrees: preserve``); public row
+    counts only. Link tables are checked
     when their link count is read."""
     from privcube.mechanisms.relational.inputs import room_error
 
@@ -138,7 +151,8 @@ def check_graph_room(job: RelationalJob, p: Mapping[str, Any], sizes: Mapping[st
         return
     for f in job.fks:
         if f.kind == "one_to_many":
-            msg = room_error(f.kind, (f.left, f.right), sizes[f.left], sizes[f.right], sizes[f.left], int(p["d_max"]))
+            d_max = int(job.link_params(link_name(f)).get("d_max", p["d_max"]))
+            msg = room_error(f.kind, (f.left, f.right), sizes[f.left], sizes[f.right], sizes[f.left], d_max)
             if msg:
                 raise ConfigError(msg)
 
@@ -147,6 +161,7 @@ def run_graph(job: RelationalJob, inputs: Any, ledger: Any, noise: Any, ctx: Any
     """Both stages for every table and link (see the module docstring)."""
     from privcube.mechanisms.relational.composition import PrefixNoise
     from privcube.mechanisms.relational.mechanism import run_relational
+    from privcube.mechanisms.relational.parameters import check_params
 
     frames, per_link = inputs
     state = GraphCheckpoint(ctx.checkpoint, ledger)
@@ -156,13 +171,19 @@ def run_graph(job: RelationalJob, inputs: Any, ledger: Any, noise: Any, ctx: Any
         name = link_name(f)
         if name in state.fks:
             continue
-        res = run_relational(spec["tables"], spec["links"], job.params, {"tables": {}, "links": job.parts[name]},
+        sib = sibling_of(job, f, per_link, state, len(syn[f.right]), ctx)
+        # within a sibling: this link is learned on that link's synthetic parents only (conditioned on it)
+        among = np.flatnonzero(sib.anchor_has) if sib is not None and sib.within else None
+        if among is not None and len(syn[f.left]) > among.size * int(check_params(job.link_params(name))["d_max"]):
+            among = None  # too few of them to hold the children under d_max: learned on all, then moved in
+        parents = syn[f.right] if among is None else syn[f.right][among]
+        res = run_relational(spec["tables"], spec["links"], job.link_params(name), {"tables": {}, "links": job.parts[name]},
                              LinkLedger(ledger, name), PrefixNoise(noise, ("relational", "link", name)),
-                             synthetic_tables={f.left: syn[f.left], f.right: syn[f.right]}, progress=ctx.progress,
-                             context=ctx)
+                             synthetic_tables={f.left: syn[f.left], f.right: parents}, progress=ctx.progress,
+                             context=ctx, sibling=sib)
         rep = dict(res.report)
         rep.pop("ledger_rho_spent", None)  # the run's total; the link's own spend is in the ledger's parts
-        state.fks[name] = link_state(f, res)
+        state.fks[name] = link_state(f, res) if among is None else among[link_state(f, res)]
         ends = {"from": name, "to": f"{f.right}.{f.right_col}"} if f.kind == "one_to_many" else \
             {"from": name, "left": f"{f.left}.{f.left_col}", "right": f"{f.right}.{f.right_col}"}
         state.reports.append({**ends, "name": name, "kind": f.kind, "budget": job.parts[name].to_dict(),
@@ -182,6 +203,35 @@ def run_graph(job: RelationalJob, inputs: Any, ledger: Any, noise: Any, ctx: Any
     return GraphResult(tables, reports, list(job.public), pairs)
 
 
+def sibling_of(job: RelationalJob, f: Any, per_link: list, state: GraphCheckpoint, n_parents: int,
+               ctx: Any) -> Any:
+    """A foreign key's earlier sibling (``siblings.Sibling``), when another foreign key into the same parent table
+    ran before it: the one it is declared ``within``, else the first. Its synthetic parents' flags come from that
+    link's synthetic foreign keys; for a release (no ``within``; ``sibling_share`` not 0) also its real parents'
+    flags, as a task where the links are. None: no sibling, or siblings kept independent."""
+    from privcube.mechanisms.relational.parameters import check_params
+    from privcube.mechanisms.relational.realside import parent_flags_of
+    from privcube.mechanisms.relational.siblings import Sibling
+
+    if f.kind != "one_to_many":
+        return None
+    earlier = [g for g in job.fks[:job.fks.index(f)] if g.kind == "one_to_many" and g.right == f.right]
+    if not earlier:
+        return None
+    p = check_params(job.link_params(link_name(f)))
+    if p["degrees"] != "preserve" or (not f.within and p["sibling_share"] == 0):
+        return None
+    anchor = next(g for g in earlier if link_name(g) == f.within) if f.within else earlier[0]
+    aname = link_name(anchor)
+    pa = check_params(job.link_params(aname))
+    has = np.bincount(state.fks[aname], minlength=n_parents)[:n_parents] > 0
+    flags = None
+    if not f.within:
+        spec = next(sp for g, sp in per_link if g is anchor)
+        flags = parent_flags_of(spec["tables"], spec["links"], pa, ctx)
+    return Sibling(aname, has, int(pa["d_max"]), bool(f.within), flags)
+
+
 def link_state(f: Any, res: Any) -> np.ndarray:
     """What a finished link keeps: a foreign key's column of synthetic parent ids (one per child), a link
     table's (left id, right id) pairs as an (m, 2) array. Ids are row positions of the synthetic tables."""
@@ -191,4 +241,4 @@ def link_state(f: Any, res: Any) -> np.ndarray:
 
 
 __all__ = ["GraphCheckpoint", "GraphResult", "LinkLedger", "check_graph_room", "link_state", "run_graph",
-           "synthesize_graph_tables"]
+           "sibling_of", "synthesize_graph_tables", "unlinkable_order"]

@@ -68,12 +68,25 @@ def schema_warnings(job: RelationalJob) -> list[str]:
     """One warning per table whose schema carries ``inferred_from_data: true``, and one when ``truncate: true``
     (stated whether or not anything was dropped: the warning itself must not depend on the private degrees)."""
     from privcube.privacy.budget import budget_warnings
+    from privcube.relational_graph import link_name
     from privcube.storage.schema import inferred_warnings
 
     out = inferred_warnings({n: t.schema for n, t in job.tables.items()})
     for name, part in (getattr(job, "parts", None) or {}).items():  # a large delta of any part (public rule)
         out += budget_warnings(part, f"privacy {name}")
-    return out + ([TRUNCATE_WARNING] if (job.params or {}).get("truncate") else [])
+    names = [link_name(f) for f in job.fks] if job.multi else ["links"]
+    truncating = [n for n in names if job.link_params(n).get("truncate")]
+    if truncating and job.multi and len(truncating) < len(names):
+        out.append(f"link(s) {truncating}: " + TRUNCATE_WARNING)
+    elif truncating:
+        out.append(TRUNCATE_WARNING)
+    return out + bound_warnings(job)
+
+
+def bound_warnings(job: RelationalJob) -> list[str]:
+    """One warning per foreign key whose d_max exceeds the distinct rows its child's domain holds
+    (``RelationalJob.bound_notes``: public, from the schemas and the config)."""
+    return list(job.bound_notes().values())
 
 
 def dp_error(fit: Any) -> dict[str, Any] | None:
@@ -127,8 +140,10 @@ def graph_report(job: RelationalJob, res: Any, ledger_dict: Mapping[str, Any], n
         "privacy_note": PRIVACY_NOTE,
         **({"warnings": warnings} if warnings else {}),
         "tables": {n: {"rows_synthetic": int(len(f)), "key": job.keys[n],
-                       **({"public": True, "note": "released as given (privacy.tables: public): real codes, "
-                           "keys renumbered 0..n-1; no budget spent"} if n in res.public else
+                       **({"public": True, "note": "released as given (privacy.tables: public): the real rows' "
+                           "codes in a random order (sorted by codes, then shuffled by the run's noise source) with "
+                           "keys 0..n-1 in that order, so neither a row's position nor its key tells which input "
+                           "row it was; no budget spent"} if n in res.public else
                           {"budget": job.parts[n].to_dict(), "spent": parts[n]["spent"]})}
                    for n, f in res.tables.items()},
         "links": links,
@@ -151,5 +166,5 @@ def _link_count(lk: Mapping[str, Any], res: Any) -> int:
     return int(len(res.tables[lk["from"].split(".")[0]]))
 
 
-__all__ = ["DP_LABEL", "LINKS_FOLDER", "NONPRIVATE_LABEL", "PRIVACY_NOTE", "dp_error", "graph_link_frames",
+__all__ = ["DP_LABEL", "bound_warnings", "LINKS_FOLDER", "NONPRIVATE_LABEL", "PRIVACY_NOTE", "dp_error", "graph_link_frames",
            "graph_report", "link_file_name", "schema_warnings", "two_table_report"]

@@ -53,9 +53,10 @@ class PrivacyBudget:
         if not isinstance(cfg, Mapping):
             raise BudgetError("privacy must be a mapping with epsilon/delta or rho, got "
                               f"{type(cfg).__name__}")
-        unknown = set(cfg) - {"epsilon", "delta", "rho"}
+        unknown = set(cfg) - {"epsilon", "delta", "rho", "budget_file"}  # budget_file: privacy.dataset_budget
         if unknown:
-            raise BudgetError(f"privacy: unknown key(s) {sorted(unknown)}; use epsilon, delta or rho")
+            raise BudgetError(f"privacy: unknown key(s) {sorted(unknown)}; use epsilon, delta or rho (and "
+                              "budget_file)")
         if "rho" in cfg:
             if "epsilon" in cfg:
                 raise BudgetError("privacy: give either rho or epsilon, not both")

@@ -37,7 +37,7 @@ def privacy_split(run: RunData) -> str:
         rows.append([esc(name), num(b.get("epsilon")), num(b.get("delta")), num(b.get("rho")), num(s.get("epsilon")),
                      num(s.get("delta")), num(s.get("rho"))])
     public = (run.report.get("public_tables") or [])
-    rows += [[esc(n), esc("public: released as given, no budget"), "", "", "", "", ""] for n in public]
+    rows += [[esc(n), esc("public: released as given (random order, new keys), no budget"), "", "", "", "", ""] for n in public]
     zc = comp.get("zcdp") or {}
     svg = figures.hbar("parts", list(parts), [float((p.get("spent") or {}).get("rho") or 0.0) for p in parts.values()],
                        title="ρ spent per part", xlabel="ρ (zCDP)", colors=[figures.PALETTE[1]] * len(parts))
@@ -86,13 +86,16 @@ def iterations(run: RunData) -> str:
 
 
 def degrees(run: RunData) -> str:
-    """Per link, the public degree settings (d_max, truncation) and the degree preservation's outcome."""
+    """Per link, the public degree settings (d_max, truncation), the degree preservation's outcome and, for a later
+    sibling foreign key, how its parents were made to agree with the earlier one's."""
     body = ""
     for name, mr in link_reports(run):
         deg = mr.get("degree") if isinstance(mr.get("degree"), dict) else {}
         rows = {f"degree.{k}": deg[k] for k in PUBLIC_DEGREE_KEYS if k in deg}  # others: data-dependent
         if isinstance(mr.get("degrees"), dict):
             rows.update({f"degrees.{k}": v for k, v in mr["degrees"].items()})
+        if isinstance(mr.get("siblings"), dict):  # a later foreign key into the same parent: how they agree
+            rows.update({f"siblings.{k}": v for k, v in mr["siblings"].items()})
         if rows:
             body += f"<h3>{esc(name)}</h3>" + _kv(rows, ("degree", "value"))
     if not body:

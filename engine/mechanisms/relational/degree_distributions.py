@@ -154,7 +154,8 @@ def truncated_normal_mean(mu: float, s: float, a: float, b: float) -> float:
 
 
 def childless_distribution(noisy: np.ndarray, n_parents: int, n_children: int, d_max: int,
-                           n_real_parents: int | None = None, sigma: float | None = None) -> np.ndarray:
+                           n_real_parents: int | None = None, sigma: float | None = None,
+                           max_parents: int | None = None) -> np.ndarray:
     """A children-per-parent distribution over 0..d_max from the two-value release (parents without / with
     children, ``degrees.release_degree_histogram``; post-processing): the share with children, as a number of
     parents within what the public sizes allow (⌈children / d_max⌉ to min(parents, children)), and on
@@ -164,11 +165,12 @@ def childless_distribution(noisy: np.ndarray, n_parents: int, n_children: int, d
     the noise variance of either (the ratio with / (with + without) has noise in its denominator too). With
     the release's ``sigma`` the share is the posterior mean under a uniform prior on the allowed range (the
     mean of the reading's normal truncated to it), not the reading clipped to it: a reading below the range
-    says the share is low, not that it sits on the bound."""
+    says the share is low, not that it sits on the bound. ``max_parents``: a public (or DP) upper bound on the
+    parents with children (a sibling's, under ``within``) narrowing that range."""
     w = np.asarray(noisy, dtype=float)
     n_real = int(n_real_parents if n_real_parents is not None else n_parents)
     lo_k = max(-(-int(n_children) // int(d_max)), 1)  # parents with children: the range the public sizes allow
-    hi_k = max(min(n_parents, n_children), 1)
+    hi_k = max(min(n_parents, n_children, *(() if max_parents is None else (max(max_parents, lo_k),))), 1)
     reading = (n_real + w[1] - w[0]) / (2.0 * n_real) if n_real > 0 else 0.5
     share = float(np.clip(reading, 0.0, 1.0))
     if sigma is not None and sigma > 0 and n_real > 0 and n_parents > 0 and hi_k > lo_k:

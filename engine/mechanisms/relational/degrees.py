@@ -79,13 +79,16 @@ def bad_pairs(i: np.ndarray, j: np.ndarray, n2: int, no_diagonal: bool, *, with_
 
 
 def cap_degrees(si: np.ndarray, sj: np.ndarray, n2: int, d_max: int | np.ndarray, keys2: np.ndarray,
-                rng: np.random.Generator, *, no_diagonal: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                rng: np.random.Generator, *, no_diagonal: bool = False,
+                codes2: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Move links off right records above their cap (``d_max``, or one cap per record) to right records
     with room (same code first).
 
     ``keys2`` is each right record's full code (a moved link keeps its cross-table cells when the new
     record has the same code). A link never moves onto a pair that already exists, nor (``no_diagonal``, a
-    self-referential table without self-loops) onto its own left record. Left degrees are kept.
+    self-referential table without self-loops) onto its own left record. Left degrees are kept. With
+    ``codes2`` (each right record's codes), a link that finds no record of its own code goes to the one with
+    the fewest differing codes (else to any with room, at random): fewer cross-table cells change.
     """
     deg = np.bincount(sj, minlength=n2)
     cap = np.broadcast_to(np.asarray(d_max, dtype=np.int64), (n2,))
@@ -101,8 +104,15 @@ def cap_degrees(si: np.ndarray, sj: np.ndarray, n2: int, d_max: int | np.ndarray
     any_room = [r for lst in by_key.values() for r in lst]
     for c in over.tolist():
         pos = rng.permutation(np.flatnonzero(sj == c))[: deg[c] - cap[c]]
+        near: list[int] | None = None
         for e in pos.tolist():
             target = _take(by_key.get(int(keys2[c]), []), room, existing, int(si[e]), n2, no_diagonal)
+            if target < 0 and codes2 is not None:
+                if near is None:  # the records with room, nearest codes first (ties at random), once per record
+                    cands = np.flatnonzero(room > 0)
+                    dist = (codes2[cands] != codes2[c]).sum(axis=1) if codes2.ndim == 2 else np.zeros(cands.size)
+                    near = cands[np.lexsort((rng.random(cands.size), dist))].tolist()
+                target = _take(near, room, existing, int(si[e]), n2, no_diagonal)
             if target < 0:
                 target = _take(any_room, room, existing, int(si[e]), n2, no_diagonal)
             if target < 0:

@@ -192,6 +192,21 @@ def _histogram(ids: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(np.bincount(ids, minlength=n))
 
 
+def parent_flags(n2: int, pos: Sequence[np.ndarray], masks: Sequence[np.ndarray]) -> np.ndarray:
+    """Task (one-to-many): which of the n2 parents have at least one kept child (stays where the links are)."""
+    flags = np.zeros(int(n2), dtype=bool)
+    for q, mk in zip(pos, masks):
+        flags[np.asarray(q)[np.asarray(mk)]] = True
+    return flags
+
+
+def count_both(a: np.ndarray, b: np.ndarray) -> int:
+    """Task: how many parents are flagged in both arrays (the one number that comes back)."""
+    if a.shape != b.shape:
+        raise DataError("internal: sibling links see different parent tables")
+    return int(np.count_nonzero(a & b))
+
+
 def public_view(checks: dict[str, Any]) -> dict[str, Any]:
     """Task: the link checks without the masks (what the driver receives: sizes, reports, histograms)."""
     return {k: v for k, v in checks.items() if k != "masks"}

@@ -42,6 +42,7 @@ class Problem:
     given: dict[str, np.ndarray] = field(default_factory=dict)  # supplied synthetic tables
     n_syn: dict[str, int] = field(default_factory=dict)
     m_syn: int = 0
+    sibling: Any = None  # siblings.Sibling: an earlier foreign key into the same parent (schema graphs)
 
     @property
     def m(self) -> int:

@@ -112,6 +112,7 @@ links budget noisier (σ 0.040 at ε_rel 0.5, 0.021 at 1) than the random-links 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -150,6 +151,7 @@ from privcube.mechanisms.relational.selection import (  # noqa: F401 (selection_
     one_measurement,
     selection_count,
 )
+from privcube.mechanisms.relational.siblings import Sibling, align_siblings, both_target, release_both, sibling_rho
 from privcube.mechanisms.relational.tables import restore_tables, synthesize_tables
 from privcube.mechanisms.relational.workloads import (
     CrossTables,
@@ -241,7 +243,7 @@ def run_relational(tables: Mapping[str, tuple[Any, Domain]], links: Any, params:
                    budgets: Mapping[str, Any], ledger: PrivacyLedger | None = None, noise: NoiseSource | None = None,
                    *, synthetic_tables: Mapping[str, Any] | None = None,
                    progress: Any = None, checkpoint: Any = None, resume: bool = False,
-                   context: RunContext | None = None) -> RelationalResult:
+                   context: RunContext | None = None, sibling: Sibling | None = None) -> RelationalResult:
     """Synthesize two linked tables (or one table linked to itself) and the links (see the module docstring).
 
     ``tables``: name -> (codes ndarray, or pandas / dask DataFrame with the domain columns [+ key / FK
@@ -271,6 +273,12 @@ def run_relational(tables: Mapping[str, tuple[Any, Domain]], links: Any, params:
     round: finished tables are reused, the ledger is replayed (nothing is charged twice) and the loop
     restarts at the next iteration. With a seeded noise source the result equals the uninterrupted run.
     All input checks run before the first charge and the first save.
+
+    ``sibling`` (a schema graph's later foreign key into a parent that an earlier one links to already,
+    ``siblings.Sibling``): which synthetic parents have the earlier link's children. Declared ``within``, the
+    caller passes only those parents as this link's synthetic parent table (its degree release is still read
+    over all of them); otherwise this link's parents are made to overlap them as released (``siblings``), by
+    moving whole child sets after the degree repair.
     """
     import time
 
@@ -278,6 +286,7 @@ def run_relational(tables: Mapping[str, tuple[Any, Domain]], links: Any, params:
     noise = noise if noise is not None else NoiseSource()
     t0 = time.perf_counter()
     pr = prepare(tables, links, p, budgets, dict(synthetic_tables or {}), context)
+    pr.sibling = sibling
     t1 = time.perf_counter()
     if ledger is None:
         ledger = PrivacyLedger(pr.total, noise=noise)
@@ -319,8 +328,11 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     ls = LinkState(si, sj, FixedLinkCounts(syn, si, sj))  # the data-independent start's marginals (the shrinkage prior)
     del si, sj  # only ls holds the links: each iteration's old links are freed when it replaces them
     report = _base_report(pr, len(all_w))
+    sib = pr.sibling if pr.kind == "one_to_many" else None
+    rho_sib = (sibling_rho(p["sibling_share"], sib.d_anchor, int(p["d_max"]), pr.b_links.rho, int(pr.n_real[1]))
+               if sib is not None and not sib.within else 0.0)
     cand_w, sched, rho_deg = links_schedule(p, pr.kind, pr.self_ref, doms[0], doms[1], pr.b_links.rho, pr.m,
-                                            tuple(pr.n_real))
+                                            tuple(pr.n_real), reserved=rho_sib)
     deg_bins = sched.degree_bins
     real.want([*cand_w, *(all_w if evaluate else [])])  # one pass over the joined links counts them all
     if evaluate:
@@ -336,6 +348,11 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
                                          one_to_many=pr.kind == "one_to_many")
     elif rho_deg > 0:  # one-to-many, smaller tables: parents with and without children (two values)
         ls.degree_hist = release_degree_histogram(pr.real.degree_histogram(1), int(p["d_max"]), rho_deg, ledger, noise)
+    sib_reading = None
+    if rho_sib > 0:  # an earlier sibling's children: the parents with children in both, released (charged first)
+        sib_reading = release_both(lambda: _count_both(pr, sib, context), sib.d_anchor, int(p["d_max"]), rho_sib,
+                                   ledger, noise)
+    report["privacy"]["rho_siblings"] = rho_sib
     if not sched.informative:
         # public sizes and the budget say no measurement can meet max_noise: expected gain ≤ 0
         msg = ("links budget too small for these table sizes and d_max: even one measurement of the smallest "
@@ -355,6 +372,8 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
     ls = learn_links(run, ls)
     before_repair = average_error(real, syn, ls.si, ls.sj, all_w) if evaluate else None
     si, sj, shaped = _degree_repair(pr, syn_codes, ls, noise, rho_deg)  # may change ls's arrays in place
+    if sib is not None and p["degrees"] == "preserve":
+        sj, report["siblings"] = _align(pr, syn_codes, sj, sib, sib_reading, rho_sib, noise)
     ls.si = ls.sj = np.empty(0, dtype=np.int64)  # the learned links are not needed after the repair
     report["iterations"] = ls.history
     report["dp_cross_error"] = dp_fit_report(syn, si, sj, ls.selected, ls.released, ls.sigmas)
@@ -364,7 +383,7 @@ def _stage2(pr: Problem, syn_codes: list[np.ndarray], state: Mapping[str, Any] |
         d_ok = max(np.bincount(sj, minlength=n2s).max(initial=0), np.bincount(si, minlength=n1s).max(initial=0)
                    if pr.kind == "many_to_many" else 0) <= int(p["d_max"])
         report["degrees"] = {"d_max_respected": bool(d_ok),
-                             "source": _degree_source(pr, ls), "rho": rho_deg,
+                             "source": _degree_source(pr, ls), "rho": rho_deg, **_degree_error(pr, rho_deg, deg_bins),
                              "note": "the release is charged to the links budget (links:degrees); the repair is "
                                      "post-processing of DP outputs", **({"shaped": shaped} if shaped else {})}
     private_input = report.pop("_nonprivate_input", None)
@@ -393,6 +412,8 @@ def _nonprivate_evaluation(pr: Problem, real: RealCross, syn: CrossTables, syn_c
     floor_w = {w.label(): 100.0 * float(np.abs(real.marginal(w) - floor_side.marginal(w)).sum()) for w in all_w}
     hist_real = pr.real.degree_histogram(1)
     hist_syn = np.bincount(np.bincount(sj, minlength=n2s))
+    if _all_parents(pr) > n2s:  # within a sibling: the parents left out are childless
+        hist_syn[0] += _all_parents(pr) - n2s
     left_real, left_syn = pr.real.degree_histogram(0), np.bincount(np.bincount(si, minlength=n1s))
     return {
         "note": "computed from the real data; NOT differentially private",
@@ -427,7 +448,7 @@ def _tv(a: np.ndarray, b: np.ndarray) -> float:
 def _degree_source(pr: Problem, ls: LinkState) -> str:
     """What the synthetic degrees follow (for the report)."""
     if ls.degree_hist is None:
-        if pr.kind == "one_to_many" or float(pr.p["degree_share"]) <= 0:
+        if pr.kind == "one_to_many" or (pr.p["degree_share"] != "auto" and float(pr.p["degree_share"]) <= 0):
             return "d_max cap only"
         return "d_max cap only (degree_share of the links budget cannot inform a degree histogram at these table sizes)"
     how = ("; children re-dealt between parents with identical codes, then matched by rank to a degree sequence "
@@ -440,6 +461,63 @@ def _degree_source(pr: Problem, ls: LinkState) -> str:
     sides = [f"{label[s]} ({int(np.isfinite(ls.degree_hist[s]).sum())} bins)" for s in (0, 1)
              if np.isfinite(ls.degree_hist[s]).any()]
     return "noisy histograms of links per record: " + ", ".join(sides) + "; links moved only within same-code groups"
+
+
+def _count_both(pr: Problem, sib: Sibling, context: RunContext | None) -> int:
+    """How many real parents have children in both this link and its sibling (a task where the links are)."""
+    from dask import delayed
+
+    from privcube.mechanisms.relational import frames as F
+
+    ctx = context if context is not None else RunContext()
+    (count,) = ctx.compute(delayed(F.count_both)(sib.anchor_flags, pr.real.parent_flags()))
+    return int(count)
+
+
+def _align(pr: Problem, syn_codes: list[np.ndarray], sj: np.ndarray, sib: Sibling,
+           reading: tuple[float, float] | None, rho: float, noise: NoiseSource) -> tuple[np.ndarray, dict[str, Any]]:
+    """Post-processing: the parents with this link's children made to overlap the sibling's as declared
+    (``within``: all of them) or as released (``siblings.both_target``), by moving whole child sets
+    (``siblings.align_siblings``); returns the new parent per child and the report's ``siblings``."""
+    n2s = pr.n_syn_pair[1]
+    has = np.bincount(sj, minlength=n2s) > 0
+    k_link, k_anchor = int(has.sum()), int(np.count_nonzero(sib.anchor_has))
+    out: dict[str, Any] = {"anchor": sib.anchor, "mode": "within" if sib.within else "released", "rho": rho}
+    if sib.within and n2s < np.asarray(sib.anchor_has).size:  # learned on the anchor's parents alone: no move
+        out.update({"parents": n2s, "note": f"declared within {sib.anchor}: learned on the {n2s} synthetic parents "
+                                            f"with children there (no budget)"})
+        return sj, out
+    if sib.within:  # the anchor's parents cannot hold these children under d_max: learned on all, then moved in
+        target = min(k_link, k_anchor)
+    elif reading is not None:
+        target = both_target(reading[0], reading[1], int(pr.n_real[1]), n2s, k_link, k_anchor)
+        out.update({"reading": reading[0], "sigma": reading[1]})
+    else:  # sibling_share 0: learned independently
+        out["mode"] = "independent"
+        return sj, out
+    sj, rep = align_siblings(sj, n2s, np.asarray(sib.anchor_has, dtype=bool), target, syn_codes[1],
+                             noise.generator("relational", "siblings"),
+                             within_cap=int(pr.p["d_max"]) if sib.within else None)
+    out.update(rep)
+    out["note"] = ("whole child sets moved between parents (degrees kept), each to the parent with the nearest "
+                   "codes: post-processing of DP outputs" + ("" if sib.within else "; the count of parents with "
+                   "children in both is charged to this link's budget (links:siblings)"))
+    return sj, out
+
+
+def _degree_error(pr: Problem, rho_deg: float, bins: tuple[int, int]) -> dict[str, Any]:
+    """The degree release's share of the links budget and (one-to-many) the expected error of the share of
+    parents with children it reads: std and mean absolute error (√(2/π)·std) of the Gaussian reading, before
+    the public range and the posterior mean narrow it. Public (sizes, d_max, ρ)."""
+    from privcube.mechanisms.relational.selection import share_std
+
+    out: dict[str, Any] = {"degree_share": rho_deg / pr.b_links.rho if pr.b_links.rho > 0 else 0.0,
+                           "degree_share_rule": "auto" if pr.p["degree_share"] == "auto" else "fixed"}
+    if pr.kind == "one_to_many" and rho_deg > 0:
+        std = share_std(int(pr.p["d_max"]), rho_deg, int(pr.n_real[1]), bins[1])
+        out["share_with_children_error"] = {"std": std, "mean_abs": math.sqrt(2.0 / math.pi) * std,
+                                            "note": "of the released share of parents with children (noise only)"}
+    return out
 
 
 def _full_keys(codes: np.ndarray, dom: Any, n: int) -> np.ndarray:
@@ -470,22 +548,47 @@ def _degree_repair(pr: Problem, syn_codes: list[np.ndarray], ls: LinkState, nois
     keys = (_full_keys(syn_codes[0], pr.doms[0], n1s), keys2)
     one = pr.kind == "one_to_many"
     sigma = degree_sigma(d_max, rho_deg, pr.self_ref, one_to_many=one)
+    # ``within`` a sibling: the synthetic parents here are the sibling's parents only (``run_graph`` restricts
+    # them); the release counts all real parents, so its distribution is read over all n_all synthetic parents
+    # and then restricted (the parents outside are the childless ones)
+    n_all = _all_parents(pr)
     if one and ls.degree_hist.ndim == 1:  # the two-value release: parents without / with children
-        probs: tuple[np.ndarray | None, ...] = (None, childless_distribution(ls.degree_hist, n2s, n1s, d_max,
-                                                                            int(pr.n_real[1]),
-                                                                            two_value_sigma(d_max, rho_deg)))
+        probs: tuple[np.ndarray | None, ...] = (None, childless_distribution(
+            ls.degree_hist, n_all, n1s, d_max, int(pr.n_real[1]), two_value_sigma(d_max, rho_deg),
+            max_parents=n2s if n_all != n2s else None))
     else:
-        probs = tuple(degree_distribution(ls.degree_hist[s], pr.n_real[s], sigma, pr.m_syn / (n1s, n2s)[s], d_max,
-                                          np.bincount(np.bincount(sj if s else si, minlength=(n1s, n2s)[s])),
+        sides = (n1s, n_all if one else n2s)
+        probs = tuple(degree_distribution(ls.degree_hist[s], pr.n_real[s], sigma, pr.m_syn / sides[s], d_max,
+                                          np.bincount(np.bincount(sj if s else si, minlength=sides[s])),
                                           zero_bin=one)
                       if np.isfinite(ls.degree_hist[s]).any() else None for s in (0, 1))
+    if n_all != n2s and probs[1] is not None:
+        probs = (probs[0], restrict_distribution(probs[1], n_all, n2s))
     si, sj, rep = shape_degrees(si, sj, (n1s, n2s), keys, probs, rng, no_diagonal=pr.no_diag, in_place=True)
     if one:
         target = group_targets(np.bincount(sj, minlength=n2s), np.zeros(n2s, np.int64), probs[1], rng)
         sj_in = sj
-        si, sj = cap_degrees(si, sj, n2s, target, keys2, rng, no_diagonal=pr.no_diag)  # copies sj if it moves any
+        si, sj = cap_degrees(si, sj, n2s, target, keys2, rng, no_diagonal=pr.no_diag,  # copies sj if it moves any
+                             codes2=np.asarray(syn_codes[1]))
         rep["right"]["moved_to_other_codes"] = int(np.count_nonzero(keys2[sj_in] != keys2[sj]))
     return si, sj, rep
+
+
+def _all_parents(pr: Problem) -> int:
+    """The synthetic parents of a one-to-many link: all of them, also when only a sibling's parents take part
+    (``within``: the parent table passed in is restricted to those)."""
+    sib = pr.sibling
+    if pr.kind == "one_to_many" and sib is not None and sib.within:
+        return int(np.asarray(sib.anchor_has).size)
+    return pr.n_syn_pair[1]
+
+
+def restrict_distribution(p: np.ndarray, n_all: int, n_sub: int) -> np.ndarray:
+    """A children-per-parent distribution over ``n_all`` parents read over the ``n_sub`` of them that may have
+    children (the others are childless): the childless count less the parents left out, renormalised."""
+    counts = np.asarray(p, dtype=float) * n_all
+    counts[0] = max(counts[0] - (n_all - n_sub), 0.0)
+    return counts / max(counts.sum(), 1e-300)
 
 
 class Relational(Mechanism):

@@ -22,7 +22,7 @@ PARAMS: dict[str, Any] = {
     "chunk_size": 1_000_000, "evaluate_nonprivate": False, "evaluate": None, "shrinkage": "auto",
     "shrinkage_margin": 1.0, "candidate_orders": "closure", "noise_penalty": True, "max_noise": 0.2,
     "self_loops": False, "shrink_towards": "initial", "refit": True, "degrees": "preserve",
-    "degree_share": 0.05, "uninformative": "warn", "optimiser": "auto", "type_cells": 3_000_000, "type_iters": "auto",
+    "degree_share": "auto", "sibling_share": "auto", "uninformative": "warn", "optimiser": "auto", "type_cells": 3_000_000, "type_iters": "auto",
     "shrink_by": "pooled", "strategy": "auto", "left_degrees": "kept", "score": "auto",
 }
 
@@ -109,8 +109,11 @@ def _check_reals(q: Mapping[str, Any]) -> None:
     if not is_number(q["slice_cells"]) or not q["slice_cells"] >= 1:
         raise ConfigError(f"{_WHO}: parameter 'slice_cells' must be a number >= 1, got {q['slice_cells']!r}")
     ds = q["degree_share"]
-    if not is_number(ds) or not (0 <= ds < 1):
-        raise ConfigError(f"{_WHO}: parameter 'degree_share' must lie in [0, 1), got {ds!r}")
+    if ds != "auto" and (not is_number(ds) or not (0 <= ds < 1)):
+        raise ConfigError(f"{_WHO}: parameter 'degree_share' must be 'auto' or lie in [0, 1), got {ds!r}")
+    ss = q["sibling_share"]
+    if ss != "auto" and (not is_number(ss) or not (0 <= ss < 1)):
+        raise ConfigError(f"{_WHO}: parameter 'sibling_share' must be 'auto' or lie in [0, 1), got {ss!r}")
     if not is_number(q["shrinkage_margin"]) or not q["shrinkage_margin"] >= 0:
         raise ConfigError(f"{_WHO}: parameter 'shrinkage_margin' must be a number >= 0, "
                           f"got {q['shrinkage_margin']!r}")

@@ -168,6 +168,13 @@ class RealSide:
         """How many records of side 0 (left) / 1 (right) have 0, 1, 2, … links: an aggregate count."""
         return np.asarray(self.public["degree_histograms"][side], dtype=np.int64)
 
+    def parent_flags(self) -> Any:
+        """One-to-many: which real parents have at least one (kept) child, a task whose result stays on the
+        cluster (a sibling link counts the parents flagged in both there; only that count comes back)."""
+        from dask import delayed
+
+        return delayed(F.parent_flags)(self.n_real[1], self.pos, self.masks)
+
     # ---- stage 1: each table's codes as a dask frame for the marginal engine
     def _table_codes(self, name: str) -> Any:
         """The codes array of ``name`` on the cluster (a one-to-many child: the rows that keep their link)."""
@@ -250,6 +257,15 @@ def public_codes(data: Any, domain: Domain, name: str, ctx: RunContext | None) -
     return np.asarray(codes, dtype=np.int64)
 
 
+def parent_flags_of(tables: Mapping[str, tuple[Any, Domain]], links: Any, p: Mapping[str, Any],
+                    ctx: RunContext | None) -> Any:
+    """A one-to-many link's real parents with children (``RealSide.parent_flags``: a task on the cluster), its
+    links checked as its own run checks them: what a later sibling link counts against."""
+    from privcube.mechanisms.relational.links import parse_links
+
+    return RealSide(parse_links(links, tables), tables, p, ctx).parent_flags()
+
+
 def _link_parts(pairs: Any) -> list[Any]:
     """A link table as delayed partitions (a dask frame's own; one for a pandas frame or an array)."""
     from dask import delayed
@@ -259,4 +275,4 @@ def _link_parts(pairs: Any) -> list[Any]:
     return [delayed(pairs, pure=True)]
 
 
-__all__ = ["FrameCounts", "JoinedCross", "RealSide", "public_codes", "table_oracle"]
+__all__ = ["FrameCounts", "JoinedCross", "RealSide", "parent_flags_of", "public_codes", "table_oracle"]

@@ -150,25 +150,71 @@ def privacy_schedule(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1
     return sched
 
 
+#: ``degree_share: auto`` (one-to-many): the degree release gets the ρ that makes the standard deviation of the
+#: released share of parents with children ``DEGREE_ERROR`` (d_max/(√(2ρ)·N) for the two-value release), within
+#: ``DEGREE_SHARE_RANGE`` of the links budget. A compromise measured on Airbnb users ← sessions (d_max 50, 10,000
+#: users; benchmarks/relational-quality.md, issue 36): a share of 0.3 leaves the cross-table error of ε_rel 0.5 / 1
+#: where 0.05 has it (their one or two measurements are shrunk heavily either way) while the share's std falls
+#: from 0.19 / 0.10 to 0.08 / 0.04, but at ε_rel 2 it costs measurements (seeds 0 / 1: 24.8 → 26.0 %, 25.3 →
+#: 28.2 %); the target 0.03 asks 0.16 there.
+DEGREE_ERROR = 0.03
+DEGREE_SHARE_RANGE = (0.05, 0.25)
+#: ``degree_share`` for many-to-many under ``auto``: the fixed share its links-per-record histograms were measured with
+M2M_DEGREE_SHARE = 0.05
+
+
+def degree_share_auto(d_max: int, rho_links: float, n_parents: int) -> float:
+    """``degree_share: auto`` for a one-to-many link: the share of ``rho_links`` whose two-value release reads
+    the share of the ``n_parents`` with children with std ``DEGREE_ERROR``, clipped to ``DEGREE_SHARE_RANGE``.
+    Public inputs only (d_max, the budget, the public number of parents)."""
+    lo, hi = DEGREE_SHARE_RANGE
+    if rho_links <= 0 or n_parents <= 0:
+        return lo
+    need = d_max * d_max / (2.0 * DEGREE_ERROR ** 2 * n_parents * n_parents)
+    return float(min(max(need / rho_links, lo), hi))
+
+
+def share_std(d_max: int, rho: float, n_parents: int, bins: int = 0) -> float:
+    """Std of the released share of parents with children (one-to-many, public): the two-value release reads
+    it as (N + with − without)/2N, std d_max/(√(2ρ)·N); the binned one from its zero bin, std Δ/(√(2ρ)·N)."""
+    from privcube.mechanisms.relational.degree_distributions import degree_sigma
+
+    if rho <= 0 or n_parents <= 0:
+        return math.inf
+    if bins:
+        return degree_sigma(d_max, rho, False, one_to_many=True) / n_parents
+    return d_max / (math.sqrt(2.0 * rho) * n_parents)
+
+
 def degree_release(p: Mapping[str, Any], kind: str, self_ref: bool, rho_links: float,
                    sizes: tuple[int, int] | None) -> tuple[float, tuple[int, int]]:
     """``(ρ, bins per side)`` of the degree release, from public inputs only (``degrees: preserve``).
-    Many-to-many: each side's links-per-record histogram in as many equal-width bins as ``degree_share`` of
-    the links budget can inform at the public table ``sizes`` (``degree_distributions.bin_counts``; 0: that side is
-    not released); no sizes (a data-free plan) or no side informative: nothing is released or spent.
-    One-to-many: always ρ; the parents' children-per-parent histogram in ≥ 3 bins (degree 0 alone, then
-    equal widths) when the
-    sizes allow (bins ``(0, B)``), else the two-bin count of parents with and without children (bins
-    ``(0, 0)``, ``degrees.release_degree_histogram``)."""
-    if p["degrees"] != "preserve" or float(p["degree_share"]) <= 0:
+    ``degree_share`` is a share of the links budget, or ``auto``: one-to-many by ``degree_share_auto`` (the
+    expected error of the share of parents with children; without sizes, a data-free plan, its upper end),
+    many-to-many ``M2M_DEGREE_SHARE``.
+    Many-to-many: each side's links-per-record histogram in as many equal-width bins as that ρ can inform at
+    the public table ``sizes`` (``degree_distributions.bin_counts``; 0: that side is not released); no sizes (a
+    data-free plan) or no side informative: nothing is released or spent.
+    One-to-many: always ρ; the parents' children-per-parent histogram in ≥ 3 bins (degree 0 alone, then equal
+    widths) when the sizes allow it and (under ``auto``) its zero bin reads the share of parents with children
+    within ``DEGREE_ERROR`` too (bins ``(0, B)``), else the two-bin count of parents with and without children
+    (bins ``(0, 0)``, ``degrees.release_degree_histogram``: half the std on that share)."""
+    share = p["degree_share"]
+    if p["degrees"] != "preserve" or (share != "auto" and float(share) <= 0):
         return 0.0, (0, 0)
-    rho = float(p["degree_share"]) * rho_links
+    d_max = int(p["d_max"])
     if kind == "one_to_many":
-        b = bin_counts(sizes, int(p["d_max"]), rho, False, one_to_many=True)[1] if sizes is not None else 0
+        if share == "auto":
+            share = degree_share_auto(d_max, rho_links, sizes[1]) if sizes is not None else DEGREE_SHARE_RANGE[1]
+        rho = float(share) * rho_links
+        b = bin_counts(sizes, d_max, rho, False, one_to_many=True)[1] if sizes is not None else 0
+        if p["degree_share"] == "auto" and b and share_std(d_max, rho, sizes[1], b) > DEGREE_ERROR:
+            b = 0  # its zero bin would read the share of parents with children worse than the target
         return rho, (0, b if b >= 3 else 0)
+    rho = (M2M_DEGREE_SHARE if share == "auto" else float(share)) * rho_links
     if sizes is None:
         return 0.0, (0, 0)
-    bins = bin_counts(sizes, int(p["d_max"]), rho, self_ref)
+    bins = bin_counts(sizes, d_max, rho, self_ref)
     return (rho, bins) if any(bins) else (0.0, (0, 0))
 
 
@@ -177,14 +223,17 @@ ROUNDING_MARGIN = 1e-12
 
 
 def links_schedule(p: Mapping[str, Any], kind: str, self_ref: bool, dom1: Domain, dom2: Domain, rho_links: float,
-                   m: int, sizes: tuple[int, int] | None = None) -> tuple[list[CrossWorkload], Schedule, float]:
+                   m: int, sizes: tuple[int, int] | None = None,
+                   reserved: float = 0.0) -> tuple[list[CrossWorkload], Schedule, float]:
     """``(candidates, schedule, ρ of the degree release)`` of the links stage from public inputs only (the
     domains, the parameters, the links budget, the public link count ``m`` and, for the degree release,
     the public table ``sizes``): what a run measures and what ``privcube plan`` previews. A
-    self-referential record is on both ends: 2·d_max pairs change."""
+    self-referential record is on both ends: 2·d_max pairs change. ``reserved``: ρ of the budget spent
+    elsewhere (a sibling release), not planned for measurements."""
     cand_w = candidate_workloads(dom1, dom2, int(p["k"]), p["candidate_orders"])
     d_sens = 2 * int(p["d_max"]) if self_ref else int(p["d_max"])
     rho_deg, deg_bins = degree_release(p, kind, self_ref, rho_links, sizes)
+    rho_links -= reserved
     # the charges add up in floating point: plan to spend a hair less than the budget (1e-12 relative), so
     # their sum is never above it, whatever the order of the additions (rounding is ~1e-16 per charge)
     rho_links = rho_deg + (rho_links - rho_deg) * (1.0 - ROUNDING_MARGIN)
@@ -209,14 +258,22 @@ def links_schedule(p: Mapping[str, Any], kind: str, self_ref: bool, dom1: Domain
 #: ``strategy: auto`` measures all lowest-order candidates first when their max_noise cost is at most this
 #: share of the links budget (the rest goes to adaptive selection).
 MEASURE_ALL_SHARE = 0.5
+#: ... and only when they could each be measured with an expected noise norm of at most this (4× below the
+#: default max_noise, 16× the ρ) within that share: measuring every 2-way table at max_noise itself is no
+#: cheap sweep but as noisy as the adaptive draws, and it fits the uninformative tables' noise too. Measured on
+#: the second Airbnb encoding's devices link (issue 36: 2,934 links, d_max 3, where the old test triggered at
+#: ε_rel 1): seeds 0 / 1 learned 38.6 / 35.0 % with the sweep against 31.8 / 33.9 % adaptive, 211 / 265 s
+#: against 9 / 5 s. Where it triggers now (10^7 links) the sweep is made at max_noise as before.
+MEASURE_ALL_NOISE = 0.05
 
 
 def measure_all_plan(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1: Domain, dom2: Domain,
                      rho_links: float, m: int, d_sens: int) -> tuple[list[CrossWorkload], list[float]]:
     """The lowest-order candidates measured up front without selection (AIM+GReM's measure-all test, on
-    public inputs only: domain sizes, m, d_max, τ and the budget) and their ρ each. ``auto``: only when
-    each can meet max_noise (ρ_w = l2²·cells_w/(2τ²)) and together they cost ≤ ``MEASURE_ALL_SHARE`` of
-    ρ_links; ``measure-all``: always, scaled down to the whole budget if they cost more; ``adaptive``: never."""
+    public inputs only: domain sizes, m, d_max, τ and the budget) and their ρ each (what meets max_noise,
+    ρ_w = l2²·cells_w/(2τ²)). ``auto``: only when they would cost ≤ ``MEASURE_ALL_SHARE`` of ρ_links even at
+    noise norm ``MEASURE_ALL_NOISE``; ``measure-all``: always, scaled down to the whole budget if they cost more;
+    ``adaptive``: never."""
     strategy = p["strategy"]
     if strategy == "adaptive" or not cand_w or rho_links <= 0 or int(p["iterations"]) < 1:
         return [], []
@@ -229,7 +286,8 @@ def measure_all_plan(p: Mapping[str, Any], cand_w: Sequence[CrossWorkload], dom1
         rho = MEASURE_ALL_SHARE * rho_links * share / share.sum()
         return (first, rho.tolist()) if strategy == "measure-all" else ([], [])
     rho = l2 * l2 * cells / (2.0 * float(p["max_noise"]) ** 2)
-    if strategy == "auto" and rho.sum() > MEASURE_ALL_SHARE * rho_links:
+    cheap = l2 * l2 * cells / (2.0 * min(MEASURE_ALL_NOISE, float(p["max_noise"])) ** 2)
+    if strategy == "auto" and cheap.sum() > MEASURE_ALL_SHARE * rho_links:
         return [], []
     if rho.sum() > rho_links:
         rho = rho * (rho_links / rho.sum())
@@ -337,5 +395,6 @@ def measure_first(sched: Schedule, real: RealCross, m: int, ledger: Any,
 
 
 __all__ = ["candidate_workloads", "selection_count", "Schedule", "privacy_schedule", "one_measurement",
-           "select_and_measure", "measure_all_plan", "measure_first", "MEASURE_ALL_SHARE",
-           "GAIN_MIN_LINKS_PER_DEGREE", "score_for", "degree_release", "links_schedule"]
+           "select_and_measure", "measure_all_plan", "measure_first", "MEASURE_ALL_SHARE", "MEASURE_ALL_NOISE",
+           "GAIN_MIN_LINKS_PER_DEGREE", "score_for", "degree_release", "links_schedule", "DEGREE_ERROR",
+           "DEGREE_SHARE_RANGE", "M2M_DEGREE_SHARE", "degree_share_auto", "share_std"]

@@ -19,7 +19,6 @@ new children, q leaving). So Δ = d_A + d_B, reached (checked exhaustively on sm
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any

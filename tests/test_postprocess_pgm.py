@@ -328,3 +328,28 @@ def test_a_dependent_pair_with_zero_additive_interaction_enters_the_model() -> N
     answers = _answers(domain, {("a", "b"): table}, {("a", "b"): 1e-6})
     publish(answers, domain, PostprocessSpec(method="pgm"))
     np.testing.assert_allclose(answers[0].published.reshape(2, 2), table, atol=1e-4 * 42)
+
+
+def test_a_long_answering_step_shows_its_progress(capfd: pytest.CaptureFixture) -> None:
+    """Reading the workload's marginals from the model draws its own progress line once it has taken a second
+    (here: a map that is slow per call), counting the chunks to the end."""
+    import time
+
+    from privcube.postprocess.dispatch import answer_marginals
+
+    domain, codes = _planted(n=2000)
+    cliques = list(itertools.combinations(domain.attributes, 2))
+    truth = ArrayOracle(domain, codes).marginals(cliques)
+    stats = from_marginals(domain, truth, {c: 1.0 for c in cliques})
+    model = fit(stats, select_model(stats).tree, total=2000.0, max_iterations=50)
+    capfd.readouterr()
+
+    def slow_map(fn, items):  # noqa: ANN001, ANN202
+        time.sleep(0.4)
+        return [fn(x) for x in items]
+
+    cliques = cliques[:5]
+    out = answer_marginals(model, cliques, slow_map, chunk_cells=1, batch=1)
+    assert set(out) == set(cliques)
+    err = capfd.readouterr().err
+    assert "postprocess (answers from the model)" in err and f"{len(cliques)}/{len(cliques)}" in err

@@ -209,9 +209,9 @@ class _FitProgress:
 
 
 def answer_marginals(model: GraphicalModel, cliques: Sequence[Clique], map: Mapper = serial_map,
-                     chunk_cells: int = 2_000_000) -> dict[Clique, np.ndarray]:
+                     chunk_cells: int = 2_000_000, batch: int = 8) -> dict[Clique, np.ndarray]:
     """Every clique's marginal (counts) under the model, in chunks of about ``chunk_cells`` cells through
-    ``map`` (cluster tasks when the run has a cluster)."""
+    ``map`` (cluster tasks when the run has a cluster), ``batch`` chunks a call, with a progress line."""
     parts: list[list[Clique]] = [[]]
     size = 0
     for c in cliques:
@@ -223,9 +223,34 @@ def answer_marginals(model: GraphicalModel, cliques: Sequence[Clique], map: Mapp
         size += n
     lean = model.lean()
     out: dict[Clique, np.ndarray] = {}
-    for chunk in map(_answer_chunk, [(lean, part) for part in parts]):
-        out.update(chunk)
+    bar = _AnswerProgress(len(parts))
+    for i in range(0, len(parts), batch):  # batches, so that a long answering step shows its progress
+        for chunk in map(_answer_chunk, [(lean, part) for part in parts[i:i + batch]]):
+            out.update(chunk)
+        bar.advance(len(parts[i:i + batch]))
+    bar.close()
     return out
+
+
+class _AnswerProgress:
+    """``postprocess (answers)``: chunks of marginals read from the model, drawn once it has taken a second."""
+
+    def __init__(self, total: int, delay: float = 1.0) -> None:
+        from privcube.progress import ProgressBar
+
+        self.bar = ProgressBar("postprocess (answers from the model)", total)
+        self.delay, self.shown, self.start = delay, False, time.perf_counter()
+
+    def advance(self, n: int) -> None:
+        self.shown = self.shown or time.perf_counter() - self.start >= self.delay
+        if self.shown:
+            self.bar.update(n)
+        else:
+            self.bar.done += n
+
+    def close(self) -> None:
+        if self.shown:
+            self.bar.close()
 
 
 def _answer_chunk(args: tuple) -> dict[Clique, np.ndarray]:

@@ -330,13 +330,16 @@ def test_a_dependent_pair_with_zero_additive_interaction_enters_the_model() -> N
     np.testing.assert_allclose(answers[0].published.reshape(2, 2), table, atol=1e-4 * 42)
 
 
-def test_a_long_answering_step_shows_its_progress(capfd: pytest.CaptureFixture) -> None:
+def test_a_long_answering_step_shows_its_progress(capfd: pytest.CaptureFixture,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Reading the workload's marginals from the model draws its own progress line once it has taken a second
     (here: a map that is slow per call), counting the chunks to the end."""
     import time
 
+    from privcube import progress
     from privcube.postprocess.dispatch import answer_marginals
 
+    monkeypatch.setattr(progress, "_QUIET", False)  # an earlier quiet run in this process may have silenced it
     domain, codes = _planted(n=2000)
     cliques = list(itertools.combinations(domain.attributes, 2))
     truth = ArrayOracle(domain, codes).marginals(cliques)

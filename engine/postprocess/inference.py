@@ -160,8 +160,10 @@ def _cover(tree: JunctionTree, attrs: Idx) -> list[int]:
 
 def marginal(beliefs: Sequence[np.ndarray], tree: JunctionTree, attrs: Idx) -> np.ndarray:
     """Probability table of ``attrs`` (ascending indices) under the calibrated ``beliefs``: a projection
-    when one clique holds them, else the product of the covering subtree's cliques divided by its
-    separators, summed down to ``attrs`` one clique at a time from the leaves (variable elimination)."""
+    when one clique holds them, else one contraction over the covering subtree, its top clique's belief times
+    every other clique's conditional given its separator, each first summed over what only it holds and the
+    query does not need; the contraction's path (einsum's greedy order) picks the elimination order, so the
+    intermediate tables stay near the query's size instead of carrying it through every separator."""
     attrs = tuple(attrs)
     for c, b in zip(tree.cliques, beliefs):
         if set(attrs) <= set(c):
@@ -170,27 +172,21 @@ def marginal(beliefs: Sequence[np.ndarray], tree: JunctionTree, attrs: Idx) -> n
     sub = JunctionTree([tree.cliques[i] for i in cover],
                        [(cover.index(i), cover.index(j)) for i, j in tree.edges if i in cover and j in cover])
     order = TreeOrder(sub)
-    cliques = sub.cliques
-    children = order.children()
-    factors: dict[int, tuple[Idx, np.ndarray]] = {}
-    roots: list[tuple[Idx, np.ndarray]] = []
-    for c in reversed(order.order):
-        vars_c = cliques[c]
-        sep = order.separator(c)
-        parts = [factors.pop(d) for d in children[c]]
-        inner = set().union(*[set(v) for v, _ in parts]) if parts else set()
-        keep = tuple(a for a in vars_c if a in sep or a in attrs or a in inner)
-        base = project_idx(beliefs[cover[c]], vars_c, keep)  # sum what no one needs first (BLAS)
-        out_scope = tuple(sorted({a for a in set(keep) | inner if a in sep or a in attrs}))
-        msg = _contract([(keep, base), *parts], out_scope)
-        if sep:  # P(· | separator): the separator marginal does not involve what was summed out
-            s = expand_idx(project_idx(base, keep, sep), sep, out_scope)
-            msg = np.divide(msg, s, out=np.zeros_like(msg), where=s > 0)
-        if order.parent[c] is None:
-            roots.append((out_scope, msg))
-        else:
-            factors[c] = (out_scope, msg)
-    table = _contract(roots, attrs)
+    held: dict[int, int] = {}
+    for vars_c in sub.cliques:
+        for a in vars_c:
+            held[a] = held.get(a, 0) + 1
+    parts: list[tuple[Idx, np.ndarray]] = []
+    for c in order.order:
+        vars_c = sub.cliques[c]
+        keep = tuple(a for a in vars_c if a in attrs or held[a] > 1)
+        table = project_idx(beliefs[cover[c]], vars_c, keep)
+        if order.parent[c] is not None:
+            sep = order.separator(c)
+            s = expand_idx(project_idx(table, keep, sep), sep, keep)
+            table = np.divide(table, s, out=np.zeros_like(table), where=s > 0)
+        parts.append((keep, table))
+    table = _contract(parts, attrs)
     return table / max(float(table.sum()), 1e-300)
 
 

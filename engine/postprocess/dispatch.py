@@ -236,7 +236,7 @@ def answer_marginals(model: GraphicalModel, cliques: Sequence[Clique], map: Mapp
 
 
 class _AnswerProgress:
-    """``postprocess (answers)``: chunks of marginals read from the model, drawn once it has taken a second."""
+    """The line ``postprocess (answers from the model)``: chunks of marginals read, drawn after a second."""
 
     def __init__(self, total: int, delay: float = 1.0) -> None:
         from privcube.progress import ProgressBar

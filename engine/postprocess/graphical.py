@@ -26,8 +26,8 @@ import numpy as np
 from privcube.postprocess.inference import TreeOrder, calibrate, marginal, min_sum
 from privcube.postprocess.inference import entropy as model_entropy
 from privcube.postprocess.measurements import ResidualStats, center
-from privcube.postprocess.problem import Clique
 from privcube.postprocess.model_loss import ModelLoss
+from privcube.postprocess.problem import Clique
 from privcube.postprocess.spec import DEFAULT_MODEL_CELLS
 from privcube.synth.junction_tree import JunctionTree, clique_cells, min_fill_cliques, tree_edges
 

@@ -93,21 +93,18 @@ def admit(config: Any, spec: Mapping[str, Any] | None, plan: Any = None) -> Memo
     cluster spec) runs it; called before any data is read and before a LocalCluster starts. Returns the
     estimate, or None for a remote cluster (then :func:`admit_client` checks once it is connected)."""
     layout = planned_layout(spec)
-    if layout.kind == "remote":
-        return None
-    estimate = estimate_peak(config, plan, layout)
-    line = refusal(estimate, room())
-    if line:
-        raise MemoryLimitError(line)
-    return estimate
+    return None if layout.kind == "remote" else _admit_on(config, plan, layout)
 
 
 def admit_client(config: Any, client: Any, plan: Any = None) -> MemoryEstimate | None:
     """Refuse a single-table job that would not fit a connected cluster's workers (their memory limits as its
     scheduler reports them) or this machine's memory for the driver; before any data is read."""
     layout = client_layout(client)
-    if layout is None:
-        return None
+    return None if layout is None else _admit_on(config, plan, layout)
+
+
+def _admit_on(config: Any, plan: Any, layout: Any) -> MemoryEstimate:
+    """The estimate on ``layout``, or MemoryLimitError with the refusal line when it does not fit."""
     estimate = estimate_peak(config, plan, layout)
     line = refusal(estimate, room())
     if line:

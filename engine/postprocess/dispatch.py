@@ -175,32 +175,46 @@ def _solve_model(groups: Sequence[Any], domain: Domain, spec: PostprocessSpec, m
     return mu, info, model
 
 
-class _FitProgress:
+class _LateBar:
+    """A progress line drawn only once its step has run ``delay`` seconds (a step of a fraction of a second
+    prints nothing)."""
+
+    def __init__(self, label: str, total: int, delay: float = 1.0) -> None:
+        from privcube.progress import ProgressBar
+
+        self.bar = ProgressBar(label, total)
+        self.delay, self.shown, self.start = delay, False, time.perf_counter()
+
+    def advance(self, n: int) -> None:
+        """``n`` more steps done; drawn once the delay has passed."""
+        self.shown = self.shown or time.perf_counter() - self.start >= self.delay
+        if self.shown:
+            self.bar.update(n)
+        else:
+            self.bar.done += n
+
+    def close(self) -> None:
+        """End the line, if it was drawn."""
+        if self.shown:
+            self.bar.close()
+
+
+class _FitProgress(_LateBar):
     """The fit's progress line: iterations against the cap, the loss and its fall over the last window; a
     line of its own saying so when the fit stops at the cap."""
 
-    def __init__(self, cap: int, delay: float = 1.0) -> None:
-        from privcube.progress import ProgressBar
-
-        self.bar = ProgressBar("postprocess (pgm fit)", cap)
-        self.cap, self.delay, self.shown = cap, delay, False
-        self.start = time.perf_counter()
+    def __init__(self, cap: int) -> None:
+        super().__init__("postprocess (pgm fit)", cap)
 
     def __call__(self, it: int, loss: float, change: float) -> None:
-        """Drawn once the fit has run ``delay`` seconds (a fit of a fraction of a second prints nothing)."""
         self.bar.set_note(f"objective {loss:.6g}, fell {change:.3g} in the last steps")
-        self.shown = self.shown or time.perf_counter() - self.start >= self.delay
-        if self.shown:
-            self.bar.update(it - self.bar.done)
-        else:
-            self.bar.done = it
+        self.advance(it - self.bar.done)
 
-    def close(self, info: Any) -> None:
+    def close(self, info: Any = None) -> None:
         """End the line (at the iterations run when the fit stopped early on its tolerance)."""
         if info is not None and info.converged:
             self.bar.set_total(info.iterations)
-        if self.shown:
-            self.bar.close()
+        super().close()
         if info is not None and not info.converged:
             from privcube.progress import is_quiet
 
@@ -226,34 +240,13 @@ def answer_marginals(model: GraphicalModel, cliques: Sequence[Clique], map: Mapp
         size += n
     lean = model.lean()
     out: dict[Clique, np.ndarray] = {}
-    bar = _AnswerProgress(len(parts))
+    bar = _LateBar("postprocess (answers from the model)", len(parts))
     for i in range(0, len(parts), batch):  # batches, so that a long answering step shows its progress
         for chunk in map(_answer_chunk, [(lean, part) for part in parts[i:i + batch]]):
             out.update(chunk)
         bar.advance(len(parts[i:i + batch]))
     bar.close()
     return out
-
-
-class _AnswerProgress:
-    """The line ``postprocess (answers from the model)``: chunks of marginals read, drawn after a second."""
-
-    def __init__(self, total: int, delay: float = 1.0) -> None:
-        from privcube.progress import ProgressBar
-
-        self.bar = ProgressBar("postprocess (answers from the model)", total)
-        self.delay, self.shown, self.start = delay, False, time.perf_counter()
-
-    def advance(self, n: int) -> None:
-        self.shown = self.shown or time.perf_counter() - self.start >= self.delay
-        if self.shown:
-            self.bar.update(n)
-        else:
-            self.bar.done += n
-
-    def close(self) -> None:
-        if self.shown:
-            self.bar.close()
 
 
 def _answer_chunk(args: tuple) -> dict[Clique, np.ndarray]:

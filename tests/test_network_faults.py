@@ -246,35 +246,32 @@ def cluster(lab, setup):
         lab.heal(node)
 
 
-def test_a_worker_killed_mid_run(lab, setup, cluster, tmp_path) -> None:
+def start_mid_run(lab, setup, cluster, tmp_path: Path, name: str) -> tuple:
+    """A run on its own dataset budget started on the cluster and waited for to round 2 (mid-run): its config,
+    run folder, the clean run's folder, the budget file and the process."""
     folder, tls, ref = setup
-    budget = new_budget(tmp_path, "a")
+    budget = new_budget(tmp_path, name)
     cfg = make_job(tmp_path, cluster.address, tls, budget)
     out = tmp_path / "run"
     proc = privcube_run(lab, cfg, out, wait=False)
     wait_for_round(out, 2, proc)
+    return cfg, out, ref, budget, proc
+
+
+def test_a_worker_killed_mid_run(lab, setup, cluster, tmp_path) -> None:
+    cfg, out, ref, budget, proc = start_mid_run(lab, setup, cluster, tmp_path, "a")
     cluster.kill_worker("w1")
     settle_outcome(lab, cluster, cfg, out, ref, budget, finish(proc))
 
 
 def test_b_worker_link_cut_mid_run(lab, setup, cluster, tmp_path) -> None:
-    folder, tls, ref = setup
-    budget = new_budget(tmp_path, "b")
-    cfg = make_job(tmp_path, cluster.address, tls, budget)
-    out = tmp_path / "run"
-    proc = privcube_run(lab, cfg, out, wait=False)
-    wait_for_round(out, 2, proc)
+    cfg, out, ref, budget, proc = start_mid_run(lab, setup, cluster, tmp_path, "b")
     lab.cut("w1")  # its cable pulled: every packet dropped, both ways, nothing sent back
     settle_outcome(lab, cluster, cfg, out, ref, budget, finish(proc))
 
 
 def test_d_worker_restarted_mid_run(lab, setup, cluster, tmp_path) -> None:
-    folder, tls, ref = setup
-    budget = new_budget(tmp_path, "d")
-    cfg = make_job(tmp_path, cluster.address, tls, budget)
-    out = tmp_path / "run"
-    proc = privcube_run(lab, cfg, out, wait=False)
-    wait_for_round(out, 2, proc)
+    cfg, out, ref, budget, proc = start_mid_run(lab, setup, cluster, tmp_path, "d")
     cluster.kill_worker("w1")
     cluster.start_worker("w1")  # the same machine comes back: a new worker process at the same address
     settle_outcome(lab, cluster, cfg, out, ref, budget, finish(proc))

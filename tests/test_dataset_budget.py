@@ -274,12 +274,18 @@ def test_pure_runs_compose_by_their_epsilon(folder: Path) -> None:
     assert r.returncode == 2 and "does not fit" in one_line(r)
 
 
+def people_file(folder: Path, rows_each: int) -> Path:
+    """``people.parquet``: the data with a ``person`` column, ``rows_each`` consecutive rows a person."""
+    frame = pd.read_parquet(folder / "data.parquet")
+    frame["person"] = np.arange(len(frame)) // rows_each
+    frame.to_parquet(folder / "people.parquet", index=False)
+    return folder / "people.parquet"
+
+
 def test_units_do_not_mix_and_analytic_is_refused(folder: Path) -> None:
     b = folder / "b.budget"
     assert cli("budget", "init", str(b), "--epsilon", "5", "--delta", "1e-9").returncode == 0
-    frame = pd.read_parquet(folder / "data.parquet")
-    frame["person"] = np.arange(len(frame)) // 2
-    frame.to_parquet(folder / "people.parquet", index=False)
+    people_file(folder, rows_each=2)
     rows = job(folder, "rows", str(b))
     assert cli("run", str(rows), "--out", str(folder / "r1"), "--quiet", "--no-report").returncode == 0
     people = job(folder, "people", str(b), data=folder / "people.parquet", privacy_unit={"id": "person", "max_rows": 2})
@@ -295,9 +301,7 @@ def test_person_level_runs_are_charged_per_person(folder: Path) -> None:
     """Under privacy_unit the dataset is charged the person-level spend that ledger.json records."""
     b = folder / "b.budget"
     assert cli("budget", "init", str(b), "--epsilon", "3", "--delta", "1e-9").returncode == 0
-    frame = pd.read_parquet(folder / "data.parquet")
-    frame["person"] = np.arange(len(frame)) // 3
-    frame.to_parquet(folder / "people.parquet", index=False)
+    people_file(folder, rows_each=3)
     cfg = job(folder, "people", str(b), data=folder / "people.parquet", privacy_unit={"id": "person", "max_rows": 2})
     assert cli("run", str(cfg), "--out", str(folder / "r"), "--quiet", "--no-report").returncode == 0
     ledger = json.loads((folder / "r" / "ledger.json").read_text())

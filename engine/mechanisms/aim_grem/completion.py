@@ -180,7 +180,7 @@ class LocalCompletion:
     def __init__(self, sizes: Sizes, residuals: Iterable[Clique]) -> None:
         """``residuals``: the measurable residuals of W↓ (∅ included), any order."""
         self.sizes = sizes
-        res = sorted({tuple(t) for t in residuals}, key=len)
+        res = sorted({tuple(t) for t in residuals}, key=lambda t: (len(t), t))  # no set order: seeded runs repeat
         self.order = [t for t in res if len(t) >= 2]
         self.parents: dict[Clique, list[Clique]] = {}
         known = set(res)

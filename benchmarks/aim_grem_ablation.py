@@ -28,14 +28,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.mechanisms.aim_grem import crp
 from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals, measurable
 from privcube.mechanisms.aim_grem.selection import downward_closure
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy.noise import NoiseSource
 from privcube.privacy.zcdp import cdp_rho
-from privcube.residuals import decomp
+from privcube.core.residuals import decomp
 
 PAPER = {"lazy+CRP": 8.10, "lazy+IID": 16.58, "full+IID": 149.64, "error_crp": 9.532, "error_iid": 10.166}
 
@@ -93,7 +93,7 @@ def checkpoint_timing(oracle: ArrayOracle, k: int, epsilon: float, seed: int) ->
     from privcube.privacy.budget import PrivacyBudget
     from privcube.privacy.ledger import PrivacyLedger
     from privcube.storage.checkpoint import RunCheckpoint
-    from privcube.workload import Workload
+    from privcube.core.workload import Workload
 
     times: list[float] = []
 

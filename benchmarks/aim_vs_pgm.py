@@ -291,7 +291,7 @@ import json, pickle, sys, time
 from types import SimpleNamespace
 import numpy as np
 spec = json.loads(open(sys.argv[1]).read())
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.postprocess import parse_postprocess, publish_model
 domain = Domain.from_mapping(spec["sizes"])
 dump = pickle.load(open(spec["dump"], "rb"))

@@ -59,7 +59,7 @@ def _parquet_rows(files: list[Path]) -> int:
 def dataset(out_dir: Path, rows: int, attrs: int, rows_per_file: int, reuse: bool, workers: int,
             seed: int) -> tuple[Path, Any, float | None]:
     """(data directory, Domain, generation seconds or None if reused)."""
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
     from privcube.storage.generate import generate_census
 
     d = out_dir / f"census-{rows}-a{attrs}"
@@ -136,7 +136,7 @@ def stage_child(spec: dict[str, Any]) -> None:
     import dask.dataframe as dd
 
     from privcube import api
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
     from privcube.graphs.cluster.handle import resolve_cluster
     from privcube.graphs.marginals import compute_marginals
 

@@ -96,9 +96,9 @@ def pipeline(name: str, noise: str, records: int, workers: int, seed: int, folde
     import pandas as pd
 
     from privcube import api
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
     from privcube.mechanisms.hdmm.implicit import from_workload
-    from privcube.workload import parse_workload
+    from privcube.core.workload import parse_workload
 
     domain, entries = workload_entries(name)
     rng = np.random.default_rng(seed)

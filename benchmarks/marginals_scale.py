@@ -44,7 +44,7 @@ def batch_cliques(attrs: tuple[str, ...], n_three: int) -> list[tuple[str, ...]]
 
 def dataset(out_dir: Path, rows: int, attrs: int, rows_per_file: int, reuse: bool, workers: int):
     """(data directory, Domain): reuse a complete dataset if asked, else generate it."""
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
     from privcube.storage.generate import generate_census
 
     d = out_dir / (f"census-{rows}" if attrs == 12 else f"census-{rows}-a{attrs}")

@@ -44,7 +44,7 @@ CANDIDATES = ("raw", "norm-sub", "wls", "dykstra", "grem-lnn/cell", "grem-lnn/re
 def load(name: str, root: Path) -> tuple[Any, np.ndarray]:
     import pandas as pd
 
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
 
     folder, csv, dom = DATASETS[name]
     sizes = {str(k): int(v) for k, v in json.loads((root / folder / dom).read_text()).items()}
@@ -55,11 +55,11 @@ def load(name: str, root: Path) -> tuple[Any, np.ndarray]:
 def rp_release(domain: Any, codes: np.ndarray, eps: float, seed: int, kway: int = 3) -> tuple[list[Any], dict]:
     """ResidualPlanner's answers to all k-way marginals and its plan's σ_τ² (public)."""
     from privcube.mechanisms.residual_planner import ResidualPlanner
-    from privcube.oracle import ArrayOracle
+    from privcube.core.oracle import ArrayOracle
     from privcube.privacy.budget import PrivacyBudget
     from privcube.privacy.discrete import make_noise_source
     from privcube.privacy.ledger import PrivacyLedger
-    from privcube.workload import parse_workload
+    from privcube.core.workload import parse_workload
 
     wl = parse_workload([{"kway": kway}], domain)
     budget = PrivacyBudget.from_config({"epsilon": eps, "delta": DELTA})
@@ -109,7 +109,7 @@ def error(truth: Mapping, out: Mapping, domain: Any, n: int) -> float:
 
 
 def part_error(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from privcube.oracle import ArrayOracle
+    from privcube.core.oracle import ArrayOracle
 
     rows = []
     for ds in args.datasets:
@@ -132,9 +132,9 @@ def census_release(seed: int) -> tuple[list[Any], dict, Any]:
     from privcube.mechanisms.base import GroupAnswer
     from privcube.mechanisms.residual_planner import ResidualPlanner
     from privcube.privacy.budget import PrivacyBudget
-    from privcube.residuals import decomp, recon_add
+    from privcube.core.residuals import decomp, recon_add
     from privcube.storage.generate import census_schema
-    from privcube.workload import parse_workload
+    from privcube.core.workload import parse_workload
 
     domain = census_schema(30).domain
     rng = np.random.default_rng(seed)

@@ -33,7 +33,7 @@ POST = r'''
 import json, pickle, sys, time
 from types import SimpleNamespace
 import numpy as np
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.postprocess import parse_postprocess, publish_model
 spec = json.loads(sys.argv[1])
 dump = pickle.load(open(spec["dump"], "rb"))
@@ -67,13 +67,13 @@ def widened_table(rows: int, seed: int) -> tuple[dict[str, int], np.ndarray]:
 
 def measure(sizes: dict[str, int], codes: np.ndarray, seed: int, dump: Path) -> dict[str, Any]:
     """ResidualPlanner over every 3-way marginal, in process; answers and residuals pickled to ``dump``."""
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
     from privcube.mechanisms import get_mechanism
-    from privcube.oracle import ArrayOracle
+    from privcube.core.oracle import ArrayOracle
     from privcube.privacy.budget import PrivacyBudget
     from privcube.privacy.discrete import make_noise_source
     from privcube.privacy.ledger import PrivacyLedger
-    from privcube.workload import parse_workload
+    from privcube.core.workload import parse_workload
 
     domain = Domain.from_mapping(sizes)
     workload = parse_workload([{"kway": 3}], domain)

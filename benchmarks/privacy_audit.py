@@ -31,7 +31,7 @@ def main() -> int:
 
     from audit_broken import BROKEN, TOTAL_HEAVY
 
-    from privcube import progress
+    from privcube.core import progress
     from privcube.privacy import audit_cases
     from privcube.privacy.audit import format_table, run_case
 

@@ -45,8 +45,8 @@ PAPER = {
 
 
 def _workload(table: int, n: int, d: int):  # noqa: ANN202
-    from privcube.domain import Domain
-    from privcube.workload import mixed, parse_workload
+    from privcube.core.domain import Domain
+    from privcube.core.workload import mixed, parse_workload
 
     dom = Domain(tuple(f"x{i}" for i in range(d)), (n,) * d)
     if table == 6:
@@ -61,7 +61,7 @@ def run_row(table: int, n: int, d: int, measure: bool) -> dict:
     from privcube.mechanisms.querysmasher import mechanism as qm
     from privcube.mechanisms.querysmasher.assembly import assemble
     from privcube.mechanisms.querysmasher.decomposition import decompose
-    from privcube.oracle import ArrayOracle
+    from privcube.core.oracle import ArrayOracle
     from privcube.privacy.budget import PrivacyBudget
 
     budget = PrivacyBudget(0.5, 1.0, 1e-9)  # privacy cost β = 1
@@ -101,11 +101,11 @@ def speedup(workers: tuple[int, ...] = (1, 2)) -> None:
     """Solve time for many distinct parts: local loop vs LocalCluster with 1 and 2 worker processes."""
     from distributed import Client, LocalCluster, get_task_stream
 
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
     from privcube.graphs.querysmasher import solve_parts
     from privcube.mechanisms.querysmasher.decomposition import decompose
     from privcube.mechanisms.querysmasher.mechanism import _dedupe_parts
-    from privcube.workload import mixed
+    from privcube.core.workload import mixed
 
     dom = Domain(tuple(f"x{i}" for i in range(8)), tuple(range(8, 16)))
     subs = decompose(mixed(dom))

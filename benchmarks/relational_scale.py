@@ -32,7 +32,7 @@ from _rss import MemorySampler  # noqa: E402
 
 def generate(n_users: int, n_movies: int, n_links: int, seed: int = 0) -> dict:
     """Users × movies with ~n_links distinct pairs; older users prefer genre-0 movies."""
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
 
     rng = np.random.default_rng(seed)
     age = rng.choice(7, n_users, p=[0.05, 0.2, 0.3, 0.2, 0.1, 0.08, 0.07])

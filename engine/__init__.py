@@ -5,8 +5,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from privcube.domain import Domain
-from privcube.errors import (
+from privcube.core.domain import Domain
+from privcube.core.errors import (
     BudgetError,
     ConfigError,
     DataError,
@@ -15,7 +15,7 @@ from privcube.errors import (
     PrivcubeError,
     WorkloadError,
 )
-from privcube.workload import QueryGroup, Workload
+from privcube.core.workload import QueryGroup, Workload
 
 if TYPE_CHECKING:
     from privcube.mechanisms.base import PlanSummary

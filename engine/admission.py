@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from privcube.errors import MemoryLimitError
-from privcube.machine import available_memory, cores, machine_memory, resident
+from privcube.core.errors import MemoryLimitError
+from privcube.core.machine import available_memory, cores, machine_memory, resident
 from privcube.memory_plan import DRIVER_BASE, Layout, MemoryEstimate, estimate_peak, gib
 
 #: share of a worker's memory limit its estimated peak may take (dask pauses a worker at 80 %, restarts it at 95 %)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from privcube.config import JobConfig, load_config
-from privcube.errors import (
+from privcube.core.errors import (
     ConfigError,
     DataError,
     DomainError,
@@ -339,7 +339,7 @@ def exact_marginals(data: str, schema: Any, attrs: Sequence[str], *, client: Any
 
 def _set_quiet(quiet: bool) -> None:
     with contextlib.suppress(ImportError):
-        from privcube import progress
+        from privcube.core import progress
 
         progress.set_quiet(quiet)
 
@@ -347,7 +347,7 @@ def _set_quiet(quiet: bool) -> None:
 def _progress_callback(quiet: bool) -> Any:
     if quiet:
         return None
-    from privcube.progress import FractionLine
+    from privcube.core.progress import FractionLine
 
     return FractionLine()  # ends its line at 100.0% and on progress.end_line()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from privcube import __version__
-from privcube.errors import ConfigError, PrivcubeError
+from privcube.core.errors import ConfigError, PrivcubeError
 
 
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
@@ -284,7 +284,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         res = api.run(args.config, args.out, seed=args.seed, resume=args.resume,
                       scheduler_address=args.scheduler_address, scheduler_file=args.scheduler_file,
                       workers=args.workers, quiet=args.quiet, overwrite=args.overwrite)
-        from privcube.progress import end_line
+        from privcube.core.progress import end_line
 
         end_line()  # a progress line left open (e.g. at 99.9%) must not run into what follows
         spent = res.ledger["spent"]
@@ -382,7 +382,7 @@ def _marginals(args: argparse.Namespace) -> int:
 
     from privcube import api
     from privcube.graphs.cluster.handle import resolve_cluster
-    from privcube.progress import set_quiet
+    from privcube.core.progress import set_quiet
     from privcube.storage.counts_file import check_counts_out, write_counts
 
     out = check_counts_out(args.out, [args.data, args.schema], force=args.force)  # before any data is read
@@ -430,7 +430,7 @@ def _schema(args: argparse.Namespace) -> int:
 
     text = yaml.safe_dump(schema.to_dict(), sort_keys=False)  # inferred_from_data: true is its first key
     if out is not None:
-        from privcube.atomic import atomic_write_text
+        from privcube.core.atomic import atomic_write_text
 
         atomic_write_text(out, f"# {warning}\n# runs with this schema warn until it is replaced by a public "
                                "one (remove inferred_from_data only then)\n" + text)

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError, PrivcubeError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError, PrivcubeError
 from privcube.privacy.budget import PrivacyBudget
-from privcube.workload import Workload, parse_workload
-from privcube.yaml_io import DuplicateKeyError, load_yaml, yaml_error_line
+from privcube.core.workload import Workload, parse_workload
+from privcube.core.yaml_io import DuplicateKeyError, load_yaml, yaml_error_line
 
 TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize",
             "privacy_unit", "postprocess"}

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from privcube.atomic import atomic_write_text
+from privcube.core.atomic import atomic_write_text
 
 DEMO_EPSILON = 1.0
 DEMO_DELTA = 1e-9
@@ -40,7 +40,7 @@ def demo_config(data_dir: Path, schema_path: Path, workers: int | None = None) -
 #: the demo folder's own files (listed in its manifest): the only ones ``privcube demo`` replaces or deletes
 _DATA_ENTRY = re.compile(r"data/(part-\d{3}\.parquet|\.rows-\d+)")
 _RUN_FOLDER = re.compile(r"runs/(run-\d{3,}/|\.run-\d{3,}\.lock)")  # a run folder, or the lock a killed run left
-#: what ``privcube.atomic`` leaves beside a file ``NAME`` if the process is killed mid-write
+#: what ``privcube.core.atomic`` leaves beside a file ``NAME`` if the process is killed mid-write
 _LEFTOVER = re.compile(r"(?P<dir>(?:[^/]+/)?)\.(?P<name>[^/]+)\.[^/]+\.tmp")
 DEMO_KIND = "demo"
 
@@ -77,7 +77,7 @@ def demo_owned(folder: Path) -> set[str]:
     lists (or, in a demo folder from before the manifest, the demo's data, schema and config), with the
     temporary files a killed write left beside them. Refuses in one line a folder holding anything else,
     before anything is written; ``runs/`` may hold run folders only."""
-    from privcube.errors import ConfigError
+    from privcube.core.errors import ConfigError
     from privcube.storage.ownership import COPY_MANIFEST, read_json, some
 
     if not folder.exists() and not folder.is_symlink():
@@ -107,7 +107,7 @@ def _write_demo_manifest(folder: Path, files: set[str]) -> None:
     (its run folders carry their own records), so no other command takes the demo folder for one of its copies."""
     import json
 
-    from privcube.atomic import atomic_write_bytes
+    from privcube.core.atomic import atomic_write_bytes
     from privcube.storage.ownership import COPY_MANIFEST
 
     record = {"written_by": "privcube", "kind": DEMO_KIND, "files": sorted(files), "dirs": ["data"]}
@@ -153,7 +153,7 @@ def run_demo(out: str | Path | None = None, rows: int = 200_000, seed: int | Non
 
     folder = Path(out or "privcube-demo").resolve()
     if rows < 1000:
-        from privcube.errors import ConfigError
+        from privcube.core.errors import ConfigError
 
         raise ConfigError(f"--rows must be at least 1000, got {rows}")
     data_dir, schema_path = write_demo_data(folder, rows)
@@ -171,7 +171,7 @@ def run_demo(out: str | Path | None = None, rows: int = 200_000, seed: int | Non
 
     # Error summary: the demo data is generated (public), so exact answers may be used here; it was made in
     # memory, so it is counted in memory too (the engine's ArrayOracle, no task graph).
-    from privcube.oracle import ArrayOracle
+    from privcube.core.oracle import ArrayOracle
     from privcube.storage.ingest import open_table
 
     table = open_table(cfg.data_path, cfg.schema)

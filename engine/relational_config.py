@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from privcube.config import parse_cluster, parse_noise_sampler, resolve_path
-from privcube.domain import Domain
-from privcube.errors import BudgetError, ConfigError, PrivcubeError
+from privcube.core.domain import Domain
+from privcube.core.errors import BudgetError, ConfigError, PrivcubeError
 from privcube.privacy.budget import PrivacyBudget
 from privcube.relational_spec import (
     FK_KEYS,

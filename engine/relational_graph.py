@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from privcube.errors import BudgetError, ConfigError
+from privcube.core.errors import BudgetError, ConfigError
 from privcube.privacy.budget import PrivacyBudget
 from privcube.relational_spec import (
     FK_KEYS,

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from privcube.config import resolve_path
-from privcube.domain import Domain
-from privcube.errors import BudgetError, ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import BudgetError, ConfigError
 from privcube.privacy.budget import PrivacyBudget
 
 FK_KEYS = {"from", "to"}

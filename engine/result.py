@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from privcube.errors import ConfigError, WorkloadError
+from privcube.core.errors import ConfigError, WorkloadError
 
 if TYPE_CHECKING:
     from privcube.mechanisms.base import MechanismResult

@@ -1,6 +1,6 @@
 """Kronecker matvec on a chunked dask vector: one tensordot per factor (a task graph).
 
-Same ordering as :func:`privcube.kron.kron_matvec` (C-order tensor, first factor most significant,
+Same ordering as :func:`privcube.core.kron.kron_matvec` (C-order tensor, first factor most significant,
 identical to ``np.kron(...) @ x``). Factors are small per-attribute matrices and are densified.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from privcube.kron import check_operand, factor_shapes
+from privcube.core.kron import check_operand, factor_shapes
 
 __all__ = ["kron_matvec_dask", "kron_rmatvec_dask"]
 

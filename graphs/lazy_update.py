@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.mechanisms.aim_grem.grem import LocalMarginals, residual_subsets
 
 Clique = tuple[str, ...]

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError, DataError, DomainError, MemoryLimitError
-from privcube.counting import (
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError, DataError, DomainError, MemoryLimitError
+from privcube.core.counting import (
     DEFAULT_DERIVE_MAX_CELLS,
     combine_counts,
     dense_block,
@@ -43,7 +43,7 @@ from privcube.counting import (
     plan_batch,
 )
 from privcube.graphs.progress import distributed_progress, local_task_progress
-from privcube.oracle import ClusterMarginalsOracle, LazyMarginalOracle, MeasuringOracle
+from privcube.core.oracle import ClusterMarginalsOracle, LazyMarginalOracle, MeasuringOracle
 
 Clique = tuple[str, ...]
 
@@ -327,7 +327,7 @@ def remote_marginals(frame: Any, domain: Domain, cliques: Sequence[Sequence[str]
 class DataOracle(MeasuringOracle, ClusterMarginalsOracle, LazyMarginalOracle):
     """MarginalOracle over a (dask) DataFrame of codes: EXACT, non-private counts, cached and batched.
 
-    Declares every optional oracle ability (``privcube.oracle``): measuring next to the data, exact
+    Declares every optional oracle ability (``privcube.core.oracle``): measuring next to the data, exact
     marginals left on the cluster, lazy chunked marginals."""
 
     exact = True

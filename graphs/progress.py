@@ -1,6 +1,6 @@
 """Progress reporting: a one-line, in-place bar on stderr, silenced globally by ``set_quiet(True)``.
 
-The bar and ``progress(label, total)`` (local loops) are ``privcube.progress`` (no dask), re-exported
+The bar and ``progress(label, total)`` (local loops) are ``privcube.core.progress`` (no dask), re-exported
 here; the dask and distributed entry points draw the same bar:
 
 - ``local_task_progress(label)``: a ``dask.callbacks.Callback`` that counts finished tasks of a
@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from dask.callbacks import Callback
 
-from privcube.progress import BAR_WIDTH, ProgressBar, is_quiet, progress, set_quiet
+from privcube.core.progress import BAR_WIDTH, ProgressBar, is_quiet, progress, set_quiet
 
 __all__ = ["ProgressBar", "distributed_progress", "is_quiet", "local_task_progress", "progress", "set_quiet",
            "track_futures"]

@@ -1,6 +1,6 @@
 """Residual Decomp/Recon on chunked dask arrays (task graphs; AIM+GReM Alg. 1-2).
 
-Same conventions as :mod:`privcube.residuals`. Each in-axis op first rechunks only the axis it
+Same conventions as :mod:`privcube.core.residuals`. Each in-axis op first rechunks only the axis it
 works along to a single chunk, then runs the NumPy kernel block by block (``map_blocks``), so the
 graph has one task per block and the chunks of the other axes are kept.
 """
@@ -12,8 +12,8 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from privcube import residuals as R
-from privcube.errors import DomainError
+from privcube.core import residuals as R
+from privcube.core.errors import DomainError
 
 __all__ = [
     "as_dask", "axis_sub_dask", "axis_center_dask", "decomp_dask", "recon_dask",

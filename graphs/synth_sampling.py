@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.privacy.noise import NoiseSource
 from privcube.synth.estimator import SamplingModel
 from privcube.synth.records import add_labels, chunk_bounds, sample_chunk

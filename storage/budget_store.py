@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from privcube.errors import BudgetError
+from privcube.core.errors import BudgetError
 
 CHAIN_START = "privcube-budget-v1"
 #: a budget file is small (a few hundred bytes a run); anything far larger is not one

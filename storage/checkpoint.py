@@ -25,7 +25,7 @@ committed manifest references is ever modified, so a crash at any point leaves t
 intact. ``should_compact`` tells the caller when the log has grown past the base (``compact_ratio``) or
 past ``max_log`` records. ``load`` validates the pointer, the manifest, the identity, every base array
 (shape, dtype, BLAKE2 checksum), the meta file and the whole record chain, and raises
-:class:`~privcube.errors.CheckpointError` on any mismatch; ``check_identity`` does the cheap part
+:class:`~privcube.core.errors.CheckpointError` on any mismatch; ``check_identity`` does the cheap part
 (pointer, manifest, identity) so a resume can be refused before any data is read. Checkpoints written in
 the v1 format (a full snapshot per round, meta inline) are still loaded.
 
@@ -59,8 +59,8 @@ from typing import Any
 import numpy as np
 import zarr
 
-from privcube.atomic import atomic_write_bytes, atomic_write_text
-from privcube.errors import CheckpointError
+from privcube.core.atomic import atomic_write_bytes, atomic_write_text
+from privcube.core.errors import CheckpointError
 from privcube.storage.zarr_store import TensorStore
 
 FORMAT = "privcube-checkpoint-v2"

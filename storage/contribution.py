@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.errors import DataError
+from privcube.core.errors import DataError
 from privcube.storage.ingest import EncodedTable, Where, empty_codes, encode_frame, open_input, read_csv, value_error
 from privcube.storage.schema import Schema, load_schema
 

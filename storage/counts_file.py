@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 
 MARK_KEY = b"privcube"
 MARK = {"written_by": "privcube", "kind": "exact-marginals"}
@@ -61,7 +61,7 @@ def write_counts(path: Path, frame: Any) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from privcube.atomic import atomic_path
+    from privcube.core.atomic import atomic_path
 
     table = pa.Table.from_pandas(frame, preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), MARK_KEY: json.dumps(MARK).encode()})

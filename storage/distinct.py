@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.errors import DataError
+from privcube.core.errors import DataError
 
 COUNT = "count"
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from privcube.domain import Domain
-from privcube.errors import DataError
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError
 from privcube.storage.ingest import EncodedTable, empty_codes, encode_frame
 from privcube.storage.schema import Schema, load_schema
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.errors import DataError, DomainError
+from privcube.core.errors import DataError, DomainError
 from privcube.storage.schema import Attribute, Schema
 
 WARNING = (

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.domain import Domain
-from privcube.errors import DataError
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError
 from privcube.storage.schema import Attribute, Schema, category_text, edge_text, load_schema
 
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst", ".tsv")

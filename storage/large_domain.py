@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 
 #: attribute -> public domain size, in column order
 LARGE_DOMAIN = {"occupation": 501, "industry": 76, "age": 33, "education": 33, "hours": 33, "income": 33,

@@ -57,8 +57,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from privcube.atomic import atomic_path, atomic_write_bytes
-from privcube.errors import RunDirectoryError
+from privcube.core.atomic import atomic_path, atomic_write_bytes
+from privcube.core.errors import RunDirectoryError
 from privcube.storage.ownership import (
     COMPLETE_MARKER,
     RUN_ENTRIES,

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from privcube.atomic import atomic_write_bytes
+from privcube.core.atomic import atomic_write_bytes
 
 COMPLETE_MARKER = ".complete"
 STARTED_MARKER = ".started"

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from privcube.errors import RunDirectoryError
+from privcube.core.errors import RunDirectoryError
 from privcube.storage.outputs import lock_path, publish_targets
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.domain import Domain
-from privcube.errors import DataError
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError
 
 
 def movielens_like(n_users: int = 300, n_movies: int = 200, n_genres: int = 6, *, d_max: int = 10,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from privcube.errors import CheckpointError, RunDirectoryError
+from privcube.core.errors import CheckpointError, RunDirectoryError
 
 #: what an interrupted run may have released already (relative to the run directory)
 PARTIAL_OUTPUTS = ("answers/*.parquet", "synthetic/*")

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.domain import Domain
-from privcube.errors import DomainError
+from privcube.core.domain import Domain
+from privcube.core.errors import DomainError
 
 KINDS = ("integer", "categorical", "numeric", "date")
 INFERRED_KEY = "inferred_from_data"
@@ -450,7 +450,7 @@ def load_schema(source: str | Path | Mapping[str, Any] | Domain | Schema) -> Sch
     if p.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
-        from privcube.yaml_io import DuplicateKeyError, load_yaml, yaml_error_line
+        from privcube.core.yaml_io import DuplicateKeyError, load_yaml, yaml_error_line
 
         try:
             raw = load_yaml(text)
@@ -459,7 +459,7 @@ def load_schema(source: str | Path | Mapping[str, Any] | Domain | Schema) -> Sch
         except yaml.YAMLError as e:
             raise DomainError(f"schema file {str(p)!r} is not valid YAML: {yaml_error_line(e)}") from None
     else:
-        from privcube.yaml_io import load_json
+        from privcube.core.yaml_io import load_json
 
         try:
             raw = load_json(text)

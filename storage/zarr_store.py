@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import zarr
 
-from privcube.domain import Domain
-from privcube.errors import DataError, DomainError
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError, DomainError
 
 _HIDDEN = (".tmp-", ".old-")
 

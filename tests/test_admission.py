@@ -19,8 +19,8 @@ import yaml
 from privcube import api
 from privcube.admission import plan_memory, planned_layout, refusal
 from privcube.config import load_config
-from privcube.errors import ConfigError, MemoryLimitError
-from privcube.machine import available_memory, cores
+from privcube.core.errors import ConfigError, MemoryLimitError
+from privcube.core.machine import available_memory, cores
 from privcube.memory_plan import (
     ANSWER_BYTES,
     DRIVER_BASE,

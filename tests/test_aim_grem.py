@@ -12,19 +12,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError, MemoryLimitError, WorkloadError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError, MemoryLimitError, WorkloadError
 from privcube.mechanisms import get_mechanism
 from privcube.mechanisms.aim_grem import annealing
 from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
 from privcube.mechanisms.aim_grem.selection import downward_closure
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
-from privcube.residuals import decomp
-from privcube.workload import Workload, group
+from privcube.core.residuals import decomp
+from privcube.core.workload import Workload, group
 
 DOM = Domain(("a", "b", "c", "d"), (3, 4, 2, 5))
 

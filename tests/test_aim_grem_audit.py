@@ -12,14 +12,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 DOM = Domain(("a", "b", "c"), (3, 4, 2))
 
@@ -91,7 +91,7 @@ class _FakeClient:
 
 
 def test_marginal_over_the_smallest_worker_memory_limit_is_refused():
-    from privcube.errors import MemoryLimitError
+    from privcube.core.errors import MemoryLimitError
     from privcube.graphs.execution import run_context
 
     dom = Domain(("a", "b"), (400, 500))  # the 2-way marginal: 200,000 cells, 1.6 MB in float64

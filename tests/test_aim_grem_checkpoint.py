@@ -6,16 +6,16 @@ import json
 import numpy as np
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import CheckpointError
+from privcube.core.domain import Domain
+from privcube.core.errors import CheckpointError
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
 from privcube.mechanisms.base import RunContext
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
 from privcube.storage.checkpoint import RunCheckpoint
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 DOM = Domain(("a", "b", "c", "d"), (3, 4, 2, 5))
 W = Workload.kway(DOM, 2)

@@ -6,19 +6,19 @@ import itertools
 import numpy as np
 import pytest
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.mechanisms.aim_grem import strategy
 from privcube.mechanisms.aim_grem.completion import LocalCompletion, global_values, marginal
 from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
 from privcube.mechanisms.aim_grem.selection import downward_closure
 from privcube.mechanisms.residual_planner import ResidualPlanner
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
-from privcube.residuals import decomp
-from privcube.workload import Workload
+from privcube.core.residuals import decomp
+from privcube.core.workload import Workload
 
 DOM = Domain(("a", "b", "c"), (2, 3, 2))
 TINY = 1e-12  # a noiseless measurement: variance ~0
@@ -181,7 +181,7 @@ def test_auto_suggest_reports_and_stays_adaptive():
                                  {"anneal_on": "truth"}, {"selection_on": "truth"},
                                  {"selection_threshold": -1}])
 def test_bad_parameters_are_refused(bad):
-    from privcube.errors import ConfigError
+    from privcube.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=next(iter(bad))):
         AIMGReM(bad)

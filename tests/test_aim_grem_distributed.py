@@ -4,14 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
 from privcube.graphs.execution import run_context
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 distributed = pytest.importorskip("distributed")
 
@@ -43,7 +43,7 @@ def test_distributed_table_matches_local(client, update):
 
 def test_shard_tasks_never_modify_their_input():
     """A rerun of a shard task (after a worker loss) must start from the unchanged input shard."""
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
     from privcube.graphs.lazy_update import _shard_apply, _shard_rebuild
     from privcube.mechanisms.aim_grem.grem import LocalMarginals
 

@@ -8,19 +8,19 @@ import math
 import numpy as np
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.aim_grem import final_round
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
 from privcube.mechanisms.base import RunContext
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.discrete import DiscreteNoiseSource
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
-from privcube.residuals import p_coef, subsets, v_coef
+from privcube.core.residuals import p_coef, subsets, v_coef
 from privcube.storage.checkpoint import RunCheckpoint
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 DOM = Domain(("a", "b", "c", "d", "e"), (3, 2, 4, 2, 3))
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
 from privcube.mechanisms.aim_grem.selection import ModelSize
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
 from privcube.synth.junction_tree import clique_cells, min_fill_cliques
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 from test_aim_grem import _oracle
 

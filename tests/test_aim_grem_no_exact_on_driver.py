@@ -18,16 +18,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.mechanisms.aim_grem.grem import LocalMarginals
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
 from privcube.graphs.execution import run_context
 from privcube.mechanisms.base import RunContext
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 distributed = pytest.importorskip("distributed")
 dd = pytest.importorskip("dask.dataframe")

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from privcube.errors import ConfigError, DataError
+from privcube.core.errors import ConfigError, DataError
 from privcube.graphs.cluster import handle as cluster_mod
 from privcube.graphs.cluster.handle import SCRATCH_PREFIX, private_scratch_dir, remove_scratch_dir, resolve_cluster
 

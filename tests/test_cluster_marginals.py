@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from reference_counts import groupby_dense
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.graphs import progress as prog
 from privcube.graphs.cluster.handle import resolve_cluster
 from privcube.graphs.marginals import DataOracle, compute_marginals
@@ -86,7 +86,7 @@ def test_parquet_files_and_weights_on_cluster(client, tmp_path):
 
 def test_bad_code_error_crosses_the_cluster(client):
     """An out-of-domain code found on a worker surfaces as DataError naming the column (never the value)."""
-    from privcube.errors import DataError
+    from privcube.core.errors import DataError
 
     domain = Domain.from_mapping({"a": 3, "b": 2})
     bad = pd.DataFrame({"a": [0, 1, 2, 0, 1, 2], "b": [0, 1, 0, 1, 5, 0]})
@@ -203,7 +203,7 @@ def test_measure_applies_the_release_on_the_workers(client):
     import dask.dataframe as dd
 
     from privcube.graphs.marginals import DataOracle
-    from privcube.oracle import ArrayOracle, measure
+    from privcube.core.oracle import ArrayOracle, measure
 
     rng = np.random.default_rng(5)
     pdf = pd.DataFrame({"a": rng.integers(0, 3, 2000), "b": rng.integers(0, 4, 2000), "c": rng.integers(0, 2, 2000)})
@@ -222,11 +222,11 @@ def test_measure_applies_the_release_on_the_workers(client):
 def test_batch_mechanisms_measure_on_the_workers(client, name):
     """With a client, releases run on the workers: same seeded answers as in-process, nothing exact cached."""
     from privcube.mechanisms import get_mechanism
-    from privcube.oracle import ArrayOracle
+    from privcube.core.oracle import ArrayOracle
     from privcube.privacy.budget import PrivacyBudget
     from privcube.privacy.ledger import PrivacyLedger
     from privcube.privacy.noise import NoiseSource
-    from privcube.workload import parse_workload
+    from privcube.core.workload import parse_workload
 
     rng = np.random.default_rng(8)
     pdf = pd.DataFrame({"a": rng.integers(0, 3, 1500), "b": rng.integers(0, 4, 1500), "c": rng.integers(0, 2, 1500)})
@@ -255,7 +255,7 @@ class _FakeClient:
 
 def test_fit_passes_sizes_passes_to_the_smallest_worker():
     """Fan-in is lowered first, then roots are spread over passes, from the smallest worker limit."""
-    from privcube.errors import MemoryLimitError
+    from privcube.core.errors import MemoryLimitError
     from privcube.graphs.marginals import fit_passes
 
     domain = Domain.from_mapping({"a": 10_000, "b": 1_000, "c": 1_000, "d": 2, "e": 20_000})
@@ -281,7 +281,7 @@ def test_passes_fit_real_workers_and_counts_stay_exact(client):
     """On 1 GiB workers (plan with 0.6 GiB, 1 thread): large roots are split over two passes with a
     lower fan-in and the counts still equal pandas; a marginal no worker can hold is refused before
     any task runs, through compute_marginals and through the oracle's on-worker measure path."""
-    from privcube.errors import MemoryLimitError
+    from privcube.core.errors import MemoryLimitError
     from privcube.graphs.marginals import fit_passes
 
     domain = Domain.from_mapping({"a": 2048, "b": 4096, "c": 2048, "d": 64})

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from privcube.config import load_config
-from privcube.errors import BudgetError, ConfigError, WorkloadError
+from privcube.core.errors import BudgetError, ConfigError, WorkloadError
 
 
 def base(**over):
@@ -99,7 +99,7 @@ def test_cluster_paths_resolve_against_the_config_folder(tmp_path):
 def test_exponent_numbers_in_yaml_are_numbers(tmp_path):
     """`delta: 1e-6` (YAML 1.2 / JSON spelling) is a float in job files and schemas, not the string "1e-6";
     strings stay strings and non-numbers are not touched."""
-    from privcube.yaml_io import load_yaml
+    from privcube.core.yaml_io import load_yaml
 
     assert load_yaml("a: 1e-6\nb: -2E+3\nc: 1.5e-9\nd: 1e6x\ne: '1e-6'\nf: 3\ng: e5") == {
         "a": 1e-6, "b": -2000.0, "c": 1.5e-9, "d": "1e6x", "e": "1e-6", "f": 3, "g": "e5"}
@@ -116,8 +116,8 @@ def test_workload_built_in_python_is_accepted_in_a_config_mapping():
     resolved config (config.yaml, resume fingerprint) holds its plain form."""
     import yaml
 
-    from privcube.domain import Domain
-    from privcube.workload import hybrid
+    from privcube.core.domain import Domain
+    from privcube.core.workload import hybrid
 
     dom = Domain(("a", "b", "c"), (3, 4, 2))
     wl = hybrid(dom, [1, 2], ["a"])

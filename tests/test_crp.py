@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.mechanisms.aim_grem import crp
 
 DOM = Domain(("a", "b", "c"), (3, 4, 5))

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from privcube.errors import BudgetError
+from privcube.core.errors import BudgetError
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.dataset_budget import composed_epsilon, show_budget
 from privcube.privacy.zcdp import cdp_epsilon

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.graphs.cluster import hpc
 from privcube.graphs.cluster.kubernetes import (
     daskcluster_manifest,

@@ -17,16 +17,16 @@ import pytest
 import yaml
 
 from privcube import api
-from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
 from privcube.mechanisms.residual_planner import ResidualPlanner, p_coefficient
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.discrete import DiscreteNoiseSource
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 DOM = Domain(("a", "b", "c"), (3, 4, 2))
 

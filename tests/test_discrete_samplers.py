@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privcube.errors import BudgetError, ConfigError
+from privcube.core.errors import BudgetError, ConfigError
 from privcube.privacy import discrete
 from privcube.privacy.csprng import RandomBits
 from privcube.privacy.discrete import (

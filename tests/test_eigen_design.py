@@ -8,12 +8,12 @@ from functools import reduce
 import numpy as np
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError
 from privcube.mechanisms import get_mechanism
 from privcube.mechanisms.eigen_design import complete, eigen_design, eigen_queries, program1, scale_free_error
 from privcube.privacy.budget import PrivacyBudget
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 W_FIG1 = np.array([[1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1, 1, 1],
                    [1, 1, 0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0, 1, 1],
@@ -109,7 +109,7 @@ def test_mechanism_plan_and_bad_params():
     ("prefix", (16.551386, 22.930838, 20.888114, 18.571971)),
 ])
 def test_pinned_values_n8(name, pinned):
-    from privcube.query_types import QueryType, attribute_matrix
+    from privcube.core.query_types import QueryType, attribute_matrix
 
     w = attribute_matrix(QueryType(name), 8)
     res = eigen_design(w.T @ w)
@@ -144,7 +144,7 @@ def test_usable_as_querysmasher_part_solver(name):
     optimum of QuerySmasher's exact Newton solver is a lower bound that Eigen-Design comes close to."""
     from privcube.mechanisms.eigen_design import querysmasher_part
     from privcube.mechanisms.querysmasher.solvers import solve
-    from privcube.query_types import QueryType, attribute_matrix
+    from privcube.core.query_types import QueryType, attribute_matrix
 
     w = attribute_matrix(QueryType(name), 8)
     g = w.T @ w
@@ -163,9 +163,9 @@ def test_usable_as_querysmasher_part_solver(name):
 def test_querysmasher_solver_option_eigen_design():
     """`mechanism: {name: querysmasher, solver: eigen-design}`: every part solved by Eigen-Design, a valid
     plan at the budget, never better than QuerySmasher's certified optimum and within 10% of it here."""
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
     from privcube.mechanisms.querysmasher.mechanism import QuerySmasher
-    from privcube.workload import parse_workload
+    from privcube.core.workload import parse_workload
 
     dom = Domain(("a", "b", "c"), (6, 5, 4))
     wl = parse_workload([{"kway": 1, "queries": "prefix"}, {"kway": 2, "queries": "allrange"}], dom)

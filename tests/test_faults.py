@@ -22,7 +22,7 @@ import yaml
 from checkpoint_kill import after_commit
 
 from privcube import api
-from privcube.errors import CheckpointError, RunDirectoryError
+from privcube.core.errors import CheckpointError, RunDirectoryError
 from privcube.storage.zarr_store import TensorStore
 from privcube.storage.checkpoint import RunCheckpoint
 

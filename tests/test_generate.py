@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.storage.generate import demo_schema, generate_census, generate_demo_frame
 from privcube.storage.ingest import encode_frame, open_table, validate
 from privcube.storage.schema import load_schema

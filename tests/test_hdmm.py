@@ -18,7 +18,7 @@ from privcube.mechanisms.hdmm.opt_0 import opt0_gaussian, opt0_laplace, pidentit
 from privcube.mechanisms.hdmm.opt_kron import opt_kron
 from privcube.mechanisms.hdmm.opt_marginals import opt_marginals
 from privcube.mechanisms.hdmm.opt_plus import budget_split, opt_plus
-from privcube.query_types import QueryType, attribute_matrix
+from privcube.core.query_types import QueryType, attribute_matrix
 
 SIGMA = 4.224679  # analytic Gaussian, ε = 1, δ = 1e-6 (paper Sec. 11)
 
@@ -343,15 +343,15 @@ def test_single_product_opt_kron_is_one_opt0_per_factor_and_restart():
 
 
 def test_mechanism_run_with_a_client_scatters_the_strategy_search():
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
     from privcube.graphs.hdmm import LABEL
     from privcube.mechanisms import get_mechanism
     from privcube.graphs.execution import run_context
-    from privcube.oracle import ArrayOracle
+    from privcube.core.oracle import ArrayOracle
     from privcube.privacy.budget import PrivacyBudget
     from privcube.privacy.ledger import PrivacyLedger
     from privcube.privacy.noise import NoiseSource
-    from privcube.workload import parse_workload
+    from privcube.core.workload import parse_workload
 
     dom = Domain.from_mapping({"a": 6, "b": 5, "c": 4})
     wl = parse_workload([{"kway": 2, "queries": {"a": "prefix", "default": "identity"}}], dom)

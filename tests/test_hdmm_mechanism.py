@@ -6,14 +6,14 @@ import math
 import numpy as np
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError, MemoryLimitError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError, MemoryLimitError
 from privcube.mechanisms import get_mechanism
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
-from privcube.workload import parse_workload
+from privcube.core.workload import parse_workload
 
 DOM = Domain.from_mapping({"a": 3, "b": 4, "c": 5})
 WL = parse_workload([{"kway": 2, "queries": {"a": "prefix", "default": "identity"}},
@@ -217,7 +217,7 @@ def test_cli_bad_mechanism_config_is_one_line(tmp_path, capsys, mechanism, priva
 @pytest.mark.parametrize("name,params", [("hdmm", {"optimizer": "kron"}), ("eigen-design", {})])
 def test_release_refused_when_the_ledger_cannot_pay(name, params):
     """The charge precedes the release: a ledger with too little budget refuses, no measurement is taken."""
-    from privcube.errors import BudgetError
+    from privcube.core.errors import BudgetError
 
     budget = PrivacyBudget.pure_epsilon(1.0)
     ledger = PrivacyLedger(PrivacyBudget.pure_epsilon(0.5))

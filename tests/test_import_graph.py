@@ -92,7 +92,7 @@ def _layer(module: str) -> str:
 def test_the_scan_sees_the_package() -> None:
     assert {"privcube.api", "privcube.graphs.marginals", "privcube.storage.outputs",
             "privcube.mechanisms.aim_grem.mechanism"} <= set(MODULES)
-    assert any(t == "privcube.errors" for t, _ in EDGES["privcube.graphs.marginals"])
+    assert any(t == "privcube.core.errors" for t, _ in EDGES["privcube.graphs.marginals"])
 
 
 def test_engine_imports_neither_graphs_nor_distributed_at_module_level() -> None:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from privcube import api
-from privcube.errors import DomainError
+from privcube.core.errors import DomainError
 from privcube.report import render_report
 from privcube.storage.schema import Schema, load_schema
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import DataError
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError
 from privcube.storage.distinct import compress, compress_records
 from privcube.storage.ingest import encode_frame, open_table, validate
 from privcube.storage.schema import load_schema

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 import privcube
-from privcube.errors import BudgetError, ConfigError, DataError, RunDirectoryError
+from privcube.core.errors import BudgetError, ConfigError, DataError, RunDirectoryError
 
 JOB = {"mechanism": "residual-planner", "workload": [{"kway": 1}], "privacy": {"epsilon": 1.0, "delta": 1e-9},
        "cluster": "threads"}
@@ -291,7 +291,7 @@ def test_workers_zero_names_the_flag(small: Path) -> None:
 def test_a_progress_line_left_open_is_ended() -> None:
     import io
 
-    from privcube import progress
+    from privcube.core import progress
 
     was_quiet = progress.is_quiet()
     progress.set_quiet(False)  # an earlier quiet run in this process silences bars
@@ -302,7 +302,7 @@ def test_a_progress_line_left_open_is_ended() -> None:
 
 
 def _fraction_line(stream) -> None:  # noqa: ANN001
-    from privcube import progress
+    from privcube.core import progress
 
     line = progress.FractionLine(stream)
     line("aim-grem", 0.5)

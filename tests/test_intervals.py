@@ -13,16 +13,16 @@ import pytest
 from scipy import stats
 
 import privcube
-from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError
 from privcube.mechanisms import get_mechanism
 from privcube.mechanisms.base import GroupAnswer
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy import intervals as iv
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
-from privcube.workload import parse_workload
+from privcube.core.workload import parse_workload
 
 DOM = Domain.from_mapping({"a": 3, "b": 2})
 RECORDS = np.array([[i % 3, (i // 3) % 2] for i in range(60)] + [[0, 0]] * 9)

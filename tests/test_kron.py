@@ -10,9 +10,9 @@ import pytest
 import scipy.sparse as sp
 from scipy.sparse.linalg import aslinearoperator
 
-from privcube.errors import DomainError, MemoryLimitError
+from privcube.core.errors import DomainError, MemoryLimitError
 from privcube.graphs.kron import kron_matvec_dask, kron_rmatvec_dask
-from privcube.kron import kron_dense, kron_matvec, kron_rmatvec
+from privcube.core.kron import kron_dense, kron_matvec, kron_rmatvec
 
 SHAPES = [
     [(3, 3)],

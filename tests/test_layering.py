@@ -23,11 +23,11 @@ PLAN_WITHOUT_DISTRIBUTED = textwrap.dedent('''
     sys.meta_path.insert(0, BlockDistributed())
 
     import privcube.mechanisms
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
     from privcube.mechanisms import REGISTRY, get_mechanism
     from privcube.mechanisms.aim_grem.mechanism import AIMGReM
     from privcube.privacy.budget import PrivacyBudget
-    from privcube.workload import parse_workload
+    from privcube.core.workload import parse_workload
 
     imported = [m.name for m in pkgutil.walk_packages(privcube.mechanisms.__path__, "privcube.mechanisms.")]
     for name in imported:

@@ -8,7 +8,7 @@ from functools import reduce
 import numpy as np
 import pytest
 
-from privcube.errors import MemoryLimitError, WorkloadError
+from privcube.core.errors import MemoryLimitError, WorkloadError
 from privcube.linalg import (Explicit, Kronecker, MarginalsStrategy, VStack, Weighted, char_vector,
                              expected_total_squared_error, frobenius_error, gram_apply, marginal_approximation,
                              marginal_objective, marginal_query_variances, marginal_svdb, svd_bound, svdb_explicit,

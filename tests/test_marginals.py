@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from reference_counts import groupby_dense
-from privcube.errors import ConfigError, DataError, DomainError, MemoryLimitError
+from privcube.core.errors import ConfigError, DataError, DomainError, MemoryLimitError
 from privcube.graphs import progress as prog
-from privcube.counting import derive_marginal, flat_index, plan_batch
+from privcube.core.counting import derive_marginal, flat_index, plan_batch
 from privcube.graphs.marginals import DataOracle, compute_marginals
-from privcube.oracle import MarginalOracle
+from privcube.core.oracle import MarginalOracle
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 ADULT = DATA / "adult"
@@ -259,10 +259,10 @@ def test_marginal_dask_blocks_equal_pandas_counts(tmp_path):
 
 
 def test_oracle_abilities_are_declared_not_probed():
-    """DataOracle declares its optional abilities (Protocols in privcube.oracle); an ArrayOracle has none, and
+    """DataOracle declares its optional abilities (Protocols in privcube.core.oracle); an ArrayOracle has none, and
     the oracle functions fall back to exact marginals here (measure) or say the ability is absent (None)."""
-    from privcube.domain import Domain
-    from privcube.oracle import (
+    from privcube.core.domain import Domain
+    from privcube.core.oracle import (
         ArrayOracle,
         ClusterMarginalsOracle,
         LazyMarginalOracle,

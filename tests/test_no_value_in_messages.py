@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 import privcube
-from privcube.errors import DataError, PrivcubeError
+from privcube.core.errors import DataError, PrivcubeError
 
 # what must never be printed: distinctive values planted in the data (numbers are matched as whole tokens)
 SECRET_TEXT = ("ZZSECRET", "forty", "' F'", "ZZDATE", "IDSECRET", "KEYSECRET", "FKSECRET")

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import RunDirectoryError
+from privcube.core.domain import Domain
+from privcube.core.errors import RunDirectoryError
 from privcube.mechanisms.base import GroupAnswer
 from privcube.storage.outputs import RunDirectory, answer_frame
-from privcube.workload import Workload, group
+from privcube.core.workload import Workload, group
 
 
 def test_owner_only_and_refuses_finished(tmp_path):
@@ -169,7 +169,7 @@ def test_output_answers_to_an_fsspec_url(tmp_path):
 
 def test_bad_output_destination_is_a_config_error(tmp_path):
     from privcube.config import load_config
-    from privcube.errors import ConfigError
+    from privcube.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"output\.zarr"):
         load_config(_published_job(tmp_path, {"zarr": ["not", "a", "path"]}))

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from privcube import api
-from privcube.errors import DataError, RunDirectoryError
+from privcube.core.errors import DataError, RunDirectoryError
 
 SCHEMA = {"attributes": [{"name": "age", "type": "integer", "size": 5},
                          {"name": "sex", "type": "categorical", "categories": ["F", "M"]}]}

@@ -13,13 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from privcube import api
-from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.base import GroupAnswer
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.postprocess import PostprocessSpec, parse_postprocess, publish
 from privcube.postprocess.rounding import round_to_total
-from privcube.workload import parse_workload
+from privcube.core.workload import parse_workload
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

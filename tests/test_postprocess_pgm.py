@@ -11,17 +11,17 @@ import pandas as pd
 import pytest
 
 from privcube import api
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.mechanisms.base import GroupAnswer
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.postprocess import PostprocessSpec, publish, publish_model
 from privcube.postprocess import model_loss
 from privcube.postprocess.graphical import fit, select_model
 from privcube.postprocess.inference import TreeOrder, calibrate, entropy, marginal, min_sum
 from privcube.postprocess.measurements import ResidualStats, center, from_marginals, from_residuals
-from privcube.residuals import decomp, residual_gram_norm
+from privcube.core.residuals import decomp, residual_gram_norm
 from privcube.synth.junction_tree import JunctionTree, min_fill_cliques, tree_edges
-from privcube.workload import parse_workload
+from privcube.core.workload import parse_workload
 
 
 def _tree(n: int, edges: list[tuple[int, int]], sizes: list[int]) -> JunctionTree:
@@ -336,7 +336,7 @@ def test_a_long_answering_step_shows_its_progress(capfd: pytest.CaptureFixture,
     (here: a map that is slow per call), counting the chunks to the end."""
     import time
 
-    from privcube import progress
+    from privcube.core import progress
     from privcube.postprocess.dispatch import answer_marginals
 
     monkeypatch.setattr(progress, "_QUIET", False)  # an earlier quiet run in this process may have silenced it

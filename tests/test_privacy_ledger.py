@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privcube.errors import BudgetError
+from privcube.core.errors import BudgetError
 from privcube.privacy import NoiseSource, PrivacyBudget, PrivacyLedger, cdp_epsilon
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from privcube.errors import BudgetError
+from privcube.core.errors import BudgetError
 from privcube.privacy import NoiseSource, exponential_mechanism, exponential_probabilities
 
 

@@ -17,13 +17,13 @@ import pandas as pd
 import pytest
 
 import privcube
-from privcube.domain import Domain
-from privcube.errors import ConfigError, DataError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError, DataError
 from privcube.mechanisms import get_mechanism
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.unit import PrivacyUnit
 from privcube.storage.contribution import open_with_id, truncate_per_id
-from privcube.workload import parse_workload
+from privcube.core.workload import parse_workload
 
 DOMAIN = {"device": 2, "hour": 3}
 K = 2

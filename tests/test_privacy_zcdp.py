@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from privcube.errors import BudgetError
+from privcube.core.errors import BudgetError
 from privcube.privacy import (
     PrivacyBudget,
     analytic_gaussian_sigma,

@@ -42,7 +42,7 @@ def test_map_tasks_quiet_and_untitled_write_nothing(loud, capsys):
 
 def test_local_map_of_a_run_context_draws_the_same_bar(loud, capsys):
     """The run context's map without a cluster (privcube.mechanisms.base.local_map) draws the titled bar
-    of privcube.progress, and nothing untitled; graphs.progress.set_quiet silences it (one flag)."""
+    of privcube.core.progress, and nothing untitled; graphs.progress.set_quiet silences it (one flag)."""
     from privcube.mechanisms.base import local_map
 
     assert local_map(_slow_square, [2, 3], title="solving parts") == [4, 9]

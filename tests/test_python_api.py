@@ -19,7 +19,7 @@ import yaml
 
 import privcube
 from privcube import cli
-from privcube.errors import BudgetError, ConfigError, DataError, WorkloadError
+from privcube.core.errors import BudgetError, ConfigError, DataError, WorkloadError
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 DOMAIN = {"age": 5, "sex": 2, "region": 3}

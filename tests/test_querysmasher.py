@@ -7,17 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError
 from privcube.mechanisms import get_mechanism
 from privcube.mechanisms.querysmasher.decomposition import decompose, projected
 from privcube.mechanisms.querysmasher.mechanism import QuerySmasher
 from privcube.mechanisms.querysmasher.solvers import centering, solve
 from privcube.mechanisms.residual_planner import ResidualPlanner
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
-from privcube.query_types import QueryType, attribute_matrix
-from privcube.workload import Workload, hybrid, parse_workload
+from privcube.core.query_types import QueryType, attribute_matrix
+from privcube.core.workload import Workload, hybrid, parse_workload
 from mechanism_fakes import RecordingLedger, RngNoise, ZeroNoise
 
 COST1 = PrivacyBudget(0.5, 1.0, 1e-9)  # privacy cost β = 1 ⇔ ρ = 0.5
@@ -222,7 +222,7 @@ def test_table4_affine_abs(n: int, query: str, printed: float, count: int, brack
 
 
 def _affine_gram(query: str, n: int) -> np.ndarray:
-    from privcube.query_types import joint_matrix
+    from privcube.core.query_types import joint_matrix
 
     w = joint_matrix(QueryType(query), n, n)
     c = centering((n, n))

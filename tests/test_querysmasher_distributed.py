@@ -6,11 +6,11 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from privcube.domain import Domain  # noqa: E402
+from privcube.core.domain import Domain  # noqa: E402
 from privcube.graphs.execution import run_context  # noqa: E402
 from privcube.mechanisms.querysmasher.mechanism import QuerySmasher  # noqa: E402
 from privcube.privacy.budget import PrivacyBudget  # noqa: E402
-from privcube.workload import parse_workload  # noqa: E402
+from privcube.core.workload import parse_workload  # noqa: E402
 
 COST1 = PrivacyBudget(0.5, 1.0, 1e-9)
 

@@ -15,17 +15,17 @@ import math
 import numpy as np
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.querysmasher import solvers
 from privcube.mechanisms.querysmasher.decomposition import projected
 from privcube.mechanisms.querysmasher.mechanism import QuerySmasher
 from privcube.mechanisms.querysmasher.paper_workloads import table3_workload
 from privcube.mechanisms.querysmasher.solvers import centering, dual_value, solve, solve_lowrank
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
-from privcube.query_types import QueryType
-from privcube.workload import parse_workload
+from privcube.core.query_types import QueryType
+from privcube.core.workload import parse_workload
 from mechanism_fakes import RecordingLedger, RngNoise, ZeroNoise
 
 COST1 = PrivacyBudget(0.5, 1.0, 1e-9)  # privacy cost β = 1 ⇔ ρ = 0.5
@@ -172,7 +172,7 @@ def test_factored_parts_reconstruct_and_variance() -> None:
 
 def test_fourier_fft_matches_dense_dft() -> None:
     """The FFT-based WFF solver equals the dense-DFT definition V = Fᴴ diag(s) F / c (App. C)."""
-    from privcube.query_types import joint_matrix
+    from privcube.core.query_types import joint_matrix
 
     shape = (6, 7)
     w = joint_matrix(QueryType("abs-diff"), *shape)

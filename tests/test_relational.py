@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import BudgetError, ConfigError, DataError
+from privcube.core.domain import Domain
+from privcube.core.errors import BudgetError, ConfigError, DataError
 from privcube.mechanisms import get_mechanism
 from privcube.mechanisms.relational.degree import enforce_degree
 from privcube.mechanisms.relational.mechanism import Relational, RelationalData, compose_budgets, run_relational

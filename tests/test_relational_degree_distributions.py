@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.mechanisms.relational.degree_distributions import (
     bin_counts,
     bin_edges,

@@ -14,7 +14,7 @@ import yaml
 
 import privcube
 from privcube import api
-from privcube.errors import BudgetError, ConfigError
+from privcube.core.errors import BudgetError, ConfigError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_relational_multi import _check_ledger, _children  # noqa: E402

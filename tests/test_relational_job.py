@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from privcube import api
-from privcube.errors import BudgetError, ConfigError, DataError
+from privcube.core.errors import BudgetError, ConfigError, DataError
 
 REGIONS = ["north", "south", "east", "west"]
 KINDS = ["view", "click", "buy"]

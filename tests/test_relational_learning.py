@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.relational.degrees import (
     balanced_degrees,
     cap_degrees,

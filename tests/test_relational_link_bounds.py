@@ -15,7 +15,7 @@ import yaml
 
 import privcube
 from privcube import api
-from privcube.errors import BudgetError, ConfigError, DataError
+from privcube.core.errors import BudgetError, ConfigError, DataError
 
 FAST = {"name": "relational", "d_max": 10, "iterations": 2, "pgd_iters": 20, "candidates": 50}
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.mechanisms.relational.degrees import bad_pairs
 from privcube.mechanisms.relational.linking import LinkState, restore_link_state
 from privcube.mechanisms.relational.type_assignment import _links_by_type

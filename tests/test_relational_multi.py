@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import privcube
-from privcube.errors import BudgetError, ConfigError, DataError
+from privcube.core.errors import BudgetError, ConfigError, DataError
 
 FAST = {"name": "relational", "d_max": 10, "iterations": 2, "pgd_iters": 20, "candidates": 50}
 BUD = {"users": (1.0, 1e-6), "sessions": (0.5, 2e-6), "bookings": (0.7, 1e-6), "events": (0.4, 1e-6)}

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privcube.errors import DataError
+from privcube.core.errors import DataError
 from privcube.mechanisms.relational.mechanism import run_relational
 from privcube.mechanisms.relational.workloads import cross_workloads
 from privcube.privacy.noise import NoiseSource

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from privcube import api
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.privacy.zcdp import cdp_rho
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

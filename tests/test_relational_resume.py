@@ -19,7 +19,7 @@ import yaml
 
 from checkpoint_kill import Crash, after_commit
 from checkpoint_kill import crash_after as crash_after_round
-from privcube.errors import CheckpointError, RunDirectoryError
+from privcube.core.errors import CheckpointError, RunDirectoryError
 from privcube.mechanisms.relational.checkpoint import RelationalCheckpoint
 
 ITER = 3

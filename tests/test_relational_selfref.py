@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from privcube.errors import ConfigError, DataError
+from privcube.core.errors import ConfigError, DataError
 from privcube.mechanisms.relational.mechanism import run_relational
 from privcube.mechanisms.relational.workloads import cross_workloads
 from privcube.privacy.noise import NoiseSource

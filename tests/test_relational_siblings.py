@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import privcube
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.relational.siblings import align_siblings, both_target, sibling_sensitivity
 
 

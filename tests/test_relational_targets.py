@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.relational.linking import components, shrink
 from privcube.mechanisms.relational.parameters import check_params
 from test_relational import _identity, ml  # noqa: F401 (the same data set and fixture)
@@ -162,7 +162,7 @@ def test_strategy_is_validated() -> None:
 
 
 def _two_overlapping(seed: int):
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
     from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload
 
     rng = np.random.default_rng(seed)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.mechanisms.relational.mechanism import run_relational
 from privcube.mechanisms.relational.record_types import link_types, side_types, type_pair_counts
 from privcube.mechanisms.relational.type_assignment import assign_links, round_type_counts
@@ -340,7 +340,7 @@ def test_type_cell_budget_falls_back_to_slices() -> None:
 def test_type_iterations_auto_bounds_the_work_of_a_solve() -> None:
     """``type_iters: auto``: 500 steps on small grids, a fixed work budget (type pairs × steps) on larger ones,
     never fewer than 50; an explicit integer is kept; anything else is refused naming the key."""
-    from privcube.errors import ConfigError
+    from privcube.core.errors import ConfigError
     from privcube.mechanisms.relational.parameters import check_params
     from privcube.mechanisms.relational.type_linking import TYPE_WORK, type_iterations
 

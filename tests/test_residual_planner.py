@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import BudgetError, ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import BudgetError, ConfigError
 from privcube.mechanisms import get_mechanism
 from privcube.mechanisms.residual_planner import ResidualPlanner, p_coefficient
-from privcube.oracle import ArrayOracle
+from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
-from privcube.workload import Workload, parse_workload
+from privcube.core.workload import Workload, parse_workload
 from mechanism_fakes import RecordingLedger, RngNoise, ZeroNoise
 
 ADULT_DOMAIN = Path("/work/shared/data/adult/adult-domain.json")

@@ -9,9 +9,9 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import DataError, DomainError, MemoryLimitError
-from privcube.residuals import (
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError, DomainError, MemoryLimitError
+from privcube.core.residuals import (
     axis_center,
     axis_smear,
     axis_sub,

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from privcube import api
-from privcube.errors import CheckpointError, RunDirectoryError
+from privcube.core.errors import CheckpointError, RunDirectoryError
 from privcube.storage.checkpoint import RunCheckpoint
 from privcube.storage.zarr_store import TensorStore
 

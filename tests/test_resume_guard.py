@@ -19,7 +19,7 @@ from test_overwrite_safety import one_line_error
 from test_overwrite_safety import snapshot as full_snapshot
 
 from privcube import api
-from privcube.errors import CheckpointError, RunDirectoryError
+from privcube.core.errors import CheckpointError, RunDirectoryError
 
 #: ``python -c KILLER WHERE N privcube-args...``: the privcube command, SIGKILLed at the N-th call of WHERE
 #: (test-only patch, as tests/checkpoint_kill.py; production code has no hook)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from privcube import api
-from privcube.errors import DomainError, RunDirectoryError
+from privcube.core.errors import DomainError, RunDirectoryError
 from privcube.storage.outputs import lock_path, run_lock
 
 
@@ -407,8 +407,8 @@ def test_renamed_column_found_while_counting_is_a_data_error(job):
     """Safety net when a frame bypasses ingest's up-front check: the reader's KeyError becomes a DataError."""
     import dask.dataframe as dd
 
-    from privcube.domain import Domain
-    from privcube.errors import DataError
+    from privcube.core.domain import Domain
+    from privcube.core.errors import DataError
     from privcube.graphs.marginals import compute_marginals
 
     folder = _renamed_parquet(job["dir"], job["frame"])

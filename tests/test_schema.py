@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import DataError, DomainError
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError, DomainError
 from privcube.storage.infer import infer_schema
 from privcube.storage.schema import Attribute, Schema, code_dtype, load_schema
 

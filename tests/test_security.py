@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster, Security
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.graphs.cluster.security import (
     allow_insecure_from_spec,
     check_address_security,
@@ -126,7 +126,7 @@ def test_tls_local_cluster_through_resolve_cluster_counts_marginals():
     import pandas as pd
     import dask.dataframe as dd
 
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
     from privcube.graphs.cluster.handle import resolve_cluster
     from privcube.graphs.marginals import compute_marginals
 

@@ -132,8 +132,8 @@ def test_inspector_prints_the_submitted_script_and_passes_fit_the_workers(slurm,
     """With the cluster up: the inspector's script is the one Slurm received (scontrol write batch_script),
     the first worker is there on entry (memory-aware pass sizing sees its limit and refuses a marginal no
     worker can hold), its work folder is private and its dashboard, like the scheduler's, on loopback."""
-    from privcube.domain import Domain
-    from privcube.errors import MemoryLimitError
+    from privcube.core.domain import Domain
+    from privcube.core.errors import MemoryLimitError
     from privcube.graphs.cluster import hpc
     from privcube.graphs.cluster.handle import resolve_cluster, worker_resources
     from privcube.graphs.marginals import fit_passes

@@ -6,8 +6,8 @@ import itertools
 import numpy as np
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError
 from privcube.privacy.noise import NoiseSource
 from privcube.synth import MarginalEstimator, TreeEstimator, synthesize
 from privcube.synth.consistency import make_consistent, norm_sub
@@ -193,11 +193,11 @@ def test_synthesize_from_engine_answers(mech: str) -> None:
     """ResidualPlanner / AIM+GReM releases → records whose 2-way marginals follow the data's distribution;
     the synthesis charges nothing (the ledger is the mechanism's alone)."""
     from privcube.mechanisms import get_mechanism
-    from privcube.oracle import ArrayOracle
+    from privcube.core.oracle import ArrayOracle
     from privcube.privacy.budget import PrivacyBudget
     from privcube.privacy.ledger import PrivacyLedger
     from privcube.synth import synthesize_from_answers
-    from privcube.workload import Workload
+    from privcube.core.workload import Workload
 
     n = 40000
     oracle = ArrayOracle(DOM, _records(n, 5))
@@ -214,10 +214,10 @@ def test_synthesize_from_engine_answers(mech: str) -> None:
 
 
 def test_marginals_from_answers_skips_non_marginal_groups_and_refuses_none() -> None:
-    from privcube.errors import DataError
+    from privcube.core.errors import DataError
     from privcube.mechanisms.base import GroupAnswer
     from privcube.synth import marginals_from_answers
-    from privcube.workload import Workload
+    from privcube.core.workload import Workload
 
     w = Workload.from_config([{"attributes": ["A", "B"]}, {"attributes": ["C"], "queries": {"C": "prefix"}}], DOM)
     ab, cp = w.groups

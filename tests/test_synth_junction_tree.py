@@ -10,8 +10,8 @@ import yaml
 
 from privcube import api
 from privcube.config import parse_synthesize
-from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.base import GroupAnswer
 from privcube.privacy.noise import NoiseSource
 from privcube.synth import get_estimator, sample_records
@@ -20,7 +20,7 @@ from privcube.synth.jt_fit import JunctionTreeEstimator, is_consistent, pair_wei
 from privcube.synth.jt_model import stratified_uniforms
 from privcube.synth.junction_tree import min_fill_cliques, select_junction_tree
 from privcube.synth.sampler import marginals_from_answers, measured_marginals
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 DOM = Domain.from_mapping({"A": 3, "B": 2, "C": 4, "D": 3, "E": 2})
 NAMES = DOM.attributes
@@ -167,12 +167,12 @@ def test_seeded_records_are_the_same_in_every_process() -> None:
 
     script = (
         "import hashlib, numpy as np\n"
-        "from privcube.domain import Domain\n"
+        "from privcube.core.domain import Domain\n"
         "from privcube.mechanisms.base import GroupAnswer\n"
         "from privcube.privacy.noise import NoiseSource\n"
         "from privcube.synth import get_estimator, sample_records\n"
         "from privcube.synth.sampler import measured_marginals\n"
-        "from privcube.workload import Workload\n"
+        "from privcube.core.workload import Workload\n"
         "dom = Domain.from_mapping({'A': 3, 'B': 2, 'C': 4, 'D': 3, 'E': 2})\n"
         "rng = np.random.default_rng(0)\n"
         "cl = [('A', 'B'), ('B', 'C'), ('C', 'D'), ('D', 'E'), ('A', 'E'), ('B', 'D')]\n"

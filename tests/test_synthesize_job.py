@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from privcube import api
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 
 SCHEMA = {"attributes": [
     {"name": "sex", "type": "categorical", "categories": ["F", "M"]},

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from privcube.errors import DataError
+from privcube.core.errors import DataError
 from privcube.mechanisms.relational.projection import project_box_sum, project_rows_simplex
 from privcube.mechanisms.relational.ubs import (
     categorical_rows,

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privcube.domain import Domain
-from privcube.errors import WorkloadError
-from privcube.query_types import QueryType, attribute_matrix, joint_matrix, parse_query_type
-from privcube.workload import Workload, all_kway, hybrid, mixed, parse_workload
+from privcube.core.domain import Domain
+from privcube.core.errors import WorkloadError
+from privcube.core.query_types import QueryType, attribute_matrix, joint_matrix, parse_query_type
+from privcube.core.workload import Workload, all_kway, hybrid, mixed, parse_workload
 
 DOM = Domain(("age", "sex", "edu", "hours"), (4, 2, 3, 5))
 
@@ -188,7 +188,7 @@ def test_error_names_entry_index() -> None:
 def test_hybrid_joint_table3_rules() -> None:
     """QS Table 3 helper: 1-way prefix (numeric) / identity; joint type on pairs with (d_i−1)(d_j−1) ≤ limit,
     Kronecker prefix/identity above it (categorical pairs get the joint type too)."""
-    from privcube.workload import hybrid_joint
+    from privcube.core.workload import hybrid_joint
 
     wl = hybrid_joint(DOM, ["age", "hours"], "abs-diff", limit=10)  # (4−1)(5−1) = 12 > 10
     by = {g.attributes: g for g in wl}
@@ -234,7 +234,7 @@ def test_query_type_parameters_checked(queries: dict, match: str) -> None:
 
 
 def test_query_type_parameters_normalised_and_python_types_checked() -> None:
-    from privcube.workload import group
+    from privcube.core.workload import group
 
     g = parse_workload([{"attributes": ["hours"], "queries": {"type": "range", "width": 3.0}}], DOM).groups[0]
     assert g.factors[0].query == QueryType("range", (("width", 3),))

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import zarr
 
-from privcube.domain import Domain
-from privcube.errors import DataError, DomainError
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError, DomainError
 from privcube.storage.zarr_store import TensorStore, marginal_name
 
 

@@ -54,7 +54,7 @@ from typing import Any
 
 import pandas as pd
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.jobs.kind import JobEnv
 from privcube.jobs.relational_report import PRIVACY_NOTE  # noqa: F401 - kept importable from here
 from privcube.relational_config import COMPOSITION_NOTE, RelationalJob, TableSpec, load_relational_config

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.errors import ConfigError, DataError
+from privcube.core.errors import ConfigError, DataError
 from privcube.relational_config import RelationalJob, TableSpec
 
 

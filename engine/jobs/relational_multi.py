@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.relational_config import RelationalJob
 from privcube.relational_graph import link_name
 
@@ -68,7 +68,7 @@ class GraphCheckpoint:
 
     def restore(self, resume: bool) -> None:
         """With ``resume``: the committed tables, links, reports and the ledger's charges (replayed once)."""
-        from privcube.errors import CheckpointError
+        from privcube.core.errors import CheckpointError
         from privcube.mechanisms.relational.composition import restore_ledger
 
         loaded = self.checkpoint.load() if resume and self.checkpoint is not None else None

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.base import PlanSummary
 from privcube.relational_config import COMPOSITION_NOTE, RelationalJob
 from privcube.relational_graph import link_name
@@ -25,7 +25,7 @@ from privcube.relational_spec import LinkSpec
 def _table_plan(name: str, job: RelationalJob, p: Mapping[str, Any]) -> PlanSummary:
     """The ResidualPlanner plan stage 1 runs for table ``name`` on its own budget."""
     from privcube.mechanisms.residual_planner import ResidualPlanner
-    from privcube.workload import Workload
+    from privcube.core.workload import Workload
 
     domain = job.tables[name].domain
     k = min(int(p["table_marginals"]), len(domain))

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from privcube.config import JobConfig, data_paths, is_frame, load_config
-from privcube.errors import ConfigError, PrivcubeError
+from privcube.core.errors import ConfigError, PrivcubeError
 from privcube.jobs.kind import JobEnv
 from privcube.mechanisms import get_mechanism
 from privcube.mechanisms.base import PlanSummary

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from privcube.errors import WorkloadError
+from privcube.core.errors import WorkloadError
 from privcube.linalg.marginals import MarginalsStrategy, marginal_approximation, marginal_objective
 from privcube.linalg.matrices import Explicit, Kronecker, Matrix, Weighted, kron_terms
 

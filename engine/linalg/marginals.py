@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from privcube.errors import WorkloadError
+from privcube.core.errors import WorkloadError
 from privcube.linalg.matrices import Matrix
 
 MAX_DIMS = 11  # dense 2^d × 2^d X-algebra (4^d pairs) up to this many attributes

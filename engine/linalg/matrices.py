@@ -12,14 +12,14 @@ from functools import reduce
 
 import numpy as np
 
-from privcube.errors import MemoryLimitError, WorkloadError
-from privcube.kron import kron_matvec
+from privcube.core.errors import MemoryLimitError, WorkloadError
+from privcube.core.kron import kron_matvec
 
 DENSE_LIMIT = 2**26  # entries; dense() refuses to build larger matrices
 
 
 def kron_apply(factors: Sequence[np.ndarray], x: np.ndarray) -> np.ndarray:
-    """``kron(*factors) @ x`` without forming the product (delegates to ``privcube.kron``)."""
+    """``kron(*factors) @ x`` without forming the product (delegates to ``privcube.core.kron``)."""
     n = math.prod(f.shape[1] for f in factors)
     x = np.asarray(x, dtype=float)
     if x.shape[0] != n:

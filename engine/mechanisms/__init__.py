@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 
 REGISTRY: dict[str, str] = {
     "residual-planner": "privcube.mechanisms.residual_planner:ResidualPlanner",

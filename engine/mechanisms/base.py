@@ -16,9 +16,9 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from privcube.errors import ConfigError
-from privcube.oracle import MarginalOracle
-from privcube.workload import QueryGroup, Workload
+from privcube.core.errors import ConfigError
+from privcube.core.oracle import MarginalOracle
+from privcube.core.workload import QueryGroup, Workload
 
 
 @dataclass
@@ -103,7 +103,7 @@ def local_map(fn: Callable[[Any], Any], items: Sequence[Any], *, cost: Callable[
     items = list(items)
     if not title:
         return [fn(x) for x in items]
-    from privcube.progress import progress
+    from privcube.core.progress import progress
 
     out = []
     with progress(title, len(items), heartbeat=HEARTBEAT_S) as update:
@@ -139,7 +139,7 @@ def local_persist(*collections: Any) -> tuple[Any, ...]:
 
 class ChunkedRelease(Protocol):
     """Builds and computes ``y = A x + noise`` as one task graph over a lazy chunked exact vector ``x`` (a
-    :class:`privcube.oracle.LazyMarginalOracle`'s ``marginal_dask``), noise drawn per block next to the block
+    :class:`privcube.core.oracle.LazyMarginalOracle`'s ``marginal_dask``), noise drawn per block next to the block
     (stream keyed by ``key`` and the block index): only the noisy ``y`` is computed here (HDMM)."""
 
     def __call__(self, x: Any, strategy: Any, kind: str, scale: float, key: tuple, noise: Any) -> np.ndarray: ...
@@ -157,7 +157,7 @@ class RunContext:
     the graphs layer builds for mechanisms (None: not available here; the mechanism then works in this
     process). ``compute`` / ``persist`` run dask collections (task graphs of the real data) on the run's
     cluster (``persist`` leaves the results there); ``data_oracle(frame, domain)`` is the single-table marginal
-    engine (a ``privcube.oracle.MarginalOracle`` counting a dask DataFrame of codes where it lives; None: not
+    engine (a ``privcube.core.oracle.MarginalOracle`` counting a dask DataFrame of codes where it lives; None: not
     available, the caller counts with ``compute``)."""
 
     client: Any = None

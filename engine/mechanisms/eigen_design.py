@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import ConfigError, WorkloadError
+from privcube.core.errors import ConfigError, WorkloadError
 from privcube.linalg.error import svdb_explicit
 from privcube.mechanisms.base import Mechanism
 from privcube.mechanisms.hdmm.implicit import ImplicitWorkload, from_workload
 from privcube.mechanisms.hdmm.mechanism import HDMM
 from privcube.mechanisms.hdmm.strategy import KronStrategy, Strategy
 from privcube.privacy.budget import PrivacyBudget
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 
 def scale_free_error(g: np.ndarray, a: np.ndarray) -> float:

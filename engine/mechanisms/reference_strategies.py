@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 
 
 def identity(n: int) -> np.ndarray:

@@ -1,6 +1,6 @@
 """ResidualPlanner (Xiao, Wang, Kifer 2023): optimal Gaussian noise per residual for marginal workloads.
 
-Every workload marginal γ is the sum of its residual components τ ⊆ γ (see ``privcube.residuals``).
+Every workload marginal γ is the sum of its residual components τ ⊆ γ (see ``privcube.core.residuals``).
 Residual τ is measured once as ``Decomp(μ_τ + N(0, σ_τ² I))``; its zCDP cost is ``p_τ / (2 σ_τ²)``
 and it adds ``v_τ(γ) σ_τ²`` to the variance of every cell of every marginal γ ⊇ τ.
 
@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
-from privcube.oracle import MarginalOracle, measure
+from privcube.core.oracle import MarginalOracle, measure
 from privcube.privacy.budget import rho_of
 from privcube.privacy.discrete import is_discrete
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 Clique = tuple[str, ...]
 
@@ -234,7 +234,7 @@ class ResidualPlanner(Mechanism):
     def run(self, oracle: MarginalOracle, workload: Workload, budget: Any, ledger: Any, noise: Any,
             context: RunContext | None = None) -> MechanismResult:
         """Measure every needed residual once, then reconstruct each workload marginal."""
-        from privcube.residuals import recon_add
+        from privcube.core.residuals import recon_add
 
         if is_discrete(noise):
             self.use_noise_sampler("discrete")
@@ -282,7 +282,7 @@ class ResidualRelease:
         self.name, self.sigmas, self.noise = name, dict(sigmas), noise
 
     def __call__(self, tau: Clique, mu: np.ndarray) -> np.ndarray:
-        from privcube.residuals import decomp
+        from privcube.core.residuals import decomp
 
         mu = np.asarray(mu, dtype=float)
         y = self.noise.add_gaussian((self.name, tau), mu, self.sigmas[tau])  # discrete: integer μ only
@@ -291,7 +291,7 @@ class ResidualRelease:
 
 def reconstruct(domain: Domain, residuals: Mapping[Clique, np.ndarray], gamma: Sequence[str]) -> np.ndarray:
     """Marginal on γ from its available residuals (missing residuals contribute zero)."""
-    from privcube.residuals import recon_add
+    from privcube.core.residuals import recon_add
 
     gamma = domain.canonical(gamma)
     out = np.zeros(domain.shape_of(gamma))

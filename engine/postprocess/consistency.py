@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.postprocess.problem import Clique, MarginalProblem, project
-from privcube.residuals import decomp, recon_add
+from privcube.core.residuals import decomp, recon_add
 
 Mapper = Callable[[Callable[[Any], Any], Sequence[Any]], Sequence[Any]]
 

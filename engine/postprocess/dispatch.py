@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.postprocess.consistency import Mapper, project_consistent, serial_map
 from privcube.postprocess.dykstra import dykstra
 from privcube.postprocess.graphical import GraphicalModel
@@ -180,7 +180,7 @@ class _LateBar:
     prints nothing)."""
 
     def __init__(self, label: str, total: int, delay: float = 1.0) -> None:
-        from privcube.progress import ProgressBar
+        from privcube.core.progress import ProgressBar
 
         self.bar = ProgressBar(label, total)
         self.delay, self.shown, self.start = delay, False, time.perf_counter()
@@ -216,7 +216,7 @@ class _FitProgress(_LateBar):
             self.bar.set_total(info.iterations)
         super().close()
         if info is not None and not info.converged:
-            from privcube.progress import is_quiet
+            from privcube.core.progress import is_quiet
 
             if not is_quiet():
                 import sys

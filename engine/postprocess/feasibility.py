@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.postprocess.problem import Clique, project
 
 #: smoothing of the independence anchors tried by :func:`lift_to_nonnegative` (1e-3: close to the

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.postprocess.problem import Clique, measurable_subsets, project
-from privcube.residuals import recon, residual_gram_norm
+from privcube.core.residuals import recon, residual_gram_norm
 
 Idx = tuple[int, ...]
 

@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 
 #: pgm: the graphical model that best explains the measurements (default; issue 32); grem-lnn: ADMM on the
 #: residual-basis least squares with local non-negativity; dykstra: alternating weighted projections; wls:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.privacy.audit_stats import AuditBound, audit_bound
 
 #: the confidence of every reported bound unless asked otherwise
@@ -166,7 +166,7 @@ def run_audit(cases: Sequence[Case], mode: str = "fast", *, seed: int = 0, confi
               on_row: Callable[[AuditRow], None] | None = None) -> list[AuditRow]:
     """Audit every case with its trials for ``mode``; ``on_row`` sees each row as it is done. Progress bars of
     the mechanisms are silenced meanwhile."""
-    from privcube import progress
+    from privcube.core import progress
 
     if mode not in MODES:
         raise ConfigError(f"audit: mode must be one of {MODES}, got {mode!r}")

@@ -141,7 +141,7 @@ def single_table_case(key: str, config: Mapping[str, Any], first: Any, seconds: 
         return held["mech"]
 
     def run(dataset: Any, noise: Any) -> Outcome:
-        from privcube.oracle import ArrayOracle
+        from privcube.core.oracle import ArrayOracle
         from privcube.privacy.ledger import PrivacyLedger
 
         mech = build()
@@ -272,7 +272,7 @@ def relational_case(key: str = "relational", *, trials: Mapping[str, int], rho: 
     movies with h = 0 to movies with h = 1. Features: the synthetic links' counts per (g, h)."""
     import pandas as pd
 
-    from privcube.domain import Domain
+    from privcube.core.domain import Domain
 
     users = pd.DataFrame({"id": np.arange(8) + 100, "g": [0, 0, 0, 0, 1, 1, 1, 1]})
     movies = pd.DataFrame({"id": np.arange(6) + 500, "h": [0, 0, 0, 1, 1, 1]})
@@ -375,7 +375,7 @@ NAMES = ("residual-planner", "querysmasher", "hdmm", "eigen-design", "aim-grem",
 
 def select(cases: Sequence[Case], names: Sequence[str] | None) -> list[Case]:
     """The cases of the named mechanisms (``pipeline``: the post-processing + synthesizer case); all when none."""
-    from privcube.errors import ConfigError
+    from privcube.core.errors import ConfigError
 
     if not names:
         return list(cases)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import beta as _beta
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 
 
 def clopper_pearson_upper(k: int, n: int, alpha: float) -> float:

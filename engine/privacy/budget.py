@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from privcube.errors import BudgetError, ConfigError
+from privcube.core.errors import BudgetError, ConfigError
 
 
 @dataclass(frozen=True)

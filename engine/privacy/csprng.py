@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import BudgetError
+from privcube.core.errors import BudgetError
 from privcube.privacy.keys import encode_key
 
 _BLOCK = 4096  # bytes drawn per refill (one syscall or one SHAKE-256 call)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from privcube.errors import BudgetError, ConfigError
+from privcube.core.errors import BudgetError, ConfigError
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.zcdp import cdp_epsilon
 

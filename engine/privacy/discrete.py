@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import BudgetError, ConfigError
+from privcube.core.errors import BudgetError, ConfigError
 from privcube.privacy.csprng import RandomBits
 from privcube.privacy.keys import KeyPart, as_key
 from privcube.privacy.noise import NoiseSource

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 
 #: the default confidence level of every answer's interval (``output: {ci_level: ...}``)
 DEFAULT_LEVEL = 0.95

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import BudgetError
+from privcube.core.errors import BudgetError
 
 KeyPart = str | int | Sequence[Any]
 

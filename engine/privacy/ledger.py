@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import BudgetError
+from privcube.core.errors import BudgetError
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.noise import NoiseSource
 from privcube.privacy.zcdp import cdp_epsilon, is_number
@@ -249,7 +249,7 @@ class PrivacyLedger:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ledger.json atomically: a temp file in the same directory, then os.replace."""
-        from privcube.atomic import atomic_write_text
+        from privcube.core.atomic import atomic_write_text
 
         atomic_write_text(path, json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import BudgetError
+from privcube.core.errors import BudgetError
 from privcube.privacy.keys import KeyPart, as_key, encode_key
 
 def _spawn_key(parts: Sequence[Any]) -> tuple[int, ...]:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy.special import log_ndtr, ndtr
 
-from privcube.errors import BudgetError
+from privcube.core.errors import BudgetError
 from privcube.privacy.zcdp import check_delta, check_epsilon, check_rho, is_number
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from privcube.errors import BudgetError
+from privcube.core.errors import BudgetError
 
 _BISECT_STEPS = 200
 

@@ -65,7 +65,7 @@ def render_report(run_dir: str | Path) -> str:
 
 def write_report(run_dir: str | Path) -> Path:
     """Render the report of ``run_dir`` and write ``run_dir/report.html`` atomically; returns its path."""
-    from privcube.atomic import atomic_write_text
+    from privcube.core.atomic import atomic_write_text
 
     html = render_report(run_dir)
     target = Path(run_dir) / "report.html"

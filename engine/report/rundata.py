@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from privcube.errors import PrivcubeError, RunDirectoryError
+from privcube.core.errors import PrivcubeError, RunDirectoryError
 
 COMPLETE_MARKER = ".complete"
 

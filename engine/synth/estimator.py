@@ -13,8 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError
 from privcube.synth.consistency import make_consistent
 from privcube.synth.jt_fit import JunctionTreeEstimator
 from privcube.synth.tree_model import TreeModel

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError, DataError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError, DataError
 from privcube.synth.consistency import make_consistent, project
 from privcube.synth.factor_ops import project_idx
 from privcube.synth.jt_model import JunctionTreeModel, usable_subsets

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.synth.factor_ops import expand_idx, project_idx, scale_idx
 from privcube.synth.junction_tree import JunctionTree
 

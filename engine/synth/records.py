@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.domain import Domain
-from privcube.errors import DataError
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError
 from privcube.mechanisms.base import local_map
 from privcube.privacy.noise import NoiseSource
 
@@ -90,7 +90,7 @@ def write_records(model: Any, domain: Domain, n_records: int, folder: str | Path
     each, in order, on THIS machine as ``folder/part-NNNNN.parquet`` (codes plus schema labels; atomic,
     owner-only). ``window`` chunks are sampled at a time while the previous window is written, so memory
     stays bounded whatever ``n_records`` is. Returns the number of files written."""
-    from privcube.progress import progress
+    from privcube.core.progress import progress
     from privcube.storage.outputs import atomic_write_parquet
 
     out = Path(folder)
@@ -142,7 +142,7 @@ def check_output_size(task: Callable[[tuple], pd.DataFrame], n_records: int, n_f
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from privcube.errors import RunDirectoryError
+    from privcube.core.errors import RunDirectoryError
 
     if n_records > MAX_RECORDS:
         raise RunDirectoryError(f"synthesize: {n_records:,} records are above privcube's limit of {MAX_RECORDS:,}; "

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError, DataError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError, DataError
 from privcube.privacy.noise import NoiseSource
 from privcube.synth.consistency import project
 from privcube.synth.estimator import MarginalEstimator, SamplingModel, get_estimator

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.synth.consistency import project
 
 Clique = tuple[str, ...]

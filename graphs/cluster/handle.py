@@ -45,7 +45,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 
 SCRATCH_PREFIX = "privcube-dask-"
 _SCRATCH_LOCK = ".privcube-scratch.lock"
@@ -131,7 +131,7 @@ def check_machine_size(spec_type: str, options: Mapping[str, Any], flag: str | N
     MAX_PER_CORE workers (threads) per core, or more workers than its available memory holds at the
     memory one idle worker takes (``privcube.memory_plan.WORKER_BASE``). ``flag``: the CLI flag that set
     the size (else the config key is named)."""
-    from privcube.machine import available_memory, cores
+    from privcube.core.machine import available_memory, cores
     from privcube.memory_plan import WORKER_BASE, gib
 
     n_cores = cores()

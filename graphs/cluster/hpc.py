@@ -50,7 +50,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 
 HPC_TYPES = ("slurm", "pbs")
 COMMON_KEYS = frozenset({
@@ -470,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     from privcube.config import parse_cluster, read_config_file
-    from privcube.errors import PrivcubeError
+    from privcube.core.errors import PrivcubeError
 
     p = argparse.ArgumentParser(prog="python -m privcube.graphs.cluster.hpc",
                                 description="Print the dask-jobqueue worker job script for a job config.")

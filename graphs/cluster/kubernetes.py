@@ -50,7 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 
 API_VERSION = "kubernetes.dask.org/v1"
 SCHEDULER_PORT = 8786
@@ -629,7 +629,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     from privcube.config import read_config_file
-    from privcube.errors import PrivcubeError
+    from privcube.core.errors import PrivcubeError
 
     p = argparse.ArgumentParser(prog="python -m privcube.graphs.cluster.kubernetes",
                                 description="Render dask-operator resources for a job config.")

@@ -28,7 +28,7 @@ import ssl
 from collections.abc import Mapping
 from typing import Any
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 
 _TLS_KEYS = ("ca_file", "cert", "key")
 _SPEC_KEYS = ("tls", "allow_insecure")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privcube.errors import BudgetError
+from privcube.core.errors import BudgetError
 
 
 @dataclass(frozen=True)

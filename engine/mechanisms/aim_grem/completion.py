@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from privcube.residuals import Sizes, decomp, recon_add, size_of
+from privcube.core.residuals import Sizes, decomp, recon_add, size_of
 
 Clique = tuple[str, ...]
 IPF_ITERS = 30

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privcube.errors import ConfigError
-from privcube.residuals import Sizes, p_coef, size_of, subsets, v_coef
+from privcube.core.errors import ConfigError
+from privcube.core.residuals import Sizes, p_coef, size_of, subsets, v_coef
 
 Clique = tuple[str, ...]
 

@@ -28,9 +28,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.aim_grem import crp
-from privcube.residuals import Sizes, p_coef, size_of, v_coef
+from privcube.core.residuals import Sizes, p_coef, size_of, v_coef
 
 Clique = tuple[str, ...]
 MODES = ("spread", "select")

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from privcube.errors import ConfigError, DomainError
-from privcube.residuals import Sizes, axis_center, recon_add, residual_shape, size_of, subsets, v_coef
+from privcube.core.errors import ConfigError, DomainError
+from privcube.core.residuals import Sizes, axis_center, recon_add, residual_shape, size_of, subsets, v_coef
 
 Clique = tuple[str, ...]
 UPDATES = ("lazy", "full")

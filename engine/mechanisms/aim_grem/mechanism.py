@@ -35,18 +35,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.errors import BudgetError, CheckpointError, ConfigError, MemoryLimitError, WorkloadError
+from privcube.core.domain import Domain
+from privcube.core.errors import BudgetError, CheckpointError, ConfigError, MemoryLimitError, WorkloadError
 from privcube.mechanisms.aim_grem import annealing, crp, final_round, selection, strategy
 from privcube.mechanisms.aim_grem.completion import LocalCompletion, global_values
 from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals, MarginalTable, measurable, reconstruct
 from privcube.mechanisms.aim_grem.state import AIMState, normalise
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, RunContext
-from privcube.oracle import MarginalOracle, marginal_futures
+from privcube.core.oracle import MarginalOracle, marginal_futures
 from privcube.privacy.budget import refuse_pure_for_gaussian
 from privcube.privacy.discrete import is_discrete
-from privcube.residuals import decomp
-from privcube.workload import Workload
+from privcube.core.residuals import decomp
+from privcube.core.workload import Workload
 
 Clique = tuple[str, ...]
 TAG = "aim-grem"

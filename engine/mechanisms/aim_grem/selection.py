@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.privacy.primitives import exponential_mechanism
-from privcube.residuals import Sizes, size_of
+from privcube.core.residuals import Sizes, size_of
 
 Clique = tuple[str, ...]
 

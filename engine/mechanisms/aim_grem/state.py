@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import CheckpointError
+from privcube.core.errors import CheckpointError
 from privcube.mechanisms.aim_grem.annealing import RoundBudget
 from privcube.mechanisms.aim_grem.grem import GReMState
 

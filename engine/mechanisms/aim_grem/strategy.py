@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 STRATEGIES = ("adaptive", "measure-all", "auto-suggest")
 SELECTION_THRESHOLD = 0.02  # selection_on: auto scores measured estimates at or below this (nltcs eps >= 1)

@@ -13,9 +13,9 @@ from functools import reduce
 
 import numpy as np
 
-from privcube.errors import WorkloadError
+from privcube.core.errors import WorkloadError
 from privcube.linalg.matrices import VStack, union_of_kron
-from privcube.workload import QueryGroup, Workload
+from privcube.core.workload import QueryGroup, Workload
 
 
 @dataclass

@@ -15,17 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import BudgetError, ConfigError, MemoryLimitError
+from privcube.core.errors import BudgetError, ConfigError, MemoryLimitError
 from privcube.linalg.marginals import SPECTRAL_MAX_DIMS as MAX_DIMS
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
 from privcube.mechanisms.hdmm.implicit import ImplicitWorkload, from_workload
 from privcube.mechanisms.hdmm.lower_bound import svd_bound
 from privcube.mechanisms.hdmm.strategy import Strategy
 from privcube.mechanisms.hdmm.subproblems import Mapper, solve_candidates, task_mapper
-from privcube.oracle import LazyMarginalOracle, MarginalOracle, measure
+from privcube.core.oracle import LazyMarginalOracle, MarginalOracle, measure
 from privcube.privacy.budget import PrivacyBudget, refuse_pure_for_gaussian
 from privcube.privacy.discrete import is_discrete
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 OPTIMIZERS = ("auto", "opt0", "kron", "plus", "marginals")
 OPT0_LIMIT = 4096  # cells: OPT_0 on the explicit merged domain

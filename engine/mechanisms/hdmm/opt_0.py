@@ -16,7 +16,7 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 from scipy.optimize import minimize, minimize_scalar
 
-from privcube.errors import ConfigError, WorkloadError
+from privcube.core.errors import ConfigError, WorkloadError
 from privcube.mechanisms.hdmm.lbfgs import projected_lbfgs
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privcube.errors import WorkloadError
+from privcube.core.errors import WorkloadError
 from privcube.linalg.error import factor_trace
 from privcube.mechanisms.hdmm.opt_0 import opt0
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.linalg.marginals import eigenvalues, from_eigenvalues, marginal_approximation, marginal_objective
 from privcube.mechanisms.hdmm.opt_kron import Terms
 

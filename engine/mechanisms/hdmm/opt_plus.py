@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.hdmm.opt_kron import Terms
 from privcube.mechanisms.hdmm.union_budget import budget_split
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.linalg.marginals import marginal_approximation
 from privcube.mechanisms.hdmm.implicit import ImplicitWorkload
 from privcube.mechanisms.hdmm.opt_0 import Opt0Result, check_gram, opt0, template_is_optimal

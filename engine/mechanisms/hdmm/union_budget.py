@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 
 
 def budget_split(term_losses: Sequence[float], noise: str) -> tuple[np.ndarray, float]:

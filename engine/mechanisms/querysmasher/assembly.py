@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.kron import kron_matvec
+from privcube.core.domain import Domain
+from privcube.core.kron import kron_matvec
 from privcube.mechanisms.querysmasher.decomposition import (
     Part,
     Subworkload,
@@ -24,7 +24,7 @@ from privcube.mechanisms.querysmasher.decomposition import (
     term_rows,
 )
 from privcube.mechanisms.querysmasher.solution import PartSolution
-from privcube.workload import QueryGroup
+from privcube.core.workload import QueryGroup
 
 Clique = tuple[str, ...]
 

@@ -21,9 +21,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.query_types import QueryType, attribute_matrix, joint_matrix
-from privcube.workload import Factor, QueryGroup, Workload
+from privcube.core.domain import Domain
+from privcube.core.query_types import QueryType, attribute_matrix, joint_matrix
+from privcube.core.workload import Factor, QueryGroup, Workload
 
 Clique = tuple[str, ...]
 BlockKey = tuple  # (query type, sizes of the factor's attributes, mask of attributes kept)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
 from privcube.mechanisms.querysmasher.assembly import (
     SubSolution,
@@ -34,11 +34,11 @@ from privcube.mechanisms.querysmasher.assembly import (
 )
 from privcube.mechanisms.querysmasher.decomposition import decompose
 from privcube.mechanisms.querysmasher.solvers import METHODS, NEWTON_LIMIT, solve_parts
-from privcube.oracle import MarginalOracle
-from privcube.oracle import measure as oracle_measure
+from privcube.core.oracle import MarginalOracle
+from privcube.core.oracle import measure as oracle_measure
 from privcube.privacy.budget import rho_of
 from privcube.privacy.discrete import is_discrete
-from privcube.workload import Workload
+from privcube.core.workload import Workload
 
 Clique = tuple[str, ...]
 

@@ -8,8 +8,8 @@ column pin this definition down.
 """
 from __future__ import annotations
 
-from privcube.domain import Domain
-from privcube.workload import Workload, hybrid_joint
+from privcube.core.domain import Domain
+from privcube.core.workload import Workload, hybrid_joint
 
 #: paper §8.3 schemas: (numeric, categorical) attribute sizes
 TABLE3_SCHEMAS: dict[str, tuple[dict[str, int], dict[str, int]]] = {

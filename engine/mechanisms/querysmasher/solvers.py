@@ -38,7 +38,7 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.optimize as sopt
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.linalg.psd import psd_pinv, psd_sqrt
 from privcube.mechanisms.querysmasher.solution import PartSolution
 

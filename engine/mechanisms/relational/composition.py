@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import BudgetError, CheckpointError
+from privcube.core.errors import BudgetError, CheckpointError
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.noise import NoiseSource
 from privcube.privacy.zcdp import cdp_epsilon

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import ConfigError, DataError
+from privcube.core.errors import ConfigError, DataError
 
 
 def _first_k(ids: np.ndarray, k: int) -> np.ndarray:

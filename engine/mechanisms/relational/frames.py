@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.domain import Domain
-from privcube.errors import DataError
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError
 from privcube.mechanisms.relational.degree import enforce_degree
 
 MISSING = -2  # position of a missing id

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError, DataError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError, DataError
 from privcube.mechanisms.relational.composition import as_budget, compose_budgets
 from privcube.mechanisms.base import RunContext
 from privcube.mechanisms.relational.degree import check_d_max

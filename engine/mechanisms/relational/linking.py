@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import CheckpointError, DataError
+from privcube.core.errors import CheckpointError, DataError
 from privcube.mechanisms.relational.degrees import balanced_degrees, links_with_degrees
 from privcube.mechanisms.relational.selection import Schedule, measure_first, select_and_measure
 from privcube.mechanisms.relational.shrinkage import components, shrink, wiener  # noqa: F401 (shrink, components: re-exported)

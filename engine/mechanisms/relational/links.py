@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError, DataError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError, DataError
 
 KINDS = ("one_to_many", "many_to_many")
 

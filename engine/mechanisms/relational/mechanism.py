@@ -120,8 +120,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError, DataError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError, DataError
 from privcube.mechanisms.base import Mechanism, MechanismResult, RunContext
 from privcube.mechanisms.relational.composition import compose_budgets, restore_ledger
 from privcube.mechanisms.relational.degrees import cap_degrees, release_degree_histogram, two_value_sigma

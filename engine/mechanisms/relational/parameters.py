@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import ConfigError
+from privcube.core.errors import ConfigError
 from privcube.mechanisms.relational.degree import check_d_max
 
 PARAMS: dict[str, Any] = {

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from privcube.errors import DataError
+from privcube.core.errors import DataError
 from privcube.mechanisms.relational.projection import BoxSumProjector, project_rows_simplex
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from privcube.errors import DataError
+from privcube.core.errors import DataError
 
 
 def project_box_sum(b: np.ndarray, m: float, lo: np.ndarray | float = 0.0, hi: np.ndarray | float = 1.0,

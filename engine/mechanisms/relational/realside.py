@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.mechanisms.base import RunContext
 from privcube.mechanisms.relational import frames as F
 from privcube.mechanisms.relational.links import Links
@@ -22,7 +22,7 @@ from privcube.mechanisms.relational.workloads import CrossWorkload
 
 
 class FrameCounts:
-    """Exact marginals of a dask DataFrame of codes with ``privcube.counting`` kernels through ``compute``:
+    """Exact marginals of a dask DataFrame of codes with ``privcube.core.counting`` kernels through ``compute``:
     the marginal engine of a run without ``data_oracle`` (a mechanism called without a run context)."""
 
     def __init__(self, frame: Any, domain: Domain, compute: Any) -> None:
@@ -33,7 +33,7 @@ class FrameCounts:
         """EXACT int64 count arrays, axes in each clique's order."""
         from dask import delayed
 
-        from privcube.counting import combine_counts, partition_counts
+        from privcube.core.counting import combine_counts, partition_counts
 
         cliques = [tuple(c) for c in cliques]
         shapes = [self.domain.shape_of(c) for c in cliques]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privcube.domain import Domain
+from privcube.core.domain import Domain
 from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, cell_index
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.errors import ConfigError, WorkloadError
+from privcube.core.domain import Domain
+from privcube.core.errors import ConfigError, WorkloadError
 from privcube.mechanisms.relational.degree_distributions import bin_counts
 from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, RealCross, cross_workloads
 from privcube.privacy.primitives import exponential_mechanism, exponential_rho, gaussian_sigma

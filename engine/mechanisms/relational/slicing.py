@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from privcube.errors import ConfigError, DataError
+from privcube.core.errors import ConfigError, DataError
 from privcube.mechanisms.relational.pgd import SliceOperator, box_sum_projector, pgd, row_simplex_projector
 from privcube.mechanisms.relational.projection import project_rows_box_sum
 from privcube.mechanisms.relational.ubs import categorical_rows, ubs

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.errors import CheckpointError
+from privcube.core.domain import Domain
+from privcube.core.errors import CheckpointError
 from privcube.mechanisms.base import RunContext, local_map
 from privcube.mechanisms.relational.composition import PrefixLedger, PrefixNoise
 from privcube.mechanisms.relational.links import table_codes
@@ -25,7 +25,7 @@ def synth_table(name: str, oracle: Any, n_real: int, domain: Domain, n_syn: int,
     ``n_real`` is the table's public size."""
     from privcube.mechanisms.residual_planner import ResidualPlanner
     from privcube.synth.sampler import synthesize_from_answers
-    from privcube.workload import Workload
+    from privcube.core.workload import Workload
 
     k = min(int(params["table_marginals"]), len(domain))
     cliques = list(itertools.combinations(domain.attributes, k))

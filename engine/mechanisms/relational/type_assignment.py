@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import DataError
+from privcube.core.errors import DataError
 from privcube.mechanisms.relational.degrees import bad_pairs
 from privcube.mechanisms.relational.projection import project_box_sum
 from privcube.mechanisms.relational.record_types import SideTypes

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import DataError
+from privcube.core.errors import DataError
 from privcube.mechanisms.relational.record_types import SideTypes, link_types, shared_records, type_pair_counts
 from privcube.mechanisms.relational.type_assignment import (
     assign_incremental,

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from privcube.errors import DataError
+from privcube.core.errors import DataError
 
 
 @dataclass(frozen=True)

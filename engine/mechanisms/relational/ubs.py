@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from privcube.errors import DataError
+from privcube.core.errors import DataError
 
 #: Slack for the merge test "group sum ≤ 1" and for validating Σx = m.
 TOL = 1e-9

@@ -14,8 +14,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.errors import DataError, WorkloadError
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError, WorkloadError
 
 
 @dataclass(frozen=True)

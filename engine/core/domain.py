@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privcube.errors import DomainError
+from privcube.core.errors import DomainError
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Domain:
     @classmethod
     def load(cls, path: str | Path) -> Domain:
         """Read the common ``{column: size}`` domain JSON (Private-PGM / AIM datasets)."""
-        from privcube.yaml_io import load_json
+        from privcube.core.yaml_io import load_json
 
         p = Path(path)
         try:

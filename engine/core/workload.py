@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.errors import DomainError, WorkloadError
-from privcube.query_types import (QueryType, attribute_matrix, check_size, joint_matrix, parse_query_type,
+from privcube.core.domain import Domain
+from privcube.core.errors import DomainError, WorkloadError
+from privcube.core.query_types import (QueryType, attribute_matrix, check_size, joint_matrix, parse_query_type,
                                   row_descriptions)
 
 IDENTITY = QueryType("identity")

@@ -3,7 +3,7 @@
 A marginal on a clique ``gamma`` is a compact array with one axis per attribute of ``gamma`` (in
 ``gamma``'s order). The residual ``zeta_tau`` of ``tau ⊆ gamma`` has one axis of length ``n_j - 1``
 per attribute of ``tau``, in ``gamma``'s order. Attributes are hashable keys; their sizes come from
-``sizes`` (a :class:`~privcube.domain.Domain` or a mapping ``{key: size}``).
+``sizes`` (a :class:`~privcube.core.domain.Domain` or a mapping ``{key: size}``).
 
 Everything is written with array methods, slicing and NumPy functions that dispatch through
 ``__array_function__``, so dask arrays pass through the pure functions unchanged (lazily);
@@ -19,8 +19,8 @@ from typing import Any, Union
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.errors import DataError, DomainError, MemoryLimitError
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError, DomainError, MemoryLimitError
 
 Sizes = Union[Domain, Mapping[Hashable, int]]
 Key = Hashable

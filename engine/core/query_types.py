@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import WorkloadError
+from privcube.core.errors import WorkloadError
 
 PER_ATTRIBUTE = ("identity", "total", "prefix", "allrange", "range", "circular", "explicit")
 JOINT = ("affine", "abs-diff", "random")

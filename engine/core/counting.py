@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from privcube.domain import Domain
-from privcube.errors import DataError, DomainError
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError, DomainError
 
 Clique = tuple[str, ...]
 

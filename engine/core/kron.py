@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.errors import DomainError, MemoryLimitError
+from privcube.core.errors import DomainError, MemoryLimitError
 
 #: Largest number of entries :func:`kron_dense` will materialise.
 DENSE_LIMIT = 2**24

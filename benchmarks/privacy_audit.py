@@ -32,8 +32,8 @@ def main() -> int:
     from audit_broken import BROKEN, TOTAL_HEAVY
 
     from privcube.core import progress
-    from privcube.privacy import audit_cases
-    from privcube.privacy.audit import format_table, run_case
+    from privcube.audit import cases as audit_cases
+    from privcube.audit.runner import format_table, run_case
 
     progress.set_quiet(True)
     mode = "fast" if args.fast else "all"

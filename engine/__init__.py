@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from privcube.mechanisms.base import PlanSummary
     from privcube.result import Result
 
-__version__ = "0.1.0"
+from privcube.core import __version__
+
 __all__ = [
     "Domain", "Workload", "QueryGroup", "PrivcubeError", "DomainError", "DataError", "WorkloadError",
     "BudgetError", "ConfigError", "MemoryLimitError", "Result", "run", "plan", "__version__",

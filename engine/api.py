@@ -167,7 +167,7 @@ def _reserve_budget(job: JobKind, out: str | Path, identity: Mapping[str, Any], 
     cfg = getattr(job, "cfg", None)
     if not isinstance(cfg, JobConfig):
         return None
-    from privcube.privacy.dataset_budget import reserve
+    from privcube.dataset_budget import reserve
 
     return reserve(cfg, out, identity, resume=resume)
 
@@ -176,7 +176,7 @@ def _budget_held(hold: Any, checkpoint: Any) -> Any:
     """On failure, the reservation is released unless the run measured or committed a checkpoint."""
     if hold is None:
         return contextlib.nullcontext()
-    from privcube.privacy.dataset_budget import held
+    from privcube.dataset_budget import held
 
     return held(hold, checkpoint)
 
@@ -222,7 +222,7 @@ def _drive(job: JobKind, inputs: Any, env: JobEnv, client: Any, cluster: Mapping
         env.noise = make_noise_source(env.seed, job.noise_sampler)
         measured = _measure(job, job.start(inputs, env), env)
         if hold is not None:  # the dataset budget is charged what was spent (a fact once measured)
-            from privcube.privacy.dataset_budget import spent_ledger
+            from privcube.dataset_budget import spent_ledger
 
             hold.settle(spent_ledger(job.cfg, measured))  # type: ignore[attr-defined] - single-table jobs only
         job.release(measured, env)

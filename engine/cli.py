@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _audit_parser(sub: Any) -> None:
-    """``privcube audit [--mechanism NAME ...] [--fast | --all]`` (privcube.privacy.audit)."""
+    """``privcube audit [--mechanism NAME ...] [--fast | --all]`` (privcube.audit.runner)."""
     a = sub.add_parser("audit", help="empirical privacy audit: a lower bound on epsilon of every mechanism",
                        description="Run each mechanism many times on two neighbouring datasets, fit a test that tells "
                                    "them apart and print a lower bound on epsilon (Clopper-Pearson) beside what the "
@@ -298,7 +298,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "report":
         from privcube.report import write_report
 
-        print(f"report: {write_report(args.run_dir)}")
+        print(f"report: {write_report(args.run_dir, planner=_planner)}")
         return 0
     if args.command == "schema":
         return _schema(args)
@@ -319,8 +319,8 @@ def _audit(args: argparse.Namespace) -> int:
     """``privcube audit``: the table of lower bounds; exit 0 when every bound is within its claim, else 1."""
     import json
 
-    from privcube.privacy.audit import format_table, run_audit
-    from privcube.privacy.audit_cases import select, suite
+    from privcube.audit.runner import format_table, run_audit
+    from privcube.audit.cases import select, suite
 
     if not 0 < args.confidence < 1:
         raise ConfigError(f"audit: --confidence must lie strictly between 0 and 1, got {args.confidence:g}")
@@ -346,7 +346,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 def _budget(args: argparse.Namespace) -> int:
     """``privcube budget init`` / ``show``."""
-    from privcube.privacy import dataset_budget
+    from privcube import dataset_budget
 
     if args.budget_command == "init":
         info = dataset_budget.init_budget(args.path, args.epsilon, args.delta)
@@ -362,12 +362,19 @@ def _budget(args: argparse.Namespace) -> int:
     return 0
 
 
+def _planner(config: dict) -> dict:
+    """The data-free plan of a saved config, for a report whose run did not store its plan."""
+    from privcube import api
+
+    return api.plan(config).to_dict()
+
+
 def _report_after_run(run_dir: Path) -> None:
     """Write the finished run's report.html; a rendering failure is one warning line, the run is kept."""
     try:
         from privcube.report import write_report
 
-        print(f"report: {write_report(run_dir)}")
+        print(f"report: {write_report(run_dir, planner=_planner)}")
     except Exception as e:  # noqa: BLE001 - the run is complete and must not be lost to a plotting problem
         reason = " ".join(str(e).split())[:200] or type(e).__name__
         print(f"privcube: warning: the run is complete but report.html was not written ({type(e).__name__}: "

@@ -12,8 +12,8 @@ import numpy as np
 
 from privcube.mechanisms.hdmm.mechanism import HDMM
 from privcube.mechanisms.residual_planner import ResidualPlan, ResidualPlanner, p_coefficient
-from privcube.privacy import audit_cases as cases
-from privcube.privacy.audit import Case
+from privcube.audit import cases
+from privcube.audit.runner import Case
 
 
 class HalvedNoiseRP(ResidualPlanner):

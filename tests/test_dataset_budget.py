@@ -22,7 +22,7 @@ import yaml
 
 from privcube.core.errors import BudgetError
 from privcube.privacy.budget import PrivacyBudget
-from privcube.privacy.dataset_budget import composed_epsilon, show_budget
+from privcube.dataset_budget import composed_epsilon, show_budget
 from privcube.privacy.zcdp import cdp_epsilon
 
 KILL = Path(__file__).resolve().parent / "checkpoint_kill.py"
@@ -120,7 +120,7 @@ def test_runs_exhaust_the_budget_then_refused_before_reading_data(folder: Path) 
 
 def _reserve_in_child(path: str, out: str, barrier: object, results: object) -> None:
     from privcube.config import load_config
-    from privcube.privacy.dataset_budget import reserve
+    from privcube.dataset_budget import reserve
 
     cfg = load_config({"domain": DOMAIN, "mechanism": "residual-planner", "workload": [{"kway": 1}],
                        "privacy": {"epsilon": 1.0, "delta": 1e-9, "budget_file": path}}, need_data=False)

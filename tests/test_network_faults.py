@@ -204,7 +204,7 @@ def assert_same_outputs(ref: Path, got: Path) -> None:
 
 
 def assert_charged_once(budget: Path, out: Path) -> None:
-    from privcube.privacy.dataset_budget import show_budget
+    from privcube.dataset_budget import show_budget
 
     status = show_budget(budget)
     live = [r for r in status["runs"] if r["state"] != "released"]

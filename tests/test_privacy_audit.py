@@ -13,9 +13,9 @@ import pytest
 from scipy.stats import binom
 
 from audit_broken import BROKEN
-from privcube.privacy.audit import Case, Outcome, format_table, run_case
-from privcube.privacy.audit_cases import NAMES, select, suite
-from privcube.privacy.audit_stats import audit_bound, clopper_pearson_upper, epsilon_lower_bound
+from privcube.audit.runner import Case, Outcome, format_table, run_case
+from privcube.audit.cases import NAMES, select, suite
+from privcube.audit.bounds import audit_bound, clopper_pearson_upper, epsilon_lower_bound
 
 
 def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -160,7 +160,7 @@ def test_audit_exits_1_when_a_bound_exceeds_its_claim(monkeypatch: pytest.Monkey
     """A mechanism that releases its input bit as it is, while its ledger claims ε = 1: the CLI prints FAIL
     and exits 1."""
     from privcube import cli as cli_module
-    from privcube.privacy import audit_cases
+    from privcube.audit import cases as audit_cases
 
     leak = Case("leak", "leaky", "none", "add/remove one record", 0.0,
                 lambda data, noise: Outcome(np.array([float(data)]), 1.0), lambda e: None, 0, [("one", 1)],

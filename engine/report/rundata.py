@@ -1,14 +1,15 @@
 """What a report shows, read from a finished run folder: config, ledger, report.json, answers, records.
 
 The data-free plan is taken from ``report.json['expected_error']``; when a run did not store it, it is
-recomputed from the saved config (domain from ``config.yaml``'s ``resolved`` section; no data is read).
+recomputed from the saved config (domain from ``config.yaml``'s ``resolved`` section; no data is read) by
+the planner the driver hands in (the report sits below the driver and does not import it).
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,8 @@ import yaml
 from privcube.core.errors import PrivcubeError, RunDirectoryError
 
 COMPLETE_MARKER = ".complete"
+#: the driver's data-free plan of a config mapping, as ``PlanSummary.to_dict()`` (``privcube.api.plan``)
+Planner = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 @dataclass
@@ -49,7 +52,7 @@ class RunData:
         return sorted((self.path / "synthetic" / "records").glob("*.parquet"))
 
 
-def load_run(path: str | Path) -> RunData:
+def load_run(path: str | Path, planner: Planner | None = None) -> RunData:
     """Read a finished run folder; a missing or unfinished one is a one-line ``RunDirectoryError``."""
     p = Path(path)
     if not p.is_dir():
@@ -63,11 +66,11 @@ def load_run(path: str | Path) -> RunData:
     index = _read_json(p / "answers" / "index.json") if (p / "answers" / "index.json").exists() else {}
     plan, note = report.get("expected_error"), ""
     if not isinstance(plan, dict):
-        plan, note = recompute_plan(config)
+        plan, note = recompute_plan(config, planner)
     return RunData(p, config, ledger, report, plan, note, list(index.get("groups") or []))
 
 
-def recompute_plan(config: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+def recompute_plan(config: dict[str, Any], planner: Planner | None = None) -> tuple[dict[str, Any] | None, str]:
     """The data-free plan of a batch run from its saved config, or ``None`` and why there is none."""
     name = _mechanism_name(config)
     if name == "relational":
@@ -81,10 +84,10 @@ def recompute_plan(config: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
         return None, "the saved config has no resolved domain, so the plan cannot be recomputed"
     raw = {k: v for k, v in config.items() if k not in ("resolved", "cluster", "output", "synthesize", "data")}
     raw["data"] = {"domain": resolved["domain"]}
+    if planner is None:
+        return None, "the run did not store its plan and this report was drawn without a planner (`privcube report` recomputes it)"
     try:
-        from privcube import api
-
-        return api.plan(raw).to_dict(), "recomputed from the saved config (not stored by the run)"
+        return planner(raw), "recomputed from the saved config (not stored by the run)"
     except PrivcubeError as e:
         return None, f"the plan could not be recomputed: {e}"
 

@@ -1,5 +1,5 @@
 """The audit suite: each mechanism as a job runs it, on small neighbouring datasets chosen to be the
-worst case for the stated neighbour relation (``privcube audit``; :mod:`privcube.privacy.audit`).
+worst case for the stated neighbour relation (``privcube audit``; :mod:`privcube.audit.runner`).
 
 Every single-table case is a job config (mechanism, parameters, workload, ``privacy``, ``noise_sampler``,
 ``privacy_unit``, ``synthesize``) loaded by :func:`privcube.config.load_config` and run as
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.privacy.audit import Case, Outcome
+from privcube.audit.runner import Case, Outcome
 
 #: the audit's δ for zCDP budgets: large enough that the ledger's claim is one a few thousand trials can
 #: contradict (ρ 0.5 reads as ε 2.75 at δ 0.01), small enough to be a meaningful (ε, δ) statement

@@ -7,9 +7,9 @@ features a test may read from one run's released outputs (answers, selection tra
 synthetic records, links). :func:`run_case` runs it ``trials`` times on D and on D', each run with its own
 noise seed (the release code path: a CSPRNG stream keyed by a 128-bit seed derived per trial), fits a
 threshold test on half of the trials and reports the held-out lower bound on ε
-(:mod:`privcube.privacy.audit_stats`). The claim is what the run's own ledger says it spent (ε at the
+(:mod:`privcube.audit.bounds`). The claim is what the run's own ledger says it spent (ε at the
 audit's δ). The verdict fails when the lower bound exceeds the claim: the mechanism leaks more than it
-charges. Nothing here reads user data; the datasets are built in :mod:`privcube.privacy.audit_cases`.
+charges. Nothing here reads user data; the datasets are built in :mod:`privcube.audit.cases`.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from privcube.core.errors import ConfigError
-from privcube.privacy.audit_stats import AuditBound, audit_bound
+from privcube.audit.bounds import AuditBound, audit_bound
 
 #: the confidence of every reported bound unless asked otherwise
 CONFIDENCE = 0.95

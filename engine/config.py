@@ -31,6 +31,7 @@ from privcube.core.errors import ConfigError, PrivcubeError
 from privcube.privacy.budget import PrivacyBudget
 from privcube.core.workload import Workload, parse_workload
 from privcube.core.yaml_io import DuplicateKeyError, load_yaml, yaml_error_line
+from privcube.storage.placement import FRAME_PLACEHOLDER
 
 TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize",
             "privacy_unit", "postprocess"}
@@ -281,10 +282,6 @@ def check_laplace_budget(mechanism: str, params: Mapping[str, Any], privacy: Any
                       f"(epsilon, delta), i.e. Laplace noise at epsilon {math.sqrt(2.0 * budget.rho):.2g}, not "
                       f"{eps:g}: give privacy: {{epsilon: {eps:g}}} alone (Laplace at epsilon {eps:g}, pure DP), or "
                       "remove noise: laplace (Gaussian noise uses the delta)")
-
-
-#: what ``config.yaml`` records as ``data.path`` when the data was a DataFrame given in Python
-FRAME_PLACEHOLDER = "<DataFrame given in Python>"
 
 
 def is_frame(obj: Any) -> bool:

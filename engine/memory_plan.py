@@ -344,7 +344,6 @@ def estimate_peak(config: Any, plan: Any = None, layout: Layout | None = None,
     partition, their number) stand in for the input's (default: :func:`input_partitions`)."""
     cfg = config
     layout = layout or Layout(threads=os.cpu_count() or 1)
-    domain, workload, mech = cfg.domain, cfg.workload, cfg.mechanism
     notes: list[str] = []
     if partitions is None:
         part_bytes, n_parts, note = input_partitions(cfg)
@@ -352,82 +351,129 @@ def estimate_peak(config: Any, plan: Any = None, layout: Layout | None = None,
             notes.append(note)
     else:
         part_bytes, n_parts = partitions
+    sz = _Sizes.of(cfg, plan)
+    threads = max(1, layout.threads)
+    counting, release = _counting_bytes(cfg, sz, layout, part_bytes, n_parts)
+    driver0 = DRIVER_BASE + (LOCAL_CLUSTER_DRIVER if layout.kind == "local" else 0)
+    worker0 = WORKER_BASE if layout.distributed else 0
+    steps = _measure_steps(sz, layout, driver0, worker0, counting, release, threads)
+    steps += _output_steps(cfg, sz, layout, driver0, worker0, threads)
+    from privcube.mechanisms import get_mechanism
+    from privcube.mechanisms.base import Mechanism
 
-    rows = [group_rows(g, domain) for g in workload]
-    answers = sum(rows)
-    marginal_cells = sum(n for g, n in zip(workload, rows) if g.is_marginal)
-    cliques = [domain.canonical(g.attributes) for g in workload]
-    if mech in ("hdmm", "eigen-design"):  # one data vector over every attribute the workload touches
-        counted = [workload.attributes()]
-        state = F64 * _strategy_rows(plan)
-        vector = _cells(domain, counted[0])
-        release = HDMM_ARRAYS * F64 * vector if mech == "hdmm" else 4 * F64 * vector * vector
-    else:  # residual-planner, querysmasher, aim-grem: the downward closure of the workload's marginals
-        counted = _closure(domain, cliques)
-        resid = sum(_residual_cells(domain, c) for c in counted)
-        state = F64 * resid
-        if mech == "aim-grem":  # its own sizing of W↓: exact marginals, estimates and residuals
-            state = F64 * (2 * sum(_cells(domain, c) for c in counted) + resid)
-        release = RELEASE_ARRAYS * F64 * max(_cells(domain, c) for c in counted)
-        vector = 0
-    roots = _maximal(counted if len(counted) == 1 else list(dict.fromkeys(cliques)))  # the closure's maximal sets
-    root_cells = [_cells(domain, r) for r in roots]
-    pass_cells = max(max(root_cells), min(sum(root_cells), PASS_CELLS))
-    exact = F64 * sum(_cells(domain, c) for c in counted)  # every exact marginal of the pass, once counted
+    plannable = getattr(get_mechanism(cfg.mechanism), "plan", None) is not Mechanism.plan
+    return MemoryEstimate(steps, layout, notes, plannable)
+
+
+@dataclass
+class _Sizes:
+    """What a job counts and holds, in cells and bytes, before any layout is applied."""
+
+    rows: list[int]             # answer rows per workload group
+    marginal_cells: int         # cells of the marginal groups (what post-processing makes consistent)
+    counted: list[tuple]        # the marginals counted from the data
+    roots: list[tuple]          # their maximal sets (one counting pass each)
+    root_cells: list[int]
+    state: int                  # bytes of the mechanism's measurement state
+    release: int                # bytes of one release task
+    vector: int                 # cells of HDMM's / eigen-design's data vector (0 for marginal mechanisms)
+    exact: int                  # bytes of every exact marginal of the pass, once counted
+    big: tuple                  # the largest counted marginal and its cells
+    big_cells: int
+
+    @classmethod
+    def of(cls, cfg: Any, plan: Any) -> _Sizes:
+        domain, workload, mech = cfg.domain, cfg.workload, cfg.mechanism
+        rows = [group_rows(g, domain) for g in workload]
+        marginal_cells = sum(n for g, n in zip(workload, rows) if g.is_marginal)
+        cliques = [domain.canonical(g.attributes) for g in workload]
+        if mech in ("hdmm", "eigen-design"):  # one data vector over every attribute the workload touches
+            counted = [workload.attributes()]
+            state = F64 * _strategy_rows(plan)
+            vector = _cells(domain, counted[0])
+            release = HDMM_ARRAYS * F64 * vector if mech == "hdmm" else 4 * F64 * vector * vector
+        else:  # residual-planner, querysmasher, aim-grem: the downward closure of the workload's marginals
+            counted = _closure(domain, cliques)
+            resid = sum(_residual_cells(domain, c) for c in counted)
+            state = F64 * resid
+            if mech == "aim-grem":  # its own sizing of W↓: exact marginals, estimates and residuals
+                state = F64 * (2 * sum(_cells(domain, c) for c in counted) + resid)
+            release = RELEASE_ARRAYS * F64 * max(_cells(domain, c) for c in counted)
+            vector = 0
+        roots = _maximal(counted if len(counted) == 1 else list(dict.fromkeys(cliques)))  # the closure's maximal sets
+        root_cells = [_cells(domain, r) for r in roots]
+        exact = F64 * sum(_cells(domain, c) for c in counted)
+        big = max(counted, key=lambda c: _cells(domain, c))
+        return cls(rows, marginal_cells, counted, roots, root_cells, state, release, vector, exact, big,
+                   _cells(domain, big))
+
+    @property
+    def pass_cells(self) -> int:
+        return max(max(self.root_cells), min(sum(self.root_cells), PASS_CELLS))
+
+
+def _counting_bytes(cfg: Any, sz: _Sizes, layout: Layout, part_bytes: int, n_parts: int) -> tuple[int, int]:
+    """Bytes of the counting pass (partitions in flight and their partial counts) and of one release task."""
     threads = max(1, layout.threads)
     running = min(threads, n_parts)  # partitions counted at once, each with its partial counts
     partials = running + (min(n_parts, SPLIT_EVERY) + 1 if n_parts > 1 else 0)  # + those awaiting a combine
-    pass_bytes = F64 * pass_cells * partials
+    pass_bytes = F64 * sz.pass_cells * partials
     if layout.distributed and layout.worker_limit:  # passes and fan-in fitted to the workers (fit_passes)
-        floor = F64 * max(root_cells) * min(partials, 3 + threads)
+        floor = F64 * max(sz.root_cells) * min(partials, 3 + threads)
         pass_bytes = min(pass_bytes, max(floor, int(PASS_WORKER_FRACTION * layout.worker_limit)))
-    counting = running * part_bytes + pass_bytes
-    if mech == "hdmm" and vector > int(cfg.mechanism_params.get("chunk_cells", HDMM_CHUNK_CELLS)):
+    release = sz.release
+    if cfg.mechanism == "hdmm" and sz.vector > int(cfg.mechanism_params.get("chunk_cells", HDMM_CHUNK_CELLS)):
         # counted and measured chunk by chunk as one task graph: only y and x's chunks are held
-        release = HDMM_ARRAYS * F64 * HDMM_CHUNK_CELLS * threads + 2 * F64 * vector
+        release = HDMM_ARRAYS * F64 * HDMM_CHUNK_CELLS * threads + 2 * F64 * sz.vector
+    return running * part_bytes + pass_bytes, release
 
-    driver0 = DRIVER_BASE + (LOCAL_CLUSTER_DRIVER if layout.kind == "local" else 0)
-    worker0 = WORKER_BASE if layout.distributed else 0
+
+def _measure_steps(sz: _Sizes, layout: Layout, driver0: int, worker0: int, counting: int, release: int,
+                   threads: int) -> list[Step]:
+    """The count, measure and answers steps."""
     steps: list[Step] = []
-    big = max(counted, key=lambda c: _cells(domain, c))
-    largest = f"the largest {list(big)} of {count(_cells(domain, big))} cells"
-    what_count = f"{len(roots)} marginal(s) of {count(sum(root_cells))} cells counted, {largest}"
+    largest = f"the largest {list(sz.big)} of {count(sz.big_cells)} cells"
+    what_count = f"{len(sz.roots)} marginal(s) of {count(sum(sz.root_cells))} cells counted, {largest}"
     if layout.distributed:
         steps.append(Step("count", driver0, worker0 + counting, what_count))
-        held = exact // layout.workers + F64 * pass_cells
-        steps.append(Step("measure", driver0 + state, worker0 + held + threads * release,
-                          f"{len(counted)} measurement(s), {largest}"))
+        held = sz.exact // layout.workers + F64 * sz.pass_cells
+        steps.append(Step("measure", driver0 + sz.state, worker0 + held + threads * release,
+                          f"{len(sz.counted)} measurement(s), {largest}"))
     else:
         steps.append(Step("count", driver0 + counting, 0, what_count))
-        steps.append(Step("measure", driver0 + exact + state + release, 0, f"{len(counted)} measurement(s), {largest}"))
-    cached = 0 if layout.distributed else exact  # in process, the oracle keeps the exact marginals until the answers
-    largest_group = max(rows, default=0)
-    steps.append(Step("answers", driver0 + cached + state + ANSWER_BYTES * answers + 2 * F64 * largest_group,
+        steps.append(Step("measure", driver0 + sz.exact + sz.state + release, 0,
+                          f"{len(sz.counted)} measurement(s), {largest}"))
+    cached = 0 if layout.distributed else sz.exact  # in process, the oracle keeps the exact marginals until the answers
+    answers = sum(sz.rows)
+    steps.append(Step("answers", driver0 + cached + sz.state + ANSWER_BYTES * answers + 2 * F64 * max(sz.rows, default=0),
                       worker0, f"{count(answers)} answer cells"))
-    published = cfg.postprocess is not None and marginal_cells > 0
-    held_answers = ANSWER_BYTES * answers + (F64 * marginal_cells if published else 0)
+    return steps
+
+
+def _output_steps(cfg: Any, sz: _Sizes, layout: Layout, driver0: int, worker0: int, threads: int) -> list[Step]:
+    """The postprocess, synthesize and write steps."""
+    answers = sum(sz.rows)
+    published = cfg.postprocess is not None and sz.marginal_cells > 0
+    held_answers = ANSWER_BYTES * answers + (F64 * sz.marginal_cells if published else 0)
+    steps: list[Step] = []
     if published:
-        pairs = sum(n * 2 ** len(g.attributes) for g, n in zip(workload, rows) if g.is_marginal)
+        pairs = sum(n * 2 ** len(g.attributes) for g, n in zip(cfg.workload, sz.rows) if g.is_marginal)
         spec = cfg.postprocess
         steps.append(Step("postprocess", driver0 + ANSWER_BYTES * answers + postprocess_bytes(
-            marginal_cells, pairs, method=spec.method, model_cells=getattr(spec, "model_cells", 0)),
-                          worker0, f"{count(marginal_cells)} marginal cells made consistent"))
+            sz.marginal_cells, pairs, method=spec.method, model_cells=getattr(spec, "model_cells", 0)),
+                          worker0, f"{count(sz.marginal_cells)} marginal cells made consistent"))
     if cfg.synthesize:
-        chunk = int(cfg.synthesize.get("chunk_size", 100_000)) * len(domain.attributes) * SYNTH_BYTES_PER_VALUE
-        fit = 2 * F64 * marginal_cells + 8 * F64 * int(cfg.synthesize.get("max_cells") or 0)
+        chunk = int(cfg.synthesize.get("chunk_size", 100_000)) * len(cfg.domain.attributes) * SYNTH_BYTES_PER_VALUE
+        fit = 2 * F64 * sz.marginal_cells + 8 * F64 * int(cfg.synthesize.get("max_cells") or 0)
         if layout.distributed:
             steps.append(Step("synthesize", driver0 + held_answers + fit + SYNTH_FIXED + chunk,
                               worker0 + SYNTH_FIXED + 2 * threads * chunk, "synthetic records"))
         else:
             steps.append(Step("synthesize", driver0 + held_answers + fit + SYNTH_FIXED
                               + SYNTH_CHUNKS_IN_FLIGHT * chunk, 0, "synthetic records"))
-    steps.append(Step("write", driver0 + held_answers + _write_bytes(cfg, rows, published), worker0,
+    steps.append(Step("write", driver0 + held_answers + _write_bytes(cfg, sz.rows, published), worker0,
                       f"{count(answers)} answer rows written"))
-    from privcube.mechanisms import get_mechanism
-    from privcube.mechanisms.base import Mechanism
-
-    plannable = getattr(get_mechanism(mech), "plan", None) is not Mechanism.plan
-    return MemoryEstimate(steps, layout, notes, plannable)
+    return steps
 
 
 def _strategy_rows(plan: Any) -> int:

@@ -63,3 +63,29 @@ def test_plan_without_distributed() -> None:
     r = subprocess.run([sys.executable, "-c", PLAN_WITHOUT_DISTRIBUTED], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.startswith("ok "), r.stdout
+
+
+CORE_ALONE = textwrap.dedent('''
+    import importlib
+    import pkgutil
+    import sys
+
+    import privcube.core
+
+    names = [m.name for m in pkgutil.walk_packages(privcube.core.__path__, "privcube.core.")]
+    for name in names:
+        importlib.import_module(name)
+    above = sorted(m for m in sys.modules if m.startswith("privcube.") and not m.startswith("privcube.core"))
+    assert not above, f"privcube.core loaded modules above it: {above}"
+    cluster = sorted(m for m in sys.modules if m.split(".")[0] in ("dask", "distributed"))
+    assert not cluster, f"privcube.core loaded {cluster}"
+    print("ok", len(names), "core modules")
+''')
+
+
+def test_core_stands_alone() -> None:
+    """Importing every ``privcube.core`` module loads nothing else of privcube (bar the package's own
+    ``__init__``, which only names the version and lazy entry points) and neither dask nor distributed."""
+    r = subprocess.run([sys.executable, "-c", CORE_ALONE], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("ok "), r.stdout

@@ -89,7 +89,7 @@ def checkpoint_timing(oracle: ArrayOracle, k: int, epsilon: float, seed: int) ->
     import tempfile
 
     from privcube.mechanisms.aim_grem.mechanism import AIMGReM
-    from privcube.mechanisms.base import RunContext
+    from privcube.core.context import RunContext
     from privcube.privacy.budget import PrivacyBudget
     from privcube.privacy.ledger import PrivacyLedger
     from privcube.storage.checkpoint import RunCheckpoint

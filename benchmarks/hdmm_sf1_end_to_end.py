@@ -20,7 +20,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+if str(TESTS) not in sys.path:  # the papers' tables are test data (tests/papers_data), never shipped code
+    sys.path.insert(0, str(TESTS))
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -28,7 +34,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 from privcube.linalg.matrices import kron_apply  # noqa: E402
-from privcube.mechanisms.hdmm import paper_workloads as pw  # noqa: E402
+from papers_data import hdmm_workloads as pw  # noqa: E402
 from privcube.mechanisms.hdmm.lower_bound import rmse_from_loss  # noqa: E402
 from privcube.mechanisms.hdmm.opt_kron import opt_kron  # noqa: E402
 from privcube.mechanisms.hdmm.strategy import KronStrategy  # noqa: E402

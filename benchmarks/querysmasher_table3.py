@@ -14,7 +14,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+if str(TESTS) not in sys.path:  # the papers' tables are test data (tests/papers_data), never shipped code
+    sys.path.insert(0, str(TESTS))
 
 for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
@@ -32,7 +38,7 @@ def cell(name: str, query: str, solver: str = "auto") -> dict:
     from privcube.mechanisms.querysmasher.mechanism import QuerySmasher
     from privcube.privacy.budget import PrivacyBudget
 
-    from privcube.mechanisms.querysmasher.paper_workloads import table3_workload
+    from papers_data.querysmasher_workloads import table3_workload
 
     wl = table3_workload(name, query)
     t0 = time.perf_counter()

@@ -102,9 +102,10 @@ def speedup(workers: tuple[int, ...] = (1, 2)) -> None:
     from distributed import Client, LocalCluster, get_task_stream
 
     from privcube.core.domain import Domain
-    from privcube.graphs.querysmasher import solve_parts
+    from privcube.graphs.execution import run_context
     from privcube.mechanisms.querysmasher.decomposition import decompose
     from privcube.mechanisms.querysmasher.mechanism import _dedupe_parts
+    from privcube.mechanisms.querysmasher.solvers import solve_parts
     from privcube.core.workload import mixed
 
     dom = Domain(tuple(f"x{i}" for i in range(8)), tuple(range(8, 16)))
@@ -125,7 +126,7 @@ def speedup(workers: tuple[int, ...] = (1, 2)) -> None:
             client.run(lambda: __import__("privcube.mechanisms.querysmasher.solvers"))  # warm imports
             with get_task_stream(client) as ts:
                 t = time.perf_counter()
-                got = solve_parts(parts, client=client)
+                got = solve_parts(parts, map=run_context(client).map)
                 times[w] = time.perf_counter() - t
             busy = sum(ss["stop"] - ss["start"] for task in ts.data for ss in task.get("startstops", ())
                        if ss.get("action") == "compute")

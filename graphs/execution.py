@@ -1,19 +1,19 @@
-"""The run context a mechanism receives: independent tasks, placement facts, the graphs it may build.
+"""The run context a mechanism receives: independent tasks, placement facts, the cluster kernels it may ask for.
 
 Built by the driver (``privcube.api``) once the run's Client is open (or without one); mechanisms use its
-``map``, ``remote``, ``worker_memory``, ``sharded_marginals`` and ``chunked_release`` and never import this
+generic ``map`` / ``compute`` / ``persist`` / ``scatter``, its placement facts (``remote``,
+``worker_memory``) and the kernels of :mod:`privcube.graphs.kernels` by name, and never import this
 package themselves.
 """
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-import numpy as np
-
-from privcube.mechanisms.base import RunContext
+from privcube.core.context import RunContext
+from privcube.graphs.kernels import kernels_for
 
 
 def scheduler_is_remote(client: Any) -> bool:
@@ -27,21 +27,6 @@ def scheduler_is_remote(client: Any) -> bool:
         return False
     host = urlsplit(address if "://" in address else f"tcp://{address}").hostname or ""
     return not is_loopback_host(host)
-
-
-def sharded_marginals(client: Any, domain: Any, cliques: Sequence[tuple[str, ...]],
-                      truth: Mapping[Any, np.ndarray] | None, truth_futures: Mapping[Any, Any] | None = None) -> Any:
-    """AIM+GReM's marginal table sharded over ``client``'s workers (``graphs.lazy_update.DistributedMarginals``)."""
-    from privcube.graphs.lazy_update import DistributedMarginals
-
-    return DistributedMarginals(client, domain, cliques, truth, truth_futures=truth_futures)
-
-
-def chunked_release(x: Any, strategy: Any, kind: str, scale: float, key: tuple, noise: Any) -> np.ndarray:
-    """HDMM's ``A x + noise`` as one task graph over a lazy chunked ``x`` (``graphs.hdmm.chunked_release``)."""
-    from privcube.graphs.hdmm import chunked_release as release
-
-    return release(x, strategy, kind, scale, key, noise)
 
 
 def data_oracle(client: Any, frame: Any, domain: Any) -> Any:
@@ -66,19 +51,24 @@ def client_persist(client: Any, *collections: Any) -> tuple[Any, ...]:
     return tuple(client.persist(list(collections)))
 
 
+def client_scatter(client: Any, data: Any) -> Any:
+    """Put ``data`` on ``client``'s cluster once; the future stands for it inside the items of later maps."""
+    return client.scatter(data, hash=False)
+
+
 def run_context(client: Any = None, *, checkpoint: Any = None, progress: Callable[[str, float], None] | None = None,
                 resume: bool = False) -> RunContext:
     """The :class:`RunContext` of a run on ``client`` (None: this process only, dask's local scheduler for
     chunked graphs)."""
     if client is None:
-        return RunContext(checkpoint=checkpoint, progress=progress, resume=resume, chunked_release=chunked_release,
-                          data_oracle=functools.partial(data_oracle, None))
+        return RunContext(checkpoint=checkpoint, progress=progress, resume=resume,
+                          data_oracle=functools.partial(data_oracle, None), kernels=kernels_for(None))
     from privcube.graphs.cluster.handle import worker_resources
     from privcube.graphs.scatter import map_tasks
 
     return RunContext(client=client, checkpoint=checkpoint, progress=progress, resume=resume,
                       map=functools.partial(map_tasks, client=client), remote=scheduler_is_remote(client),
                       worker_memory=lambda: worker_resources(client)[0],
-                      sharded_marginals=functools.partial(sharded_marginals, client), chunked_release=chunked_release,
                       compute=functools.partial(client_compute, client), persist=functools.partial(client_persist, client),
-                      data_oracle=functools.partial(data_oracle, client))
+                      scatter=functools.partial(client_scatter, client),
+                      data_oracle=functools.partial(data_oracle, client), kernels=kernels_for(client))

@@ -1,4 +1,4 @@
-"""AIM+GReM marginal estimates held on dask workers; lazy updates dispatched as per-shard tasks.
+"""Marginal estimates held on dask workers (AIM+GReM's table); lazy updates dispatched as per-shard tasks.
 
 The kept cliques (W and the candidates in W↓) are split into shards balanced by cell count. Each shard
 (true marginals + float estimates of its cliques) lives on a worker behind a future. A round's
@@ -9,24 +9,52 @@ Selection scores come back as one L1 error per clique, and measurements are draw
 (:meth:`DistributedMarginals.noisy`), so only small vectors, noisy marginals and the selected
 clique's estimate cross the network. When the true marginals come from the data pass as futures
 (``DataOracle.marginal_futures``) they are attached to the shards on the workers and never reach the
-client at all. Implements the ``MarginalTable`` protocol of :mod:`privcube.mechanisms.aim_grem.grem`;
-the mechanism uses it when a client is set and the problem is large, and the in-memory table otherwise.
+client at all.
+
+The shards are the mechanism's own in-memory table (AIM+GReM passes its ``LocalMarginals`` and
+``residual_subsets`` through the run context's ``sharded-marginals`` kernel): this module only places them,
+routes the changes and runs their methods as tasks, so the sharded table has the interface of the shard
+(``MarginalTable`` for AIM+GReM) and imports nothing of the mechanism.
 """
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from privcube.core.domain import Domain
-from privcube.mechanisms.aim_grem.grem import LocalMarginals, residual_subsets
 
 Clique = tuple[str, ...]
 
 
-def _clone(shard: LocalMarginals, touched: Sequence[Clique] = ()) -> LocalMarginals:
+class Shard(Protocol):
+    """An in-memory marginal table over some cliques: ``shard(domain, cliques, truth)`` builds one; tasks
+    clone it (sharing ``truth`` and its indexes, copying the ``mu`` estimates they change) before changing it."""
+
+    cliques: list[Clique]
+    sizes: Any
+    truth: Mapping[Clique, np.ndarray] | None
+    mu: dict[Clique, np.ndarray]
+
+    def containing(self, tau: Clique) -> list[Clique]: ...
+    def apply(self, deltas: Sequence[tuple[Clique, np.ndarray]]) -> None: ...
+    def rebuild(self, z: Mapping[Clique, np.ndarray]) -> None: ...
+    def load(self, mu: Mapping[Clique, np.ndarray]) -> None: ...
+    def get(self, gamma: Clique) -> np.ndarray: ...
+    def l1_errors(self, cliques: Sequence[Clique]) -> np.ndarray: ...
+    def noisy(self, requests: Sequence[tuple[Clique, Any, float]], noise: Any) -> list[np.ndarray]: ...
+    def snapshot(self) -> Mapping[Clique, np.ndarray]: ...
+
+
+#: ``shard(domain, cliques, truth)``: builds the in-memory table of one shard
+ShardType = Callable[[Domain, Sequence[Clique], Mapping[Clique, np.ndarray] | None], Shard]
+#: ``subsets(clique, domain)``: the residuals whose changes reach a clique's estimate
+Subsets = Callable[[Clique, Domain], Sequence[Clique]]
+
+
+def _clone(shard: Shard, touched: Sequence[Clique] = ()) -> Shard:
     """A new shard sharing the read-only parts (truth, index); ``touched`` estimates are copied."""
     new = copy.copy(shard)
     new.mu = dict(shard.mu)
@@ -35,7 +63,7 @@ def _clone(shard: LocalMarginals, touched: Sequence[Clique] = ()) -> LocalMargin
     return new
 
 
-def _shard_apply(shard: LocalMarginals, deltas: Sequence[tuple[Clique, np.ndarray]]) -> LocalMarginals:
+def _shard_apply(shard: Shard, deltas: Sequence[tuple[Clique, np.ndarray]]) -> Shard:
     """Task: lazy update of one shard, copy-on-write (the input shard is never modified)."""
     touched = list(dict.fromkeys(g for t, _ in deltas for g in shard.containing(t)))
     new = _clone(shard, touched)
@@ -43,21 +71,21 @@ def _shard_apply(shard: LocalMarginals, deltas: Sequence[tuple[Clique, np.ndarra
     return new
 
 
-def _shard_rebuild(shard: LocalMarginals, z: Mapping[Clique, np.ndarray]) -> LocalMarginals:
+def _shard_rebuild(shard: Shard, z: Mapping[Clique, np.ndarray]) -> Shard:
     """Task: full reconstruction of one shard (into a clone; the input is never modified)."""
     new = _clone(shard)
     new.rebuild(z)
     return new
 
 
-def _shard_load(shard: LocalMarginals, mu: Mapping[Clique, np.ndarray]) -> LocalMarginals:
+def _shard_load(shard: Shard, mu: Mapping[Clique, np.ndarray]) -> Shard:
     """Task: replace a shard's estimates (in a clone; the input is never modified)."""
     new = _clone(shard)
     new.load(mu)  # load assigns fresh arrays
     return new
 
 
-def _shard_attach(shard: LocalMarginals, truth: Sequence[np.ndarray]) -> LocalMarginals:
+def _shard_attach(shard: Shard, truth: Sequence[np.ndarray]) -> Shard:
     """Task: a clone of ``shard`` holding the true marginals of its cliques (in ``shard.cliques`` order)."""
     new = _clone(shard)
     arrays = {}
@@ -71,22 +99,22 @@ def _shard_attach(shard: LocalMarginals, truth: Sequence[np.ndarray]) -> LocalMa
     return new
 
 
-def _shard_noisy(shard: LocalMarginals, requests: Sequence[tuple[Clique, Any, float]], noise: Any) -> list[np.ndarray]:
+def _shard_noisy(shard: Shard, requests: Sequence[tuple[Clique, Any, float]], noise: Any) -> list[np.ndarray]:
     """Task: noisy marginals μ_c + noise (keyed by measurement identity), computed next to μ_c."""
     return shard.noisy(requests, noise)
 
 
-def _shard_get(shard: LocalMarginals, gamma: Clique) -> np.ndarray:
+def _shard_get(shard: Shard, gamma: Clique) -> np.ndarray:
     """Task: one estimate."""
     return shard.get(gamma)
 
 
-def _shard_errors(shard: LocalMarginals, cliques: Sequence[Clique]) -> np.ndarray:
+def _shard_errors(shard: Shard, cliques: Sequence[Clique]) -> np.ndarray:
     """Task: L1 errors of some of a shard's cliques."""
     return shard.l1_errors(cliques)
 
 
-def _shard_snapshot(shard: LocalMarginals) -> dict[Clique, np.ndarray]:
+def _shard_snapshot(shard: Shard) -> dict[Clique, np.ndarray]:
     """Task: all estimates of a shard."""
     return dict(shard.snapshot())
 
@@ -103,12 +131,15 @@ def partition(cliques: Sequence[Clique], domain: Domain, shards: int) -> list[li
 
 
 class DistributedMarginals:
-    """Marginal table sharded over a dask cluster (``MarginalTable`` protocol)."""
+    """Marginal table sharded over a dask cluster (the interface of its ``shard`` type)."""
 
     def __init__(self, client: Any, domain: Domain, cliques: Sequence[Clique],
                  truth: Mapping[Clique, np.ndarray] | None, shards: int | None = None, *,
-                 truth_futures: Mapping[Clique, Any] | None = None) -> None:
+                 truth_futures: Mapping[Clique, Any] | None = None, shard: ShardType, subsets: Subsets) -> None:
         """Scatter shards of (truth, zero estimates) to the workers of ``client``.
+
+        Each shard is a ``shard(domain, cliques, truth)`` over its cliques; a change of residual τ is sent to
+        the shards holding a clique whose ``subsets(clique, domain)`` contain τ.
 
         With ``truth_futures`` (futures of the exact marginals on the cluster, e.g. from
         ``DataOracle.marginal_futures``) the shards are scattered empty and a task attaches the true
@@ -127,16 +158,16 @@ class DistributedMarginals:
         groups = partition(self.cliques, domain, max(1, int(shards)))
         self._shard_of: dict[Clique, int] = {c: i for i, g in enumerate(groups) for c in g}
         self._groups = groups
-        self._subsets: list[set[Clique]] = [{t for c in g for t in residual_subsets(c, domain)} for g in groups]
+        self._subsets: list[set[Clique]] = [{t for c in g for t in subsets(c, domain)} for g in groups]
         self._futures = []
         empties = []
         for g in groups:
             if truth_futures is not None:
-                empty = client.scatter(LocalMarginals(domain, g, None), hash=False)
+                empty = client.scatter(shard(domain, g, None), hash=False)
                 empties.append(empty)
                 self._futures.append(client.submit(_shard_attach, empty, [truth_futures[c] for c in g], pure=False))
                 continue
-            local = LocalMarginals(domain, g, None if truth is None else {c: np.asarray(truth[c]) for c in g})
+            local = shard(domain, g, None if truth is None else {c: np.asarray(truth[c]) for c in g})
             self._futures.append(client.scatter(local, hash=False))
         if truth_futures is not None:
             from distributed import wait
@@ -212,4 +243,13 @@ class DistributedMarginals:
         self._futures = []
 
 
-__all__ = ["DistributedMarginals", "partition"]
+def sharded_marginals(client: Any, domain: Domain, cliques: Sequence[Clique], truth: Mapping[Clique, np.ndarray] | None,
+                      truth_futures: Mapping[Clique, Any] | None = None, *, shard: ShardType,
+                      subsets: Subsets) -> DistributedMarginals:
+    """The ``sharded-marginals`` kernel: ``shard`` tables over ``cliques`` spread over ``client``'s workers;
+    ``truth`` is None when ``truth_futures`` (exact marginals left on the cluster by the oracle) are given."""
+    return DistributedMarginals(client, domain, cliques, truth, truth_futures=truth_futures, shard=shard,
+                                subsets=subsets)
+
+
+__all__ = ["DistributedMarginals", "Shard", "partition", "sharded_marginals"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from privcube.core.context import HEARTBEAT_S, local_map
+
 T = TypeVar("T")
 R = TypeVar("R")
-
-HEARTBEAT_S = 1.0  # a titled bar redraws its elapsed time this often while no item finishes
 
 
 def map_tasks(fn: Callable[[T], R], items: Sequence[T], *, client: Any = None,
@@ -15,21 +15,15 @@ def map_tasks(fn: Callable[[T], R], items: Sequence[T], *, client: Any = None,
     """``[fn(x) for x in items]``, run as independent tasks on ``client`` when one is given.
 
     With a client, items are submitted largest ``cost`` first (so the long poles start early) and
-    results come back in input order. Without one they run in this process, in order. ``title``
-    shows a progress bar (one step per item, elapsed time redrawn every second) on stderr.
+    results come back in input order. Without one (or with a single item) they run in this process, in
+    order (:func:`privcube.core.context.local_map`). ``title`` shows a progress bar (one step per item,
+    elapsed time redrawn every second) on stderr.
     """
-    from privcube.graphs.progress import progress, track_futures
-
     items = list(items)
     if client is None or len(items) <= 1:
-        if not title:
-            return [fn(x) for x in items]
-        out_local = []
-        with progress(title, len(items), heartbeat=HEARTBEAT_S) as update:
-            for x in items:
-                out_local.append(fn(x))
-                update(1)
-        return out_local
+        return local_map(fn, items, cost=cost, label=label, title=title)
+    from privcube.graphs.progress import track_futures
+
     order = list(range(len(items)))
     if cost is not None:
         order.sort(key=lambda i: -cost(items[i]))

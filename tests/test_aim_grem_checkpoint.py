@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
+from privcube.core.context import RunContext
 from privcube.core.domain import Domain
 from privcube.core.errors import CheckpointError
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
-from privcube.mechanisms.base import RunContext
 from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.ledger import PrivacyLedger

@@ -208,7 +208,7 @@ def test_selection_on_measured_completes_at_release_only():
                                   {"selection_on": "auto", "selection_threshold": 1e12}])  # auto -> measured
 @pytest.mark.parametrize("max_log", [0, 1000])  # a snapshot every round / only the first base and a log
 def test_resume_with_completion_equals_uninterrupted(tmp_path, mode, max_log):
-    from privcube.mechanisms.base import RunContext
+    from privcube.core.context import RunContext
     from privcube.storage.checkpoint import RunCheckpoint
 
     dom, rec = _records()

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
+from privcube.core.context import RunContext
 from privcube.core.domain import Domain
 from privcube.core.errors import ConfigError
 from privcube.mechanisms.aim_grem import final_round
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
-from privcube.mechanisms.base import RunContext
 from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.discrete import DiscreteNoiseSource

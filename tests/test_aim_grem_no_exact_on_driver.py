@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from privcube.core.context import RunContext
 from privcube.core.domain import Domain
-from privcube.mechanisms.aim_grem.grem import LocalMarginals
+from privcube.mechanisms.aim_grem.grem import LocalMarginals, residual_subsets
 from privcube.mechanisms.aim_grem.mechanism import AIMGReM
 from privcube.graphs.execution import run_context
-from privcube.mechanisms.base import RunContext
 from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.ledger import PrivacyLedger
@@ -158,7 +158,8 @@ def test_noise_is_drawn_on_the_workers(cluster):
     client = cluster
     truth = {c: np.arange(DOM.size(c), dtype=np.int64).reshape(DOM.shape_of(c)) for c in [("a",), ("a", "b")]}
     futs = {c: client.scatter(v) for c, v in truth.items()}
-    table = DistributedMarginals(client, DOM, list(truth), None, truth_futures=futs)
+    table = DistributedMarginals(client, DOM, list(truth), None, truth_futures=futs, shard=LocalMarginals,
+                                 subsets=residual_subsets)
     try:
         noise = NoiseSource(3)
         ys = table.noisy([(("a", "b"), ("k", 1), 2.0), (("a",), ("k", 2), 0.5)], noise)

@@ -210,22 +210,12 @@ COMPETITORS = {("allrange", 64): (11.28, 10.11, 12.74, 11.42), ("allrange", 256)
 @pytest.mark.parametrize("key", sorted(COMPETITORS))
 def test_tables_4_5_h2_and_wavelet_exact(key):
     from privcube.linalg import Explicit, rmse
-    from privcube.mechanisms.reference_strategies import h2, haar
+    from papers_data.reference_strategies import h2, haar
 
     w = Explicit(one_d(*key))
     got = [rmse(w, Explicit(h2(key[1])), "laplace", epsilon=1.0), rmse(w, Explicit(haar(key[1])), "laplace", epsilon=1.0),
            rmse(w, Explicit(h2(key[1])), "gaussian", sigma=SIGMA), rmse(w, Explicit(haar(key[1])), "gaussian", sigma=SIGMA)]
     assert [round(g, 2) for g in got] == list(COMPETITORS[key])
-
-
-def test_graphs_opt0_restarts_local_matches_best_seed():
-    from privcube.graphs.hdmm import opt0_restarts
-
-    w = one_d("prefix", 32)
-    v = w.T @ w
-    best = opt0_restarts(v, "laplace", restarts=3, seed=5)
-    singles = [opt0_laplace(v, restarts=1, seed=s).loss for s in (5, 6, 7)]
-    assert best.loss == pytest.approx(min(singles), rel=1e-12)
 
 
 CPS_GAUSSIAN = {  # Table 7 (σ = 4.224679): Identity, Gaussian=workload, HDMM, SVDB
@@ -252,7 +242,7 @@ def test_table_7_cps_gaussian(name):
 # ---------------------------------------------------------------- Table 6/7: Census SF1 (Sex 2, Hispanic 2, Race 64, Age 115)
 def _sf1_terms():
     """The 33 SF1 products (digest §1.5, from the paper's census workload; Relationship dropped)."""
-    from privcube.mechanisms.hdmm.paper_workloads import sf1
+    from papers_data.hdmm_workloads import sf1
 
     return sf1()[1]
 
@@ -291,8 +281,8 @@ def _two_worker_client():
 def test_subproblems_are_scattered_as_cluster_tasks_on_several_workers():
     """Every restart / per-factor / per-product OPT_0 / OPT_M start is its own task, spread over the workers,
     and the selected strategy and every optimiser's loss equal the in-process run."""
-    from privcube.graphs.hdmm import LABEL, select_strategy_on
-    from privcube.mechanisms.hdmm.subproblems import plan_tasks
+    from privcube.graphs.execution import run_context
+    from privcube.mechanisms.hdmm.subproblems import LABEL, plan_tasks, task_mapper
 
     iw = ImplicitWorkload(tuple("abcd"), [(a,) for a in "abcd"], SHAPE3, _two_way_terms(SHAPE3), [])
     plan = plan_tasks(iw, "laplace", ["kron", "plus", "marginals"], 3, 0)
@@ -308,7 +298,8 @@ def test_subproblems_are_scattered_as_cluster_tasks_on_several_workers():
     cluster, client = _two_worker_client()
     try:
         with get_task_stream(client=client) as ts:
-            strat, losses = select_strategy_on(client, iw, "laplace", restarts=3, seed=0)
+            strat, losses = select_strategy(iw, "laplace", "auto", restarts=3, seed=0,
+                                            mapper=task_mapper(run_context(client).map))
         ran = [t for t in ts.data if str(t["key"]).strip("()'\"").startswith(LABEL)]
     finally:
         client.close()
@@ -344,8 +335,8 @@ def test_single_product_opt_kron_is_one_opt0_per_factor_and_restart():
 
 def test_mechanism_run_with_a_client_scatters_the_strategy_search():
     from privcube.core.domain import Domain
-    from privcube.graphs.hdmm import LABEL
     from privcube.mechanisms import get_mechanism
+    from privcube.mechanisms.hdmm.subproblems import LABEL
     from privcube.graphs.execution import run_context
     from privcube.core.oracle import ArrayOracle
     from privcube.privacy.budget import PrivacyBudget
@@ -379,7 +370,7 @@ HB_PRINTED = {("allrange", 64): (6.63, 19.82), ("allrange", 256): (8.90, 18.80),
 @pytest.mark.parametrize("key", sorted(HB_PRINTED))
 def test_tables_4_5_hb_exact(key):
     from privcube.linalg import Explicit, rmse
-    from privcube.mechanisms.reference_strategies import hb, hb_branching
+    from papers_data.reference_strategies import hb, hb_branching
 
     w, a = Explicit(one_d(*key)), Explicit(hb(key[1]))
     got = (rmse(w, a, "laplace", epsilon=1.0), rmse(w, a, "gaussian", sigma=SIGMA))
@@ -389,7 +380,7 @@ def test_tables_4_5_hb_exact(key):
 
 # ---------------------------------------------------------------- Tables 6/7: Adult (14-D) and Loans (12-D), analytic
 def _paper_rows():
-    from privcube.mechanisms.hdmm import paper_workloads as pw
+    from papers_data import hdmm_workloads as pw
 
     return pw
 

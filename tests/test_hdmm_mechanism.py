@@ -261,7 +261,7 @@ def test_large_data_vector_released_as_a_chunked_task_graph(optimizer):
     y equals the dense A (built here from the strategy's parts) times x plus those keyed noise blocks."""
     from functools import reduce
 
-    import privcube.graphs.hdmm as gh
+    import privcube.graphs.release as gh
     from privcube.graphs.execution import run_context
     from privcube.linalg.marginals import MarginalsStrategy
     from privcube.mechanisms.hdmm.strategy import KronStrategy, MarginalStrategy, UnionStrategy

@@ -5,6 +5,10 @@
 - No mechanism, synthesis or post-processing module imports ``privcube.graphs`` at all, not even inside
   a function: they receive their execution (the run context, the oracle) from the driver.
 - ``storage/`` does not import ``privcube.graphs``.
+- No ``graphs`` module imports a mechanism's internals (mechanisms, synthesis, post-processing, relational):
+  the graph builders receive the numpy kernels and data classes they need as arguments.
+- No mechanism, synthesis or post-processing module imports ``dask`` or ``distributed``, not even inside a
+  function: they go through the run context's ``map`` / ``compute`` / ``persist`` / ``scatter`` and kernels.
 - No import cycle between modules, counting imports inside functions too (``TYPE_CHECKING`` blocks
   excluded; a package's ``__init__`` re-exports are not edges).
 """
@@ -16,6 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"engine": "privcube", "graphs": "privcube.graphs", "storage": "privcube.storage"}
 EXECUTION_FREE = ("privcube.mechanisms", "privcube.synth", "privcube.postprocess")
+#: what the graphs layer must not import: the internals of the layers it executes
+MECHANISM_SIDE = (*EXECUTION_FREE, "privcube.relational")
+#: relational synthesis still builds its own task graphs here until it moves to ``privcube.relational``
+DASK_PENDING = ("privcube.mechanisms.relational",)
 
 
 def _modules() -> dict[str, Path]:
@@ -33,7 +41,7 @@ MODULES = _modules()
 
 
 def _target(module: str, node: ast.AST, is_package: bool) -> list[str]:
-    """The privcube modules (or ``distributed``) an import statement names, resolved to files we have."""
+    """The privcube modules (or ``distributed``, ``dask``) an import statement names, resolved to files we have."""
     if isinstance(node, ast.Import):
         names = [a.name for a in node.names]
     else:
@@ -47,8 +55,8 @@ def _target(module: str, node: ast.AST, is_package: bool) -> list[str]:
         names = [f"{stem}.{a.name}" if f"{stem}.{a.name}" in MODULES else stem for a in node.names]
     out = []
     for name in names:
-        if name == "distributed" or name.startswith("distributed."):
-            out.append("distributed")
+        if name in ("distributed", "dask") or name.startswith(("distributed.", "dask.")):
+            out.append(name.split(".")[0])
             continue
         while name not in MODULES and "." in name and name.startswith("privcube"):
             name = name.rsplit(".", 1)[0]
@@ -104,6 +112,19 @@ def test_engine_imports_neither_graphs_nor_distributed_at_module_level() -> None
 def test_mechanisms_synthesis_and_postprocess_never_import_graphs() -> None:
     bad = sorted(f"{m} -> {t}" for m, ts in EDGES.items() if m.startswith(EXECUTION_FREE)
                  for t, _ in ts if t == "distributed" or _layer(t) == "privcube.graphs")
+    assert bad == []
+
+
+def test_graphs_import_no_mechanism_internals() -> None:
+    bad = sorted(f"{m} -> {t}" for m, ts in EDGES.items() if _layer(m) == "privcube.graphs"
+                 for t, _ in ts if t.startswith(MECHANISM_SIDE))
+    assert bad == []
+
+
+def test_mechanisms_synthesis_and_postprocess_never_import_dask() -> None:
+    bad = sorted(f"{m} -> {t}" for m, ts in EDGES.items()
+                 if m.startswith(EXECUTION_FREE) and not m.startswith(DASK_PENDING)
+                 for t, _ in ts if t in ("dask", "distributed"))
     assert bad == []
 
 

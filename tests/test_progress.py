@@ -41,9 +41,9 @@ def test_map_tasks_quiet_and_untitled_write_nothing(loud, capsys):
 
 
 def test_local_map_of_a_run_context_draws_the_same_bar(loud, capsys):
-    """The run context's map without a cluster (privcube.mechanisms.base.local_map) draws the titled bar
+    """The run context's map without a cluster (privcube.core.context.local_map) draws the titled bar
     of privcube.core.progress, and nothing untitled; graphs.progress.set_quiet silences it (one flag)."""
-    from privcube.mechanisms.base import local_map
+    from privcube.core.context import local_map
 
     assert local_map(_slow_square, [2, 3], title="solving parts") == [4, 9]
     frames = [f for f in capsys.readouterr().err.replace("\r", "\n").splitlines() if f.strip()]

@@ -20,7 +20,7 @@ from privcube.core.errors import ConfigError
 from privcube.mechanisms.querysmasher import solvers
 from privcube.mechanisms.querysmasher.decomposition import projected
 from privcube.mechanisms.querysmasher.mechanism import QuerySmasher
-from privcube.mechanisms.querysmasher.paper_workloads import table3_workload
+from papers_data.querysmasher_workloads import table3_workload
 from privcube.mechanisms.querysmasher.solvers import centering, dual_value, solve, solve_lowrank
 from privcube.core.oracle import ArrayOracle
 from privcube.privacy.budget import PrivacyBudget

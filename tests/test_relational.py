@@ -195,7 +195,7 @@ def test_deterministic_and_registry(pc: dict) -> None:
 
 def test_slices_through_the_run_context_map_equal_serial(ml: dict) -> None:
     """Each iteration's slices go through the run context's ``map`` (one call per iteration): same links."""
-    from privcube.mechanisms.base import RunContext, local_map
+    from privcube.core.context import RunContext, local_map
 
     calls: list[str] = []
 

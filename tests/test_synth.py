@@ -231,12 +231,12 @@ def test_marginals_from_answers_skips_non_marginal_groups_and_refuses_none() -> 
         marginals_from_answers([GroupAnswer(ab, np.arange(11.0))], DOM)
 
 
-def test_parallel_parquet_with_decoded_labels(tmp_path) -> None:  # noqa: ANN001
-    """Chunks generated as parallel tasks and written as Parquet, labels decoded from the schema."""
+def test_parquet_records_with_decoded_labels(tmp_path) -> None:  # noqa: ANN001
+    """Chunks written as Parquet (one file per chunk), labels decoded from the schema next to the codes."""
     import pandas as pd
 
-    from privcube.graphs.synth_sampling import write_records_parquet
     from privcube.storage.schema import load_schema
+    from privcube.synth.records import write_records
     from privcube.synth.sampler import sample_records
 
     schema = load_schema({"attributes": [
@@ -247,8 +247,8 @@ def test_parallel_parquet_with_decoded_labels(tmp_path) -> None:  # noqa: ANN001
     assert schema.domain == DOM
     P = _truth()
     model = TreeEstimator().fit({c: 100 * _marg(P, c) for c in itertools.combinations(DOM.attributes, 2)}, DOM)
-    out = write_records_parquet(model, DOM, 2500, tmp_path / "people", noise=NoiseSource(4), schema=schema,
-                                key=("t",), chunk_size=700)
+    out = tmp_path / "people"
+    write_records(model, DOM, 2500, out, noise=NoiseSource(4), schema=schema, key=("t",), chunk_size=700)
     files = sorted(p.name for p in out.iterdir())
     assert files == [f"part-{i:05d}.parquet" for i in range(4)]  # one file per chunk: 700+700+700+400
     df = pd.read_parquet(out)
@@ -258,18 +258,6 @@ def test_parallel_parquet_with_decoded_labels(tmp_path) -> None:  # noqa: ANN001
     assert (df["B_label"] == np.array(["[0, 18)", "[18, 30)", "[30, 65)", "[65, 120)"])[df["B"]]).all()
     assert (df["D_label"] == np.array(["[2010-01-01, 2014-01-01)", "[2014-01-01, 2020-01-01)"])[df["D"]]).all()
     assert "C_label" not in df  # plain integer codes have no labels
-
-
-def test_dask_chunked_sampling_equals_serial() -> None:
-    from privcube.graphs.synth_sampling import sample_records_parallel
-    from privcube.synth.sampler import sample_records
-
-    P = _truth()
-    est = {c: 100 * _marg(P, c) for c in itertools.combinations(DOM.attributes, 2)}
-    model = TreeEstimator().fit(est, DOM)
-    serial = sample_records(model, DOM, 2500, noise=NoiseSource(4), key=("t",), chunk_size=700)
-    par = sample_records_parallel(model, DOM, 2500, noise=NoiseSource(4), key=("t",), chunk_size=700)
-    assert len(par) == 2500 and par.equals(serial)
 
 
 def test_records_written_in_windows_through_a_run_context_map(tmp_path) -> None:  # noqa: ANN001

@@ -6,9 +6,8 @@ per attribute of ``tau``, in ``gamma``'s order. Attributes are hashable keys; th
 ``sizes`` (a :class:`~privcube.core.domain.Domain` or a mapping ``{key: size}``).
 
 Everything is written with array methods, slicing and NumPy functions that dispatch through
-``__array_function__``, so dask arrays pass through the pure functions unchanged (lazily);
-:mod:`privcube.graphs.residuals` adds chunk-aware versions. Only :func:`recon_add` is NumPy-only
-(it updates its output in place).
+``__array_function__``, so dask arrays pass through the pure functions unchanged (lazily). Only
+:func:`recon_add` is NumPy-only (it updates its output in place).
 """
 from __future__ import annotations
 

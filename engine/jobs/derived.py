@@ -41,7 +41,7 @@ def write_records(cfg: Any, result: Any, rundir: Any, noise: Any, context: Any,
     through the run context's ``map`` (on the cluster when there is one). Post-processing only: nothing is charged. Written into a
     hidden folder and renamed into place (``RunDirectory.write_folder``), so a folder that exists is
     complete (kept on resume)."""
-    from privcube.mechanisms.base import local_map
+    from privcube.core.context import local_map
     from privcube.synth.estimator import get_estimator
     from privcube.synth.records import write_records as write_record_chunks
     from privcube.synth.sampler import marginals_from_answers, measured_marginals

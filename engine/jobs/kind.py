@@ -17,7 +17,7 @@ from typing import Any, Protocol
 @dataclass
 class JobEnv:
     """One run as the driver sees it: folder, seed, resume, checkpoint, and, once the cluster is up, the
-    noise source, client and the current attempt's run context (``privcube.mechanisms.base.RunContext``)."""
+    noise source, client and the current attempt's run context (``privcube.core.context.RunContext``)."""
 
     rundir: Any  # privcube.storage.outputs.RunDirectory
     seed: int | None = None

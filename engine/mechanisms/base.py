@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 
+from privcube.core.context import RunContext
 from privcube.core.errors import ConfigError
 from privcube.core.oracle import MarginalOracle
 from privcube.core.workload import QueryGroup, Workload
@@ -90,88 +91,6 @@ class MechanismResult:
     residuals: dict[tuple[str, ...], tuple[np.ndarray, float]] = field(default_factory=dict)
     #: the graphical model post-processing fitted (``postprocess: pgm``); the synthesizer samples it
     model: Any = None
-
-
-#: a titled bar redraws its elapsed time this often while no item finishes
-HEARTBEAT_S = 1.0
-
-
-def local_map(fn: Callable[[Any], Any], items: Sequence[Any], *, cost: Callable[[Any], float] | None = None,
-              label: str = "task", title: str | None = None) -> list[Any]:
-    """``[fn(x) for x in items]`` in this process: the ``map`` of a run without a cluster. ``title`` draws a
-    progress bar on stderr (one step per item, elapsed time redrawn every second)."""
-    items = list(items)
-    if not title:
-        return [fn(x) for x in items]
-    from privcube.core.progress import progress
-
-    out = []
-    with progress(title, len(items), heartbeat=HEARTBEAT_S) as update:
-        for x in items:
-            out.append(fn(x))
-            update(1)
-    return out
-
-
-class ShardedMarginals(Protocol):
-    """Builds a marginal table sharded over the cluster's workers (AIM+GReM's lazy updates on the workers):
-    ``(domain, cliques, truth, truth_futures=None)`` -> an object with the ``MarginalTable`` interface of
-    ``privcube.mechanisms.aim_grem.grem``; ``truth`` is None when ``truth_futures`` (exact marginals left on
-    the cluster by the oracle) are given."""
-
-    def __call__(self, domain: Any, cliques: Sequence[tuple[str, ...]], truth: Mapping[Any, np.ndarray] | None,
-                 truth_futures: Mapping[Any, Any] | None = None) -> Any: ...
-
-
-def local_compute(*collections: Any) -> tuple[Any, ...]:
-    """``dask.compute`` with dask's default scheduler: the ``compute`` of a run without a cluster."""
-    import dask
-
-    return dask.compute(*collections)
-
-
-def local_persist(*collections: Any) -> tuple[Any, ...]:
-    """``dask.persist`` with dask's default scheduler: the ``persist`` of a run without a cluster."""
-    import dask
-
-    return dask.persist(*collections)
-
-
-class ChunkedRelease(Protocol):
-    """Builds and computes ``y = A x + noise`` as one task graph over a lazy chunked exact vector ``x`` (a
-    :class:`privcube.core.oracle.LazyMarginalOracle`'s ``marginal_dask``), noise drawn per block next to the block
-    (stream keyed by ``key`` and the block index): only the noisy ``y`` is computed here (HDMM)."""
-
-    def __call__(self, x: Any, strategy: Any, kind: str, scale: float, key: tuple, noise: Any) -> np.ndarray: ...
-
-
-@dataclass
-class RunContext:
-    """What a mechanism may use of the run's execution; the driver builds it, mechanisms never import
-    ``privcube.graphs``. ``map(fn, items, *, cost=, label=, title=)`` runs independent tasks (on the
-    cluster when there is one; results in input order); ``remote`` says the scheduler is on another
-    machine (ship work to the data, not data to the driver); ``worker_memory()`` is the smallest
-    worker's memory limit in bytes (None: unknown / no cluster), asked when sizing work because batch
-    and adaptive clusters gain workers late; ``client`` is the opaque cluster handle the oracle and the graphs
-    layer's builders use (None locally). ``sharded_marginals`` and ``chunked_release`` are the task graphs
-    the graphs layer builds for mechanisms (None: not available here; the mechanism then works in this
-    process). ``compute`` / ``persist`` run dask collections (task graphs of the real data) on the run's
-    cluster (``persist`` leaves the results there); ``data_oracle(frame, domain)`` is the single-table marginal
-    engine (a ``privcube.core.oracle.MarginalOracle`` counting a dask DataFrame of codes where it lives; None: not
-    available, the caller counts with ``compute``)."""
-
-    client: Any = None
-    checkpoint: Any = None  # an object with save(round, state) / load() (see privcube.storage.checkpoint)
-    progress: Callable[[str, float], None] | None = None
-    resume: bool = False
-    map: Callable[..., list[Any]] = local_map
-    remote: bool = False
-    worker_memory: Callable[[], int | None] = lambda: None
-    sharded_marginals: ShardedMarginals | None = None
-    chunked_release: ChunkedRelease | None = None
-    compute: Callable[..., tuple[Any, ...]] = local_compute
-    persist: Callable[..., tuple[Any, ...]] = local_persist
-    data_oracle: Callable[[Any, Any], Any] | None = None
 
 
 class Mechanism(ABC):

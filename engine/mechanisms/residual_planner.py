@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from privcube.core.context import RunContext
 from privcube.core.domain import Domain
 from privcube.core.errors import ConfigError
-from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
+from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary
 from privcube.core.oracle import MarginalOracle, measure
 from privcube.privacy.budget import rho_of
 from privcube.privacy.discrete import is_discrete

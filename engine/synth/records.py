@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from privcube.core.context import local_map
 from privcube.core.domain import Domain
 from privcube.core.errors import DataError
-from privcube.mechanisms.base import local_map
 from privcube.privacy.noise import NoiseSource
 
 LOCAL_ROWS = 250_000  # at most this many records: every chunk is sampled in this process
@@ -175,4 +175,4 @@ def _label(prefix: str) -> str:
 
 
 __all__ = ["write_records", "add_labels", "check_output_size", "sample_codes", "sample_chunk", "chunk_bounds",
-           "choose_map", "local_map", "LOCAL_ROWS", "MAX_RECORDS"]
+           "choose_map", "LOCAL_ROWS", "MAX_RECORDS"]

@@ -5,7 +5,7 @@ and its precision λ_τ (z_τ has noise covariance V_τ/λ_τ; an unmeasured τ 
 marginal estimate of a clique γ is μ̂_γ = Σ_{τ⊆γ} Recon(z_τ, τ, γ). Marginal estimates are kept for a
 chosen set of cliques (the workload W and every selection candidate in W↓ \\ {∅}) in a *table*
 that also holds the true marginals used by selection scores, so the heavy arrays can live in memory
-(:class:`LocalMarginals`) or on dask workers (``privcube.graphs.lazy_update.DistributedMarginals``).
+(:class:`LocalMarginals`) or on dask workers (shards of it, through the run context's ``sharded-marginals`` kernel).
 When a residual changes, ``lazy`` adds Recon(z' − z, τ, γ) into each kept γ ⊇ τ; ``full`` rebuilds every
 kept γ from all its residuals. Both give the same estimates up to round-off.
 """

@@ -35,13 +35,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from privcube.core.context import RunContext
 from privcube.core.domain import Domain
 from privcube.core.errors import BudgetError, CheckpointError, ConfigError, MemoryLimitError, WorkloadError
 from privcube.mechanisms.aim_grem import annealing, crp, final_round, selection, strategy
 from privcube.mechanisms.aim_grem.completion import LocalCompletion, global_values
-from privcube.mechanisms.aim_grem.grem import GReMState, LocalMarginals, MarginalTable, measurable, reconstruct
+from privcube.mechanisms.aim_grem.grem import (GReMState, LocalMarginals, MarginalTable, measurable, reconstruct,
+                                              residual_subsets)
 from privcube.mechanisms.aim_grem.state import AIMState, normalise
-from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, RunContext
+from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult
 from privcube.core.oracle import MarginalOracle, marginal_futures
 from privcube.privacy.budget import refuse_pure_for_gaussian
 from privcube.privacy.discrete import is_discrete
@@ -276,7 +278,7 @@ class AIMGReM(Mechanism):
         interface), so exact counts never travel to the client (#8); on a loopback cluster from
         ``distribute_min_cells`` cells, below which the in-memory path is faster.
         """
-        if ctx.client is None or ctx.sharded_marginals is None:
+        if ctx.client is None or ctx.kernel("sharded-marginals") is None:
             return False
         if prob.cells_kept >= self.params["distribute_min_cells"]:
             return True
@@ -286,7 +288,7 @@ class AIMGReM(Mechanism):
         """The marginal table holding the true marginals of W↓ and their estimates.
 
         With a client and a large problem the table is sharded over the workers (the run context's
-        ``sharded_marginals``, built by the graphs layer); when the oracle can
+        ``sharded-marginals`` kernel: shards of :class:`LocalMarginals` placed by the graphs layer); when the oracle can
         leave its exact marginals on the cluster (``DataOracle`` over a dask frame) they go straight
         from the data pass into the shards and never reach this process: scores, and the noise of
         every measurement, are computed on the workers. Otherwise the exact marginals are read here.
@@ -299,9 +301,12 @@ class AIMGReM(Mechanism):
                     futures = {}
                     break
                 futures.update(got)
+            sharded = ctx.kernel("sharded-marginals")
             if futures:
-                return ctx.sharded_marginals(prob.domain, prob.kept, None, truth_futures=futures)
-            return ctx.sharded_marginals(prob.domain, prob.kept, self._truth(oracle, prob))
+                return sharded(prob.domain, prob.kept, None, truth_futures=futures, shard=LocalMarginals,
+                               subsets=residual_subsets)
+            return sharded(prob.domain, prob.kept, self._truth(oracle, prob), shard=LocalMarginals,
+                           subsets=residual_subsets)
         return LocalMarginals(prob.domain, prob.kept, self._truth(oracle, prob))
 
     # -------------------------------------------------------------------------------------- run

@@ -5,7 +5,8 @@ the paper's RMSE when all weights are 1); per-group rmse = sqrt(E‖Ŵ_g − W_g
 Noise: Laplace (pure budgets; ε = budget.epsilon) or Gaussian (σ = Δ₂/√(2ρ) under zCDP, or the analytic
 Gaussian σ(ε, δ) with ``calibration: analytic``).
 Data vectors above ``chunk_cells`` cells are measured as one task graph over the chunked exact marginal when
-the oracle is a ``LazyMarginalOracle`` and the run context can build that graph (``context.chunked_release``);
+the oracle is a ``LazyMarginalOracle`` and the run context offers the ``chunked-release`` kernel (which gets
+the strategy as a ``privcube.linalg`` operator);
 otherwise the release runs through ``oracle.measure`` next to the data.
 """
 from __future__ import annotations
@@ -15,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from privcube.core.context import RunContext
 from privcube.core.errors import BudgetError, ConfigError, MemoryLimitError
 from privcube.linalg.marginals import SPECTRAL_MAX_DIMS as MAX_DIMS
-from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
+from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary
 from privcube.mechanisms.hdmm.implicit import ImplicitWorkload, from_workload
 from privcube.mechanisms.hdmm.lower_bound import svd_bound
 from privcube.mechanisms.hdmm.strategy import Strategy
@@ -204,12 +206,13 @@ class HDMM(Mechanism):
         # The release A x + noise runs where the data vector is counted (on a worker when there is a
         # client): only y, never the exact x, reaches this process.
         key = (self.name, "measure")
-        if (isinstance(oracle, LazyMarginalOracle) and context.chunked_release is not None
+        chunked_release = context.kernel("chunked-release")
+        if (isinstance(oracle, LazyMarginalOracle) and chunked_release is not None
                 and iw.size > self.params.get("chunk_cells", math.inf)):
             # a data vector too large for one process: the oracle hands the exact marginal as a lazy chunked
             # array (counted on the workers) and A x + noise runs as one task graph next to its chunks
             x = oracle.marginal_dask(tuple(iw.attributes))
-            y = context.chunked_release(x, strat, kind, unit * sens, key, noise)
+            y = chunked_release(x, strat.operator(), kind, unit * sens, key, noise)
         else:
             release = StrategyRelease(strat, kind, unit * sens, key, noise)
             y = measure(oracle, [tuple(iw.attributes)], release)[tuple(iw.attributes)]

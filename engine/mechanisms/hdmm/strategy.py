@@ -15,7 +15,7 @@ from functools import reduce
 import numpy as np
 
 from privcube.linalg.marginals import MarginalsStrategy, g_inverse_weights, marginal_query_variances
-from privcube.linalg.matrices import DENSE_LIMIT, Kronecker, kron_apply
+from privcube.linalg.matrices import DENSE_LIMIT, Kronecker, Matrix, VStack, Weighted, kron_apply
 
 Terms = Sequence[tuple[float, Sequence[np.ndarray]]]
 
@@ -39,6 +39,10 @@ class Strategy(ABC):
     @abstractmethod
     def sensitivity(self, p: int) -> float:
         """Largest column L1/L2 norm of the whole strategy."""
+
+    @abstractmethod
+    def operator(self) -> Matrix:
+        """A as a ``privcube.linalg`` operator (what a cluster kernel needs to measure it as a task graph)."""
 
     @abstractmethod
     def measure(self, x: np.ndarray) -> np.ndarray:
@@ -75,6 +79,9 @@ class KronStrategy(Strategy):
 
     def sensitivity(self, p: int) -> float:
         return Kronecker(self.factors).sensitivity(p)
+
+    def operator(self) -> Matrix:
+        return Kronecker(self.factors)
 
     def measure(self, x: np.ndarray) -> np.ndarray:
         return kron_apply(self.factors, x)
@@ -118,6 +125,9 @@ class UnionStrategy(Strategy):
             return float(sum(c * b.sensitivity(1) for c, b in zip(self.weights, self.blocks)))
         return math.sqrt(sum(c**2 * b.sensitivity(2) ** 2 for c, b in zip(self.weights, self.blocks)))
 
+    def operator(self) -> Matrix:
+        return VStack([Weighted(b.operator(), c) for c, b in zip(self.weights, self.blocks)])
+
     def measure(self, x: np.ndarray) -> np.ndarray:
         return np.concatenate([c * b.measure(x) for c, b in zip(self.weights, self.blocks)])
 
@@ -154,6 +164,9 @@ class MarginalStrategy(Strategy):
 
     def sensitivity(self, p: int) -> float:
         return self._m.sensitivity(p)
+
+    def operator(self) -> Matrix:
+        return self._m
 
     def measure(self, x: np.ndarray) -> np.ndarray:
         return self._m.matvec(x)

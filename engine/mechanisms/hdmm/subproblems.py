@@ -9,8 +9,8 @@ The meta-choice min(OPT_⊗, OPT_+, OPT_M[, OPT_0]) decomposes into problems tha
 Identical OPT_0 problems (same Gram, noise and seed: e.g. the I and T factors repeated across marginal
 products) are solved once; deterministic problems (Gaussian OPT_0, Grams that Identity/Total solve
 exactly) get one task whatever ``restarts`` is. :func:`plan_tasks` builds the tasks, ``mapper`` runs
-them (in order here, or as cluster tasks through ``privcube.graphs.scatter.map_tasks``), and
-:func:`combine` assembles every candidate strategy. Pure numpy: nothing here imports ``distributed``.
+them (in order here, or as cluster tasks through a run context's ``map``), and
+:func:`combine` assembles every candidate strategy. Pure numpy: nothing here imports dask.
 """
 from __future__ import annotations
 

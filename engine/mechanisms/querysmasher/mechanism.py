@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from privcube.core.context import RunContext
 from privcube.core.errors import ConfigError
-from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary, RunContext
+from privcube.mechanisms.base import GroupAnswer, Mechanism, MechanismResult, PlanSummary
 from privcube.mechanisms.querysmasher.assembly import (
     SubSolution,
     answer_group,

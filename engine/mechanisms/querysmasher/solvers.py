@@ -38,6 +38,7 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.optimize as sopt
 
+from privcube.core.context import local_map
 from privcube.core.errors import ConfigError
 from privcube.linalg.psd import psd_pinv, psd_sqrt
 from privcube.mechanisms.querysmasher.solution import PartSolution
@@ -634,8 +635,6 @@ def solve_parts(parts: Sequence[Any], *, method: str = "auto", tol: float = 1e-4
     submitted first; default: in order, here, with a progress bar); results in input order.
 
     Parts above ``dense_limit`` cells are solved in factored form (see :func:`solve_part`)."""
-    from privcube.mechanisms.base import local_map
-
     items = [(p, method, tol, sdp_limit, newton_limit, dense_limit) for p in parts]
     return (map or local_map)(solve_item, items, cost=lambda it: float(it[0].size) ** 3,
                               label="querysmasher-solve", title="querysmasher: solving parts")

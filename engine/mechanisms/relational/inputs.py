@@ -17,7 +17,7 @@ import numpy as np
 from privcube.core.domain import Domain
 from privcube.core.errors import ConfigError, DataError
 from privcube.mechanisms.relational.composition import as_budget, compose_budgets
-from privcube.mechanisms.base import RunContext
+from privcube.core.context import RunContext
 from privcube.mechanisms.relational.degree import check_d_max
 from privcube.mechanisms.relational.links import Links, parse_links, table_codes
 from privcube.mechanisms.relational.realside import RealSide

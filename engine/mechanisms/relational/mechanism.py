@@ -122,7 +122,8 @@ import pandas as pd
 
 from privcube.core.domain import Domain
 from privcube.core.errors import ConfigError, DataError
-from privcube.mechanisms.base import Mechanism, MechanismResult, RunContext
+from privcube.mechanisms.base import Mechanism, MechanismResult
+from privcube.core.context import RunContext
 from privcube.mechanisms.relational.composition import compose_budgets, restore_ledger
 from privcube.mechanisms.relational.degrees import cap_degrees, release_degree_histogram, two_value_sigma
 from privcube.mechanisms.relational.inputs import Problem, prepare

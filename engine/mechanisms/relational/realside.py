@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from privcube.core.domain import Domain
-from privcube.mechanisms.base import RunContext
+from privcube.core.context import RunContext
 from privcube.mechanisms.relational import frames as F
 from privcube.mechanisms.relational.links import Links
 from privcube.mechanisms.relational.workloads import CrossWorkload

@@ -10,7 +10,7 @@ import numpy as np
 
 from privcube.core.domain import Domain
 from privcube.core.errors import CheckpointError
-from privcube.mechanisms.base import RunContext, local_map
+from privcube.core.context import RunContext, local_map
 from privcube.mechanisms.relational.composition import PrefixLedger, PrefixNoise
 from privcube.mechanisms.relational.links import table_codes
 from privcube.privacy.budget import PrivacyBudget

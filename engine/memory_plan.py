@@ -273,7 +273,7 @@ def input_partitions(cfg: Any) -> tuple[int, int, str | None]:
     n_cols = len(cfg.domain.attributes) + (1 if cfg.privacy_unit is not None else 0)
     per_row = PARTITION_BYTES_PER_VALUE * n_cols + PARTITION_BYTES_PER_ROW
     if cfg.data_frame is not None:
-        from privcube.storage.frames import PARTITION_ROWS
+        from privcube.storage.formats.frame import PARTITION_ROWS
 
         n = len(cfg.data_frame)
         return per_row * min(n, PARTITION_ROWS), max(1, -(-n // PARTITION_ROWS)), None

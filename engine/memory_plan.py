@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from privcube.core.machine import WORKER_BASE, gib
+
 MiB = 2**20
 F64 = 8  # bytes of a float64 / int64 cell
 
@@ -25,8 +27,6 @@ F64 = 8  # bytes of a float64 / int64 cell
 DRIVER_BASE = 230 * MiB
 #: what a LocalCluster adds to the driver process (scheduler, nannies, comms) and its resource tracker
 LOCAL_CLUSTER_DRIVER = 60 * MiB
-#: resident memory of one dask worker process once it has run privcube's tasks (measured: 210-280 MiB)
-WORKER_BASE = 230 * MiB
 #: bytes per value (row x attribute) a Parquet partition of the input costs while it is read, encoded and
 #: counted (raw column, codes, int64 codes for the flat index)
 PARTITION_BYTES_PER_VALUE = 10
@@ -166,14 +166,6 @@ def count(n: float) -> str:
         return f"{int(n):,}"
     mant, exp = f"{n:.1e}".split("e")
     return f"{mant}e{int(exp)}"
-
-
-def gib(n: float) -> str:
-    """Bytes as a short human figure (``1.2 GiB``, ``340 MiB``, ``3.4 TiB``)."""
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n / MiB:.0f} MiB"
 
 
 # ---------------------------------------------------------------------------------------------- the job

@@ -49,7 +49,7 @@ def _relation(a: tuple[str, str], b: tuple[str, str]) -> str | None:
 def input_locations(resolved: Mapping[str, Any]) -> list[str]:
     """The data, schema, domain and link files or folders a resolved config reads (its ``data`` section,
     any depth, and a top-level ``domain`` path): no output may be, contain or lie inside one of them."""
-    from privcube.config import FRAME_PLACEHOLDER
+    from privcube.storage.formats.frame import FRAME_PLACEHOLDER
 
     found: list[str] = []
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from privcube.core.domain import Domain
 from privcube.core.errors import DataError
-from privcube.storage.formats import DEFAULT_FORMAT, get_format, guess_format, loaded_formats
+from privcube.storage.formats import DEFAULT_FORMAT, FORMATS, get_format, guess_format, loaded_formats
 from privcube.storage.formats.base import full_path, one_line as _one_line, source_str as _source_str
 from privcube.storage.formats.csv import read_csv
 from privcube.storage.schema import Attribute, Schema, category_text, edge_text, load_schema
@@ -375,8 +375,10 @@ def _refuse_mixed(where: str, names: Sequence[str]) -> None:
         if fmt is not None and not _base(n).startswith("_"):
             found.setdefault(fmt.name, (fmt.label, []))[1].append(_base(n))
     if len(found) > 1:
-        labels = [label for label, _ in found.values()]
-        shown = ", ".join(f for _, files in found.values() for f in sorted(files)[:_MAX_NAMED])
+        order = FORMATS.names()  # the registry's order: Parquet, then CSV, then the others
+        kinds = [found[n] for n in sorted(found, key=order.index)]
+        labels = [label for label, _ in kinds]
+        shown = ", ".join(f for _, files in kinds for f in sorted(files)[:_MAX_NAMED])
         said = ", ".join(labels[:-1]) + f" and {labels[-1]}"
         raise DataError(f"input {where!r} mixes {said} files ({shown}); privcube reads one format per "
                         "input: convert them to one format or give the files of one format")

@@ -20,11 +20,24 @@ import yaml
 
 from privcube.core.domain import Domain
 from privcube.core.errors import ConfigError, PrivcubeError
+from privcube.core.params import REQUIRED, Param
 from privcube.core.paths import resolve_path
 from privcube.storage.formats import FORMATS
 from privcube.storage.formats.frame import is_frame
 
-DATA_KEYS = {"path", "schema", "domain", "compress", "format", "tables", "links"}
+#: the keys of the ``data`` section (``tables``/``links``: a relational job's, see privcube.relational_config)
+DATA_PARAMS: dict[str, Param] = {
+    "path": Param(REQUIRED, "path | URL | list | DataFrame", "where the rows are: a file, folder, glob or fsspec "
+                                                             "URL, a list of them, or from Python a DataFrame"),
+    "format": Param(None, "input format name", "how the files are read: parquet, csv, arrow or a registered "
+                                               "plug-in (default: guessed from the file names)"),
+    "schema": Param(None, "mapping | path", "the rich schema (types, categories, bins) the columns are encoded by"),
+    "domain": Param(None, "{column: size} | path", "integer-coded columns and their sizes (instead of a schema)"),
+    "compress": Param(False, "bool", "count distinct rows once (fewer rows when many repeat)"),
+    "tables": Param(None, "mapping", "a relational job's tables"),
+    "links": Param(None, "mapping", "a relational job's links between its tables"),
+}
+DATA_KEYS = set(DATA_PARAMS)
 
 
 @dataclass(frozen=True)
@@ -143,5 +156,5 @@ def resolve_schema(raw: Mapping[str, Any], data: Mapping[str, Any], base: Path) 
     raise ConfigError("no domain: give data.schema, data.domain or a top-level inline domain")
 
 
-__all__ = ["DATA_KEYS", "DataSpec", "check_compress", "check_format", "data_paths", "parse_data", "resolve_schema",
+__all__ = ["DATA_KEYS", "DATA_PARAMS", "DataSpec", "check_compress", "check_format", "data_paths", "parse_data", "resolve_schema",
            "split_frame"]

@@ -14,8 +14,6 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from privcube.core.params import Param
-
 #: the abilities a format may declare, with what each means (the reference is generated from these)
 ABILITIES: dict[str, str] = {
     "lazy": "read partition by partition: the input is never held in memory at once",
@@ -41,8 +39,6 @@ class InputFormat:
     suffixes: ClassVar[tuple[str, ...]] = ()
     #: what it can do: a subset of :data:`ABILITIES`
     abilities: ClassVar[frozenset[str]] = frozenset()
-    #: options this format reads from the ``data`` section, if any
-    OPTIONS: ClassVar[Mapping[str, Param]] = {}
 
     @property
     def text_values(self) -> bool:

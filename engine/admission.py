@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from privcube.core.errors import MemoryLimitError
-from privcube.core.machine import available_memory, cores, machine_memory, resident
-from privcube.memory_plan import DRIVER_BASE, Layout, MemoryEstimate, estimate_peak, gib
+from privcube.core.machine import available_memory, gib, resident
+from privcube.memory_plan import DRIVER_BASE, Layout, MemoryEstimate, estimate_peak
 
 #: share of a worker's memory limit its estimated peak may take (dask pauses a worker at 80 %, restarts it at 95 %)
 WORKER_FRACTION = 0.95
@@ -24,24 +24,13 @@ REMEDY = "use fewer or smaller marginals (coarser attributes, a lower k)"
 
 def planned_layout(spec: Mapping[str, Any] | None) -> Layout:
     """The layout a resolved cluster spec (``{"type": ..., **options}``, CLI flags applied) will have, known
-    before anything starts: threads in this process, a LocalCluster's workers (sized as
-    ``privcube.graphs.cluster.handle.local_defaults`` sizes them), or ``remote`` (asked once connected)."""
-    spec = dict(spec or {})
-    kind = str(spec.get("type", "none"))
-    if kind in ("none", "threads"):
-        return Layout(workers=0, threads=int(spec.get("num_workers") or cores()), kind="in-process")
-    if kind == "local":
-        tpw = int(spec.get("threads_per_worker") or 1)
-        nw = int(spec.get("n_workers") or max(1, cores() // tpw))
-        limit = spec.get("memory_limit")
-        if limit is None:
-            limit = int(0.8 * machine_memory() / nw)
-        elif isinstance(limit, str):
-            from dask.utils import parse_bytes
+    before anything starts: its cluster kind says (threads in this process, a LocalCluster's workers sized as
+    ``privcube.graphs.cluster.local.local_defaults`` sizes them), or ``remote`` (asked once connected)."""
+    from privcube.graphs.cluster.registry import cluster_kind, split_section
 
-            limit = parse_bytes(limit)
-        return Layout(workers=nw, threads=tpw, worker_limit=int(limit) or None, kind="local")
-    return Layout(workers=0, threads=1, kind="remote")
+    kind, options, _, _ = split_section(spec or {})
+    size = cluster_kind(kind).planned_size(options)
+    return Layout(**size) if size is not None else Layout(workers=0, threads=1, kind="remote")
 
 
 def client_layout(client: Any) -> Layout | None:

@@ -35,6 +35,7 @@ from privcube.core.errors import (
 from privcube.jobs import JobEnv, JobKind, load_job
 from privcube.jobs.single_table import add_plan_intervals, build_mechanism, plan_of
 from privcube.mechanisms.base import PlanSummary
+from privcube.report.rundata import register_planner
 from privcube.result import Result, RunSummary
 
 INPUT_ERRORS = (ConfigError, DataError, DomainError, MemoryLimitError, WorkloadError)
@@ -284,7 +285,7 @@ def _measure(job: JobKind, source: Any, env: JobEnv) -> Any:
 
 def _check_run_inputs(config: Any, out: Any, data: Any) -> tuple[Any, Path]:
     """One-line ConfigErrors for arguments of the wrong kind (by type only: they may hold data)."""
-    from privcube.config import is_frame
+    from privcube.storage.formats.frame import is_frame
 
     if not isinstance(config, (str, os.PathLike, Mapping, JobConfig)):
         raise ConfigError(f"config: expected a file path, a mapping or a JobConfig, got a {type(config).__name__}")
@@ -351,6 +352,8 @@ def _progress_callback(quiet: bool) -> Any:
 
     return FractionLine()  # ends its line at 100.0% and on progress.end_line()
 
+
+register_planner(plan)  # ``privcube report`` recomputes a plan a run did not store through the driver
 
 __all__ = ["INPUT_ERRORS", "RunSummary", "add_plan_intervals", "build_mechanism", "exact_marginals", "plan", "run",
            "run_job"]

@@ -296,9 +296,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             _report_after_run(res.out_dir)
         return 0
     if args.command == "report":
+        from privcube import api
         from privcube.report import write_report
 
-        print(f"report: {write_report(args.run_dir, planner=_planner)}")
+        print(f"report: {write_report(args.run_dir, replan=api.plan)}")
         return 0
     if args.command == "schema":
         return _schema(args)
@@ -362,19 +363,13 @@ def _budget(args: argparse.Namespace) -> int:
     return 0
 
 
-def _planner(config: dict) -> dict:
-    """The data-free plan of a saved config, for a report whose run did not store its plan."""
-    from privcube import api
-
-    return api.plan(config).to_dict()
-
-
 def _report_after_run(run_dir: Path) -> None:
     """Write the finished run's report.html; a rendering failure is one warning line, the run is kept."""
     try:
+        from privcube import api
         from privcube.report import write_report
 
-        print(f"report: {write_report(run_dir, planner=_planner)}")
+        print(f"report: {write_report(run_dir, replan=api.plan)}")
     except Exception as e:  # noqa: BLE001 - the run is complete and must not be lost to a plotting problem
         reason = " ".join(str(e).split())[:200] or type(e).__name__
         print(f"privcube: warning: the run is complete but report.html was not written ({type(e).__name__}: "
@@ -488,7 +483,7 @@ def _print_plan(summary) -> None:  # noqa: ANN001
 
 def _print_memory(mem: dict) -> None:
     """``plan``'s memory line: the estimated peak (largest step), where it runs, what it is compared with."""
-    from privcube.memory_plan import gib
+    from privcube.core.machine import gib
 
     big = mem["largest_step"]
     if mem["workers"]:

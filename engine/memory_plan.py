@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from privcube.core.machine import WORKER_BASE, gib
+
 MiB = 2**20
 F64 = 8  # bytes of a float64 / int64 cell
 
@@ -25,8 +27,6 @@ F64 = 8  # bytes of a float64 / int64 cell
 DRIVER_BASE = 230 * MiB
 #: what a LocalCluster adds to the driver process (scheduler, nannies, comms) and its resource tracker
 LOCAL_CLUSTER_DRIVER = 60 * MiB
-#: resident memory of one dask worker process once it has run privcube's tasks (measured: 210-280 MiB)
-WORKER_BASE = 230 * MiB
 #: bytes per value (row x attribute) a Parquet partition of the input costs while it is read, encoded and
 #: counted (raw column, codes, int64 codes for the flat index)
 PARTITION_BYTES_PER_VALUE = 10
@@ -168,14 +168,6 @@ def count(n: float) -> str:
     return f"{mant}e{int(exp)}"
 
 
-def gib(n: float) -> str:
-    """Bytes as a short human figure (``1.2 GiB``, ``340 MiB``, ``3.4 TiB``)."""
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n / MiB:.0f} MiB"
-
-
 # ---------------------------------------------------------------------------------------------- the job
 def _closure(domain: Any, cliques: Iterable[Sequence[str]]) -> list[tuple[str, ...]]:
     """Every subset of the given attribute sets (domain order), the empty one included."""
@@ -273,7 +265,7 @@ def input_partitions(cfg: Any) -> tuple[int, int, str | None]:
     n_cols = len(cfg.domain.attributes) + (1 if cfg.privacy_unit is not None else 0)
     per_row = PARTITION_BYTES_PER_VALUE * n_cols + PARTITION_BYTES_PER_ROW
     if cfg.data_frame is not None:
-        from privcube.storage.frames import PARTITION_ROWS
+        from privcube.storage.formats.frame import PARTITION_ROWS
 
         n = len(cfg.data_frame)
         return per_row * min(n, PARTITION_ROWS), max(1, -(-n // PARTITION_ROWS)), None

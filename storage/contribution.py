@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from privcube.core.errors import DataError
-from privcube.storage.ingest import EncodedTable, Where, empty_codes, encode_frame, open_input, read_csv, value_error
+from privcube.storage.ingest import EncodedTable, Where, empty_codes, encode_frame, open_input, value_error
 from privcube.storage.schema import Schema, load_schema
 
 #: name of the id column carried next to the codes until truncation drops it
@@ -45,38 +45,34 @@ def _meta(schema: Schema) -> pd.DataFrame:
     return meta
 
 
-def open_with_id(source: Any, schema: Schema | Any, id_column: str, *, frame: Any = None) -> EncodedTable:
+def open_with_id(source: Any, schema: Schema | Any, id_column: str, *, frame: Any = None,
+                 fmt: str | None = None) -> EncodedTable:
     """The encoded table with the person id as an extra column ``ID_COLUMN`` (lazy). ``source`` is a path,
-    glob, URL or list of them; or ``frame`` (pandas/polars DataFrame given in Python)."""
-    import dask.dataframe as dd
+    glob, URL or list of them (format ``fmt``, else guessed); or ``frame`` (pandas/polars DataFrame given in
+    Python)."""
+    from privcube.storage.formats.frame import FrameFormat
 
     schema = load_schema(schema)
     names = list(schema.names)
     if id_column in names:
         raise DataError(f"privacy_unit.id column {id_column!r} is also an attribute of the schema; the person id "
                         "must not be one of the measured attributes")
-    label, positional = "the DataFrame", True
+    label, positional, text = "the DataFrame", True, False
     if frame is not None:
-        from privcube.storage.frames import PARTITION_ROWS, as_pandas
+        from privcube.storage.formats.frame import as_pandas
 
-        pdf = as_pandas(frame)
-        available, fmt = [str(c) for c in pdf.columns], "frame"
+        frame = as_pandas(frame)
+        available = FrameFormat().columns(frame, None)
     else:
-        info = open_input(source, columns=[*names, id_column])
-        fmt, target, available, label, positional = info.fmt, info.target, info.available, info.label, False
+        info = open_input(source, columns=[*names, id_column], fmt=fmt)
+        available, label, positional, text = info.available, info.label, False, info.format.text_values
     absent = [c for c in [*names, id_column] if c not in available]
     if absent:
         what = "privacy_unit.id column" if absent[0] == id_column else "column"
         raise DataError(f"{what} {absent[0]!r} is missing from the data; it has columns {available[:30]}")
     cols = [*names, id_column]
-    if frame is not None:
-        nparts = max(1, -(-len(pdf) // PARTITION_ROWS))
-        raw = dd.from_pandas(pdf[cols].reset_index(drop=True), npartitions=nparts, sort=False)
-    elif fmt == "csv":
-        raw = read_csv(target, usecols=cols, dtype={n: "string" for n in cols})
-    else:
-        raw = dd.read_parquet(target, columns=cols)
-    encoded = raw.map_partitions(_with_id, schema, id_column, fmt == "csv", label, positional, meta=_meta(schema))
+    raw = FrameFormat().open(frame, cols) if frame is not None else info.read(cols)
+    encoded = raw.map_partitions(_with_id, schema, id_column, text, label, positional, meta=_meta(schema))
     return EncodedTable(encoded, schema, str(source) if frame is None else "<DataFrame>")
 
 

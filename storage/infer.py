@@ -121,7 +121,7 @@ def infer_schema(
     import dask
     import dask.dataframe as dd
 
-    from privcube.storage.ingest import input_columns, read_csv
+    from privcube.storage.ingest import open_input
 
     if max_categories < 1 or n_bins < 1:
         raise DomainError(f"max_categories={max_categories} and n_bins={n_bins} must be >= 1")
@@ -131,17 +131,13 @@ def infer_schema(
             raise DataError(f"column {absent[0]!r} is missing from the data; it has {list(source.columns)[:30]}")
         ddf = dd.from_pandas(source if columns is None else source[list(columns)], npartitions=1)
     else:
-        fmt, target, available = input_columns(source, storage_options, columns=columns)
-        so = {"storage_options": dict(storage_options)} if storage_options else {}
+        info = open_input(source, storage_options, columns=columns)
+        available = info.available
         if columns is not None:
             absent = [c for c in columns if c not in available]
             if absent:
                 raise DataError(f"column {absent[0]!r} is missing from {str(source)!r}; it has {available[:30]}")
-        if fmt == "csv":
-            ddf = read_csv(target, dtype=str, usecols=list(columns) if columns else None,
-                           storage_options=storage_options)
-        else:
-            ddf = dd.read_parquet(target, columns=list(columns) if columns else None, **so)
+        ddf = info.read(list(columns) if columns else None, text_dtype=str)
     parts = ddf.to_delayed()
     summaries = dask.compute(*[dask.delayed(_summarise)(p, max_categories, i) for i, p in enumerate(parts)])
     attrs: list[Attribute] = []

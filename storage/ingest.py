@@ -1,13 +1,13 @@
-"""Lazy Parquet/CSV ingest: column projection, encoding to integer codes, validation.
+"""Lazy ingest of any input format: column projection, encoding to integer codes, validation.
 
-``open_table`` builds a dask DataFrame that reads only the schema's columns and encodes each
+``open_table`` asks the input's format (:mod:`privcube.storage.formats`: Parquet, CSV, Arrow IPC, or a
+registered plug-in) for a dask DataFrame that reads only the schema's columns and encodes each
 partition with ``encode_frame`` (pure pandas/numpy), so the table is never held in memory at once.
 Bad data raises ``DataError`` naming the column, the file (or the DataFrame) with the row where it can be
 found, and the rule broken -- never the offending value (see :func:`locate_error`).
 """
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,9 +19,11 @@ import pandas as pd
 
 from privcube.core.domain import Domain
 from privcube.core.errors import DataError
+from privcube.storage.formats import DEFAULT_FORMAT, FORMATS, get_format, guess_format, loaded_formats
+from privcube.storage.formats.base import full_path, one_line as _one_line, source_str as _source_str
+from privcube.storage.formats.csv import read_csv
 from privcube.storage.schema import Attribute, Schema, category_text, edge_text, load_schema
 
-_CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst", ".tsv")
 _MAX_SHOWN = 10
 
 
@@ -352,83 +354,79 @@ class EncodedTable:
         return df.to_numpy(dtype=dtype)
 
 
-def _source_str(path: Any) -> str:
-    """Printable name of the input location."""
-    if isinstance(path, (list, tuple)):
-        return str(path[0]) + (f" (+{len(path) - 1} more)" if len(path) > 1 else "")
-    return str(path)
-
-
-_PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
-_COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd"}
 _MAX_NAMED = 3  # files named in a one-line error
-
-
-def _kind(name: str) -> str | None:
-    """``csv`` / ``parquet`` by a file name's suffix (Parquet's ``_metadata`` files too), else None."""
-    low = name.lower().rstrip("/")
-    if low.endswith(_CSV_SUFFIXES):
-        return "csv"
-    if low.endswith(_PARQUET_SUFFIXES) or low.rsplit("/", 1)[-1] in ("_metadata", "_common_metadata"):
-        return "parquet"
-    return None
 
 
 def _base(name: str) -> str:
     return str(name).rstrip("/").rsplit("/", 1)[-1]
 
 
+def _kind(name: str) -> Any:
+    """The format a file name belongs to (by its suffix, see ``InputFormat.guess_can_open``), else None."""
+    return guess_format(str(name))
+
+
 def _refuse_mixed(where: str, names: Sequence[str]) -> None:
-    """DataError if ``names`` hold both Parquet and CSV files: one format per input, naming the files."""
-    pq_files = sorted(_base(n) for n in names if _kind(n) == "parquet" and not _base(n).startswith("_"))
-    csv_files = sorted(_base(n) for n in names if _kind(n) == "csv")
-    if pq_files and csv_files:
-        shown = ", ".join(pq_files[:_MAX_NAMED] + csv_files[:_MAX_NAMED])
-        raise DataError(f"input {where!r} mixes Parquet and CSV files ({shown}); privcube reads one format per "
+    """DataError if ``names`` hold files of two formats (e.g. Parquet and CSV): one format per input, naming
+    the files (a dataset's ``_metadata`` files are not named)."""
+    found: dict[str, tuple[str, list[str]]] = {}
+    for n in names:
+        fmt = _kind(n)
+        if fmt is not None and not _base(n).startswith("_"):
+            found.setdefault(fmt.name, (fmt.label, []))[1].append(_base(n))
+    if len(found) > 1:
+        order = FORMATS.names()  # the registry's order: Parquet, then CSV, then the others
+        kinds = [found[n] for n in sorted(found, key=order.index)]
+        labels = [label for label, _ in kinds]
+        shown = ", ".join(f for _, files in kinds for f in sorted(files)[:_MAX_NAMED])
+        said = ", ".join(labels[:-1]) + f" and {labels[-1]}"
+        raise DataError(f"input {where!r} mixes {said} files ({shown}); privcube reads one format per "
                         "input: convert them to one format or give the files of one format")
 
 
-def _csv_target(paths: Sequence[str]) -> Any:
-    """What to read for these CSV files: one path, or the list when there are several."""
+def _target(paths: Sequence[str]) -> Any:
+    """What to read: one path, or the list when there are several."""
     return list(paths) if len(paths) > 1 else paths[0]
 
 
-def _detect_format(path: Any, storage_options: Mapping[str, Any] | None) -> tuple[str, Any]:
-    """Decide CSV vs Parquet from the suffix or directory contents; return (format, path to read).
+def _detect_format(path: Any, storage_options: Mapping[str, Any] | None, name: str | None = None) -> tuple[Any, Any]:
+    """The input's format (``name``, else guessed from the suffix or the folder's files; Parquet when nothing
+    says otherwise) and what to read: ``(InputFormat, path, glob or list of files)``.
 
     Every data file is read: a folder (or glob, or list) of CSV files with different compressions
-    (``a.csv`` + ``b.csv.gz``) is read as one table; Parquet mixed with CSV is refused, naming files.
+    (``a.csv`` + ``b.csv.gz``) is read as one table; files of two formats in one input are refused, naming files.
     """
     import fsspec
 
     so = dict(storage_options or {})
     paths = [str(p) for p in path] if isinstance(path, (list, tuple)) else [str(path)]
     _refuse_mixed(_source_str(path), paths)
-    first = paths[0].lower()
-    if first.endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES):
+    given = get_format(name) if name is not None else None
+    guessed = _kind(paths[0])
+    if guessed is not None:
         for p in paths:  # a missing file or an empty glob: one clear line, not a reader's traceback
             fs, _, found = fsspec.get_fs_token_paths(p, storage_options=so)
             if not found or not fs.exists(found[0]):
                 raise DataError(f"input {p!r} " + ("matches no file" if any(ch in p for ch in "*?[") else
                                                    "does not exist"))
-        return ("csv" if _kind(first) == "csv" else "parquet"), paths if len(paths) > 1 else paths[0]
+        return given or guessed, _target(paths)
     fs, _, resolved = fsspec.get_fs_token_paths(paths[0], storage_options=so)
     if len(paths) == 1 and not any(ch in paths[0] for ch in "*?[") and fs.isdir(resolved[0]):
         names = [str(p) for p in fs.ls(resolved[0], detail=False)]
         _refuse_mixed(paths[0], names)
-        csvs = sorted(n for n in names if _kind(n) == "csv")
-        if csvs:
-            base = paths[0].rstrip("/")
-            return "csv", _csv_target([f"{base}/{_base(n)}" for n in csvs])
-        return "parquet", paths[0]
+        fmt = given or next((f for f in map(_kind, names) if f is not None and "partitioned" not in f.abilities),
+                            None) or get_format(DEFAULT_FORMAT)
+        return fmt, fmt.folder_target(paths[0], [_base(n) for n in names])
     if len(paths) == 1 and any(ch in paths[0] for ch in "*?["):
         matches = sorted(str(m) for m in resolved)  # fsspec expanded the glob
         _refuse_mixed(paths[0], matches)
-        if matches and all(_kind(m) == "csv" for m in matches):
-            return "csv", _csv_target([_full(fs, m) for m in matches])
+        kinds = {getattr(_kind(m), "name", None) for m in matches}
+        fmt = given or (_kind(matches[0]) if matches and len(kinds) == 1 and None not in kinds else None)
+        if fmt is not None and "partitioned" not in fmt.abilities:
+            return fmt, _target([full_path(fs, m) for m in matches])
     if not fs.exists(resolved[0]) and not fs.glob(resolved[0]):
         raise DataError(f"input {paths[0]!r} does not exist")
-    return "parquet", paths if len(paths) > 1 else paths[0]
+    return given or get_format(DEFAULT_FORMAT), _target(paths)
 
 
 def missing_filesystem(path: Any, e: ImportError) -> str:
@@ -448,64 +446,6 @@ def missing_filesystem(path: Any, e: ImportError) -> str:
     return f"reading {protocol}:// paths needs a package that is not installed: {hint}"
 
 
-def _csv_options(name: str) -> dict[str, Any]:
-    """Reader options of one CSV file from its suffix: separator (``.tsv``) and compression."""
-    low = name.lower()
-    comp = next((c for suf, c in _COMPRESSION.items() if low.endswith(suf)), None)
-    return {"sep": "\t" if low.endswith(".tsv") else ",", "compression": comp}
-
-
-def _csv_files(target: Any, storage_options: Mapping[str, Any] | None) -> list[str]:
-    """Every CSV file a target names (globs expanded), in reading order."""
-    import fsspec
-
-    files = fsspec.open_files(target if isinstance(target, list) else [target], mode="rb",
-                              **dict(storage_options or {}))
-    if not files:
-        raise DataError(f"input {_source_str(target)!r} matches no CSV file")
-    return [_full(f.fs, f.path) for f in files]
-
-
-def _full(fs: Any, path: str) -> str:
-    """A path readers and messages understand: plain for local files, with its protocol otherwise."""
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return path if "file" in protocols or "local" in protocols else fs.unstrip_protocol(path)
-
-
-def _one_csv_header(name: str, storage_options: Mapping[str, Any] | None) -> list[str]:
-    """Column names of one CSV file (its header line; an empty or unreadable file is a DataError)."""
-    import fsspec
-
-    opts = _csv_options(name)
-    try:
-        with fsspec.open(name, mode="rb", compression=opts["compression"], **dict(storage_options or {})) as f:
-            head = pd.read_csv(f, nrows=1, header=None, sep=opts["sep"], dtype=str, keep_default_na=False)
-            return [str(c) for c in head.iloc[0].tolist()]  # as written: pandas would rename a repeated name
-    except pd.errors.EmptyDataError:
-        raise DataError(f"input file {name!r} is empty: a CSV file needs a header line naming its columns") from None
-    except (OSError, EOFError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as e:
-        raise DataError(f"input file {name!r} is not a readable CSV file: {_one_line(e)}") from None
-
-
-def _one_parquet_schema(fs: Any, name: str) -> list[str]:
-    """Column names of one Parquet file from its footer (an unreadable file is a DataError naming it)."""
-    import pyarrow.parquet as pq
-
-    try:
-        with fs.open(name, mode="rb") as f:
-            return [str(c) for c in pq.read_schema(f).names]
-    except (OSError, ValueError, EOFError) as e:  # pyarrow.ArrowInvalid is a ValueError
-        raise DataError(f"input file {name!r} is not a readable Parquet file: {_one_line(e)}") from None
-
-
-def _one_line(e: BaseException) -> str:
-    """A reader's error text in one line, without Dask's wrapper and a repeated file name."""
-    text = str(e) or type(e).__name__
-    text = text.split("Original Message:", 1)[-1]
-    text = " ".join(text.split())
-    return text[:300]
-
-
 def _reader_text(e: BaseException) -> str:
     """A reader's error in one line, without anything of the data (a decoding error quotes the bytes)."""
     if isinstance(e, UnicodeDecodeError):
@@ -515,10 +455,10 @@ def _reader_text(e: BaseException) -> str:
 
 def unreadable_input(e: BaseException) -> str | None:
     """One line for an input error found while partitions were read, naming the file where it can be found, else
-    None. A DataError of the encoding kernel is located (:func:`locate_error`); an error raised while a
-    Parquet/CSV reader decoded a file's pages (a damaged or truncated file whose footer still parses) names the
-    file that does not read (:func:`locate_damaged`). Read off the exception and its traceback (local or a
-    worker's), so it serves every job kind; neither line holds a data value."""
+    None. A DataError of the encoding kernel is located (:func:`locate_error`); an error raised while a format's
+    reader decoded a file's pages (a damaged or truncated file whose footer still parses) names the file that
+    does not read (:func:`locate_damaged`). Read off the exception and its traceback (local or a worker's), so
+    it serves every job kind; neither line holds a data value."""
     import traceback
 
     if isinstance(e, DataError):
@@ -528,8 +468,8 @@ def unreadable_input(e: BaseException) -> str | None:
     if not isinstance(e, (OSError, ValueError, EOFError)):
         return None
     frames = traceback.extract_tb(e.__traceback__)
-    if not any(f"pyarrow{os.sep}parquet" in fr.filename or fr.filename.endswith(("_parquet.pyx", "_csv.pyx"))
-               or f"pandas{os.sep}io{os.sep}parsers" in fr.filename for fr in frames):
+    readers = loaded_formats()
+    if not any(fmt.reader_frame(fr.filename) for fr in frames for fmt in readers):
         return None
     return locate_damaged() or (f"input data: a file could not be read ({_reader_text(e)}); it is damaged or "
                                 "truncated: rewrite or replace it")
@@ -539,7 +479,7 @@ def unreadable_input(e: BaseException) -> str | None:
 # A partition does not know which file it came from (Dask's readers do not say), so an error names the input;
 # the error path then reads the column again, file by file, a chunk at a time, to name the file and row.
 
-#: inputs opened by this process (newest last): label -> (format, {file: columns}, storage options)
+#: inputs opened by this process (newest last): label -> (format name, {file: columns}, storage options)
 _OPENED: OrderedDict[str, tuple[str, dict[str, list[str]], dict[str, Any]]] = OrderedDict()
 _OPENED_MAX = 16
 #: how long the error path may spend reading the input again to name the file and row
@@ -556,19 +496,7 @@ def _remember(label: str, fmt: str, per_file: Mapping[str, list[str]], so: Mappi
 
 def _file_chunks(fmt: str, name: str, columns: Sequence[str] | None, so: Mapping[str, Any]) -> Any:
     """One file's rows as pandas frames of at most ``_CHUNK_ROWS`` rows (only ``columns``; CSV as text)."""
-    import fsspec
-
-    if fmt == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        with fsspec.open(name, mode="rb", **dict(so)) as f:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=_CHUNK_ROWS, columns=columns):
-                yield pa.Table.from_batches([batch]).to_pandas()
-        return
-    opts = _csv_options(name)
-    with fsspec.open(name, mode="rb", compression=opts["compression"], **dict(so)) as f:
-        yield from pd.read_csv(f, sep=opts["sep"], usecols=columns, dtype="string", chunksize=_CHUNK_ROWS)
+    return get_format(fmt).chunks(name, columns, so, _CHUNK_ROWS)
 
 
 def _check_rows(check: tuple[Any, ...], chunk: pd.DataFrame, rule: str) -> None:
@@ -643,40 +571,16 @@ def locate_damaged() -> str | None:
     return None
 
 
-def _parquet_files(target: Any, storage_options: Mapping[str, Any] | None) -> tuple[Any, list[str]]:
-    """The filesystem and every file a Parquet input reads (folders walked for ``.parquet``/``.pq``/``.parq``
-    files, as Dask does; other files there, e.g. a README, are not data)."""
-    import fsspec
-
-    targets = [str(t) for t in target] if isinstance(target, (list, tuple)) else [str(target)]
-    fs, _, _ = fsspec.get_fs_token_paths(targets[0], storage_options=dict(storage_options or {}))
-    out: list[str] = []
-    for t in targets:
-        _, _, found = fsspec.get_fs_token_paths(t, storage_options=dict(storage_options or {}))
-        for p in found:
-            if fs.isdir(p):  # what Dask reads of a folder: every file below it with a Parquet suffix
-                out += sorted(str(f) for f in fs.find(p.rstrip("/")) if str(f).endswith(_PARQUET_SUFFIXES))
-            else:
-                out.append(str(p))
-    return fs, out
-
-
-def _file_columns(fmt: str, target: Any, storage_options: Mapping[str, Any] | None) -> dict[str, list[str]]:
+def _file_columns(fmt: Any, target: Any, storage_options: Mapping[str, Any] | None) -> dict[str, list[str]]:
     """{file: column names} of every file of the input, read from headers / footers only (in parallel)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    if fmt == "csv":
-        files = _csv_files(target, storage_options)
-        read = lambda f: _one_csv_header(f, storage_options)  # noqa: E731
-    else:
-        fs, files = _parquet_files(target, storage_options)
-        read = lambda f: _one_parquet_schema(fs, f)  # noqa: E731
+    files = fmt.files(target, storage_options)
     if not files:
         raise DataError(f"input {_source_str(target)!r} holds no data file")
     with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
-        columns = list(pool.map(read, files))
-    names = files if fmt == "csv" else [_full(fs, f) for f in files]  # as messages and readers name them
-    return dict(zip(names, columns))
+        columns = list(pool.map(lambda f: fmt.columns(f, storage_options), files))
+    return dict(zip(files, columns))
 
 
 def _check_same_columns(per_file: Mapping[str, list[str]], names: Sequence[str], source: str) -> None:
@@ -688,42 +592,25 @@ def _check_same_columns(per_file: Mapping[str, list[str]], names: Sequence[str],
                             "have it); every file must have the same columns")
 
 
-def _csv_header(path: Any, storage_options: Mapping[str, Any] | None) -> list[str]:
-    """Column names from the first CSV file's header (no data read)."""
-    return _one_csv_header(_csv_files(path, storage_options)[0], storage_options)
-
-
-def read_csv(target: Any, *, usecols: Sequence[str] | None = None, dtype: Any = None, blocksize: Any = None,
-             storage_options: Mapping[str, Any] | None = None) -> Any:
-    """A dask DataFrame of CSV files (one path, glob or a list), each read with its own separator and
-    compression; compressed files are read whole (``blocksize=None``, no Dask warning to the user)."""
-    import dask.dataframe as dd
-
-    files = _csv_files(target, storage_options)
-    groups: dict[tuple[str, Any], list[str]] = {}
-    for f in files:
-        o = _csv_options(f)
-        groups.setdefault((o["sep"], o["compression"]), []).append(f)
-    so = {"storage_options": dict(storage_options)} if storage_options else {}
-    frames = []
-    for (sep, comp), group in groups.items():
-        kw: dict[str, Any] = {"sep": sep, "compression": comp, **so}
-        if comp is not None:
-            kw["blocksize"] = None
-        elif blocksize is not None:
-            kw["blocksize"] = blocksize
-        frames.append(dd.read_csv(group, usecols=list(usecols) if usecols is not None else None, dtype=dtype, **kw))
-    return frames[0] if len(frames) == 1 else dd.concat(frames, ignore_index=True)
-
-
 @dataclass(frozen=True)
 class InputInfo:
-    """A Parquet/CSV input as :func:`open_input` found it, from headers and footers only."""
+    """An input as :func:`open_input` found it, from headers and footers only."""
 
-    fmt: str  # "csv" or "parquet"
+    fmt: str  # the format's name ("csv", "parquet", "arrow", ...; see privcube.storage.formats)
     target: Any  # what the reader reads (a path, a glob, a list of files)
     available: list[str]  # the dataset's columns
     label: str  # how messages name it: "file '...'" for one file, "input '...' (N files)" otherwise
+    storage_options: Mapping[str, Any] | None = None
+
+    @property
+    def format(self) -> Any:
+        """The :class:`~privcube.storage.formats.base.InputFormat` that reads it."""
+        return get_format(self.fmt)
+
+    def read(self, columns: Sequence[str] | None, *, blocksize: Any = None, text_dtype: Any = "string") -> Any:
+        """A lazy dask DataFrame of the raw ``columns`` (all when None); a text format's columns are text."""
+        return self.format.open(self.target, columns, blocksize=blocksize, storage_options=self.storage_options,
+                                text_dtype=text_dtype)
 
 
 def _repeated(per_file: Mapping[str, list[str]], needed: Sequence[str] | None) -> tuple[str, str] | None:
@@ -738,20 +625,13 @@ def _repeated(per_file: Mapping[str, list[str]], needed: Sequence[str] | None) -
     return None
 
 
-def open_input(path: Any, storage_options: Mapping[str, Any] | None = None, what: str = "",
-               columns: Sequence[str] | None = None) -> InputInfo:
-    """Format, target, columns and message label of a Parquet/CSV input, from metadata or headers only.
-
-    Every file's header / footer is read: an empty or unreadable file, a file lacking one of ``columns``
-    (default: every column) that the others have, or a header naming one of them twice, is a DataError naming
-    the file. The input is remembered (this process, the last few) so that :func:`locate_error` can name the
-    file and row of a bad value found later, when partitions are encoded."""
-    import dask.dataframe as dd
-
-    prefix = f"{what}: " if what else ""
+def _scan_input(path: Any, storage_options: Mapping[str, Any] | None, prefix: str,
+                fmt_name: str | None) -> tuple[Any, Any, dict[str, list[str]]]:
+    """(format, target, {file: columns}) of an input; DataErrors get ``prefix``, a missing fsspec package or a
+    bad protocol is one DataError line."""
     try:
-        fmt, target = _detect_format(path, storage_options)
-        per_file = _file_columns(fmt, target, storage_options)
+        fmt, target = _detect_format(path, storage_options, fmt_name)
+        return fmt, target, _file_columns(fmt, target, storage_options)
     except DataError as e:
         raise DataError(f"{prefix}{e}") from None
     except ImportError as e:  # an fsspec protocol whose package is not installed (s3://, gs://, ...)
@@ -760,18 +640,28 @@ def open_input(path: Any, storage_options: Mapping[str, Any] | None = None, what
         if "protocol" not in str(e).lower():
             raise
         raise DataError(f"{prefix}input {_source_str(path)!r}: {_one_line(e)}") from None
+
+
+def open_input(path: Any, storage_options: Mapping[str, Any] | None = None, what: str = "",
+               columns: Sequence[str] | None = None, fmt: str | None = None) -> InputInfo:
+    """Format, target, columns and message label of an input, from metadata or headers only; ``fmt`` names
+    its format (``data.format``), else it is guessed from the file names.
+
+    Every file's header / footer is read: an empty or unreadable file, a file lacking one of ``columns``
+    (default: every column) that the others have, or a header naming one of them twice, is a DataError naming
+    the file. The input is remembered (this process, the last few) so that :func:`locate_error` can name the
+    file and row of a bad value found later, when partitions are encoded."""
+    prefix = f"{what}: " if what else ""
+    fmt_obj, target, per_file = _scan_input(path, storage_options, prefix, fmt)
     twice = _repeated(per_file, columns)
     if twice is not None:
         raise DataError(f"{prefix}column {twice[1]!r} appears twice in the header of file {twice[0]!r}; every column "
                         "needs its own name: rename or drop one of them")
     available = list(dict.fromkeys(next(iter(per_file.values()))))
-    if fmt == "parquet":  # the dataset's columns (hive partition columns included) as Dask reads them
-        so = {"storage_options": dict(storage_options)} if storage_options else {}
-        try:
-            probe = dd.read_parquet(target, **so)
-        except (FileNotFoundError, OSError, ValueError) as e:
-            raise DataError(f"{prefix}cannot read Parquet input {_source_str(path)!r}: {_one_line(e)}") from None
-        available = [str(c) for c in probe.columns]
+    try:  # the dataset's columns (hive partition columns included) as the reader reads them
+        available = fmt_obj.dataset_columns(target, storage_options, _source_str(path)) or available
+    except DataError as e:
+        raise DataError(f"{prefix}{e}") from None
     for cols in per_file.values():  # a column only some files have: the check below names a file without it
         # (not pandas' saved index, ``__index_level_N__``: it is the frame's index, not a column)
         available += [c for c in cols if c not in available and not str(c).startswith("__index_level_")]
@@ -782,13 +672,13 @@ def open_input(path: Any, storage_options: Mapping[str, Any] | None = None, what
         raise DataError(f"{prefix}{e}") from None
     files = list(per_file)
     label = f"file {files[0]!r}" if len(files) == 1 else f"input {_source_str(path)!r} ({len(files)} files)"
-    _remember(label, fmt, per_file, storage_options)
-    return InputInfo(fmt, target, available, label)
+    _remember(label, fmt_obj.name, per_file, storage_options)
+    return InputInfo(fmt_obj.name, target, available, label, dict(storage_options) if storage_options else None)
 
 
 def input_columns(path: Any, storage_options: Mapping[str, Any] | None = None,
                   what: str = "", columns: Sequence[str] | None = None) -> tuple[str, Any, list[str]]:
-    """(format, resolved target, column names) of a Parquet/CSV input, from metadata or headers only (see
+    """(format, resolved target, column names) of an input, from metadata or headers only (see
     :func:`open_input`)."""
     info = open_input(path, storage_options, what, columns)
     return info.fmt, info.target, info.available
@@ -801,37 +691,28 @@ def open_table(
     *,
     blocksize: int | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    fmt: str | None = None,
 ) -> EncodedTable:
-    """Lazily open Parquet/CSV data (file, directory, glob or fsspec URL) encoded by ``schema``.
+    """Lazily open an input (file, directory, glob or fsspec URL; format ``fmt`` or guessed) encoded by
+    ``schema``.
 
     Only the schema's columns (or ``columns``) are read. A missing column raises DataError now,
     from the file metadata or header; value errors surface when partitions are computed (see
     ``validate``).
     """
-    import dask.dataframe as dd
-
     schema = load_schema(schema)
     if columns is not None:
         schema = schema.project(list(columns))
     names = list(schema.names)
-    info = open_input(path, storage_options, columns=names)
-    fmt, target, available = info.fmt, info.target, info.available
+    info = open_input(path, storage_options, columns=names, fmt=fmt)
     source = _source_str(path)
-    so = {"storage_options": dict(storage_options)} if storage_options else {}
-    absent = [n for n in names if n not in available]
+    absent = [n for n in names if n not in info.available]
     if absent:
         raise DataError(
-            f"column {absent[0]!r} is missing from {source!r}; the data has columns {available[:30]}"
+            f"column {absent[0]!r} is missing from {source!r}; the data has columns {info.available[:30]}"
         )
-    if fmt == "csv":
-        raw = read_csv(target, usecols=names, dtype={n: "string" for n in names}, blocksize=blocksize,
-                       storage_options=storage_options)
-    else:
-        kw: dict[str, Any] = dict(so)
-        if blocksize is not None:
-            kw["blocksize"] = blocksize
-        raw = dd.read_parquet(target, columns=names, **kw)
-    frame = raw.map_partitions(encode_frame, schema, parse_text=(fmt == "csv"), source=info.label,
+    raw = info.read(names, blocksize=blocksize)
+    frame = raw.map_partitions(encode_frame, schema, parse_text=info.format.text_values, source=info.label,
                                meta=empty_codes(schema))
     return EncodedTable(frame, schema, source)
 

@@ -46,13 +46,12 @@ def _relation(a: tuple[str, str], b: tuple[str, str]) -> str | None:
     return None
 
 
-#: what a resolved config holds as ``data.path`` when the data is a DataFrame given in Python (not a file)
-FRAME_PLACEHOLDER = "<DataFrame given in Python>"
-
 
 def input_locations(resolved: Mapping[str, Any]) -> list[str]:
     """The data, schema, domain and link files or folders a resolved config reads (its ``data`` section,
     any depth, and a top-level ``domain`` path): no output may be, contain or lie inside one of them."""
+    from privcube.storage.formats.frame import FRAME_PLACEHOLDER
+
     found: list[str] = []
 
     def walk(node: Any) -> None:

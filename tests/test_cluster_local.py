@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from privcube.core.errors import ConfigError, DataError
-from privcube.graphs.cluster import handle as cluster_mod
-from privcube.graphs.cluster.handle import SCRATCH_PREFIX, private_scratch_dir, remove_scratch_dir, resolve_cluster
+from privcube.graphs.cluster import local as cluster_mod
+from privcube.graphs.cluster.handle import resolve_cluster
+from privcube.graphs.cluster.local import SCRATCH_PREFIX, private_scratch_dir, remove_scratch_dir
 
 LOCAL = {"type": "local", "n_workers": 1, "threads_per_worker": 1, "memory_limit": "512MiB"}
 

@@ -189,3 +189,21 @@ def test_no_import_cycles() -> None:
     graph = {m: {t for t, _ in ts if t in MODULES and t not in packages}
              for m, ts in EDGES.items() if m not in packages}
     assert _cycles(graph) == []
+
+
+#: the driver's root modules (issue 34): the layers below never import them, not even inside a function
+DRIVER_MODULES = {"privcube.api", "privcube.cli", "privcube.config", "privcube.result", "privcube.admission",
+                  "privcube.memory_plan", "privcube.demo"}
+#: layers below the jobs: they are given what they need (a planner, a config section) or find it in core
+BELOW_JOBS = ("privcube.core", "privcube.linalg", "privcube.storage", "privcube.synth", "privcube.postprocess",
+              "privcube.mechanisms", "privcube.report", "privcube.graphs")
+
+
+def test_layers_below_the_jobs_never_import_the_driver() -> None:
+    """Each layer checks its own config section and the cluster layer reads no driver module: nothing in
+    core, linalg, storage, synth, postprocess, mechanisms, report or graphs imports config/api/cli/result/
+    admission/memory_plan/demo (the privacy audit harness, which runs jobs, stands with the jobs)."""
+    below = [m for m in MODULES if m.startswith(BELOW_JOBS) or
+             (m.startswith("privcube.privacy") and m != "privcube.privacy.audit_cases")]
+    bad = sorted(f"{m} -> {t}" for m in below for t, _ in EDGES[m] if t in DRIVER_MODULES)
+    assert below and bad == []

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from privcube import api
-from privcube.config import parse_synthesize
+from privcube.synth.spec import parse_synthesize
 from privcube.core.domain import Domain
 from privcube.core.errors import ConfigError
 from privcube.mechanisms.base import GroupAnswer

@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Hashable
+from pathlib import Path
 from typing import Any
 
 import yaml
+
+from privcube.core.errors import ConfigError
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -80,3 +83,23 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise ValueError(f"duplicate key {k!r}; each key may appear only once in an object")
         out[k] = v
     return out
+
+
+def read_config_file(path: str | Path) -> tuple[dict[str, Any], Path]:
+    """Parse a YAML (or JSON) config file into ``(mapping, the file's folder)``; errors name the file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(p)!r} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {str(p)!r}: {e}") from None
+    try:
+        raw = load_yaml(text)
+    except DuplicateKeyError as e:
+        raise ConfigError(f"config file {str(p)!r}: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {yaml_error_line(e)}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping at the top level")
+    return raw, p.resolve().parent

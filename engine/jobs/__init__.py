@@ -18,7 +18,8 @@ def mechanism_name(raw: Mapping[str, Any]) -> Any:
 def load_job(config: Any, data: Any = None, *, base: str | Path | None = None) -> JobKind:
     """The job a config describes: a file path, a mapping (relative paths against ``base``, default the
     working folder) or a ``JobConfig``; ``data`` stands in for ``data.path`` (single-table jobs only)."""
-    from privcube.config import JobConfig, read_config_file
+    from privcube.config import JobConfig
+    from privcube.core.yaml_io import read_config_file
     from privcube.jobs.single_table import SingleTableJob
 
     if isinstance(config, JobConfig):

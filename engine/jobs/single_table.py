@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from privcube.config import JobConfig, data_paths, is_frame, load_config
+from privcube.config import JobConfig, load_config
 from privcube.core.errors import ConfigError, PrivcubeError
 from privcube.jobs.kind import JobEnv
 from privcube.mechanisms import get_mechanism
@@ -82,6 +82,9 @@ def with_data(raw: Mapping[str, Any], data: Any) -> dict[str, Any]:
 
 def config_with_data(cfg: JobConfig, data: Any) -> JobConfig:
     """A validated JobConfig whose data location is replaced by ``data``."""
+    from privcube.storage.data_spec import data_paths
+    from privcube.storage.formats.frame import is_frame
+
     if is_frame(data):
         return dataclasses.replace(cfg, data_path=None, data_frame=data)
     return dataclasses.replace(cfg, data_path=data_paths(data, Path(".").resolve()), data_frame=None)
@@ -108,14 +111,14 @@ def open_input(cfg: JobConfig) -> Any:
     if cfg.privacy_unit is not None:
         from privcube.storage.contribution import open_with_id
 
-        return open_with_id(cfg.data_path, cfg.schema, cfg.privacy_unit.id, frame=cfg.data_frame)
+        return open_with_id(cfg.data_path, cfg.schema, cfg.privacy_unit.id, frame=cfg.data_frame, fmt=cfg.data_format)
     if cfg.data_frame is not None:
         from privcube.storage.frames import open_frame
 
         return open_frame(cfg.data_frame, cfg.schema)
     from privcube.storage.ingest import open_table
 
-    return open_table(cfg.data_path, cfg.schema)
+    return open_table(cfg.data_path, cfg.schema, fmt=cfg.data_format)
 
 
 def bounded(table: Any, cfg: JobConfig, noise: Any) -> Any:

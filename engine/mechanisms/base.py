@@ -116,6 +116,36 @@ class Mechanism(ABC):
         self.given_params = frozenset(params)  # the keys the user set (the rest are defaults)
         self.noise_sampler = "continuous"
 
+    @classmethod
+    def check_params(cls, params: Mapping[str, Any]) -> None:
+        """Validate ``params`` as a run would read them (one ConfigError naming the key), without data or a
+        budget: the config layer asks the mechanism instead of knowing its parameters. By default the
+        mechanism is built, since its constructor checks every key and value."""
+        cls(params)
+
+    @classmethod
+    def check_budget(cls, params: Mapping[str, Any], privacy: Any, budget: Any) -> None:
+        """Refuse (ConfigError) a privacy budget, as written (``privacy``) and parsed (``budget``), that these
+        parameters cannot spend as the user asked; every budget passes by default."""
+
+    @classmethod
+    def configured_params(cls, params: Mapping[str, Any], postprocess: Any) -> dict[str, Any]:
+        """The parameters a job runs with, given its post-processing spec (a default may follow it); by default
+        the parameters as given."""
+        return dict(params)
+
+    @classmethod
+    def report_sections(cls) -> dict[str, Any]:
+        """What ``privcube report`` shows for a run of this mechanism (the report asks this instead of testing
+        names): ``plan_note``, why a run has no data-free plan (None when :meth:`plan` gives one);
+        ``budget``, the section showing how the budget was divided (``budget``: the generic split per
+        measurement or ledger charge; ``trace``: the mechanism's selection trace, per round);
+        ``residual_rho``, how the ρ of one residual measurement of its plan is read (``p_tau``:
+        p_τ/(2σ²) with p_τ = Π(n_i−1)/n_i; ``sigma``: 1/(2σ²))."""
+        adaptive = getattr(cls.plan, "__func__", cls.plan) is Mechanism.plan
+        note = f"{cls.name} is adaptive: its error depends on the data, so there is no data-free plan"
+        return {"plan_note": note if adaptive else None, "budget": "budget", "residual_rho": "sigma"}
+
     def use_noise_sampler(self, sampler: str) -> None:
         """Declare the run's noise sampler before planning: ``discrete`` is refused (ConfigError) by
         mechanisms whose measurements are not integer-valued, and changes the accounting of others."""

@@ -181,6 +181,11 @@ class ResidualPlanner(Mechanism):
     PARAMS = {"objective": "sum", "neighbours": "add-remove"}
     INTEGER_MEASUREMENTS = True  # noise is added to the exact marginal μ_τ, then decomposed
 
+    @classmethod
+    def report_sections(cls) -> dict[str, Any]:
+        """A residual measurement at noise σ_τ² costs ρ_τ = p_τ/(2σ_τ²) (continuous noise)."""
+        return {**super().report_sections(), "residual_rho": "p_tau"}
+
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:
         super().__init__(params)
         obj = self.params["objective"]

@@ -6,16 +6,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from privcube.core.errors import ConfigError
+from privcube.core.params import Param
 
 #: pgm: the graphical model that best explains the measurements (default; issue 32); grem-lnn: ADMM on the
 #: residual-basis least squares with local non-negativity; dykstra: alternating weighted projections; wls:
 #: consistent least squares, then the least lift to ≥ 0.
 METHODS = ("pgm", "grem-lnn", "dykstra", "wls")
 DEFAULT_METHOD = "pgm"
-KEYS = ("method", "integer", "max_iterations", "tolerance", "model_cells")
 #: per method: (max_iterations, tolerance); pgm's tolerance is in standard deviations of the loss's noise
 DEFAULTS = {"pgm": (1000, 1e-3), "grem-lnn": (300, 1e-4), "dykstra": (300, 1e-4), "wls": (300, 1e-4)}
 DEFAULT_MODEL_CELLS = 1_000_000
+#: the keys of a ``postprocess`` mapping (None: the method's default, see DEFAULTS)
+PARAMS: dict[str, Param] = {
+    "method": Param(DEFAULT_METHOD, " | ".join(METHODS), "how the noisy marginals are made consistent and >= 0"),
+    "integer": Param(False, "bool", "round the published answers to integers"),
+    "max_iterations": Param(None, "int >= 1", "iteration cap (default: 1000 for pgm, else 300)"),
+    "tolerance": Param(None, "number in (0, 1)", "stopping tolerance (default: 1e-3 for pgm, in noise standard "
+                                                 "deviations; else 1e-4)"),
+    "model_cells": Param(DEFAULT_MODEL_CELLS, "int >= 2", "pgm only: the graphical model's public cell budget"),
+}
+KEYS = tuple(PARAMS)
 
 
 @dataclass(frozen=True)

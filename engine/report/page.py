@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from privcube.report.markup import esc
-from privcube.report.rundata import Planner, RunData, load_run
+from privcube.report.rundata import RunData, load_run
 
 CSS = """
 body{font-family:"DejaVu Sans","Liberation Sans",Arial,Helvetica,sans-serif;margin:0 auto;max-width:1100px;
@@ -43,12 +45,12 @@ def _sections(run: RunData) -> list[tuple[str, str, str]]:
     return [p for p in parts if p[2]]
 
 
-def render_report(run_dir: str | Path, planner: Planner | None = None) -> str:
-    """The report of a finished run folder as one self-contained HTML document (no external resources).
-    ``planner`` (the driver's data-free plan of a config) recomputes a plan the run did not store."""
-    from privcube.core import __version__
+def render_report(run_dir: str | Path, *, replan: Callable[[dict[str, Any]], Any] | None = None) -> str:
+    """The report of a finished run folder as one self-contained HTML document (no external resources);
+    ``replan`` recomputes a plan the run did not store (see :func:`privcube.report.rundata.load_run`)."""
+    from privcube import __version__
 
-    run = load_run(run_dir, planner)
+    run = load_run(run_dir, replan)
     parts = _sections(run)
     nav = "".join(f'<a href="#{esc(a)}">{esc(t)}</a>' for a, t, _ in parts)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -64,11 +66,11 @@ def render_report(run_dir: str | Path, planner: Planner | None = None) -> str:
             f"<nav>{nav}</nav>{''.join(html for _, _, html in parts)}</body></html>\n")
 
 
-def write_report(run_dir: str | Path, planner: Planner | None = None) -> Path:
+def write_report(run_dir: str | Path, *, replan: Callable[[dict[str, Any]], Any] | None = None) -> Path:
     """Render the report of ``run_dir`` and write ``run_dir/report.html`` atomically; returns its path."""
     from privcube.core.atomic import atomic_write_text
 
-    html = render_report(run_dir, planner)
+    html = render_report(run_dir, replan=replan)
     target = Path(run_dir) / "report.html"
     atomic_write_text(target, html)
     return target

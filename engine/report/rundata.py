@@ -2,14 +2,17 @@
 
 The data-free plan is taken from ``report.json['expected_error']``; when a run did not store it, it is
 recomputed from the saved config (domain from ``config.yaml``'s ``resolved`` section; no data is read) by
-the planner the driver hands in (the report sits below the driver and does not import it).
+the planner the driver passes in (``replan``) or registers (:func:`register_planner`). What a mechanism's
+runs show (a plan or why none, which budget section) is asked of the mechanism
+(``Mechanism.report_sections``), never decided by its name here.
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,8 +21,29 @@ import yaml
 from privcube.core.errors import PrivcubeError, RunDirectoryError
 
 COMPLETE_MARKER = ".complete"
-#: the driver's data-free plan of a config mapping, as ``PlanSummary.to_dict()`` (``privcube.api.plan``)
-Planner = Callable[[dict[str, Any]], dict[str, Any]]
+#: what the report shows for a run whose mechanism is not known here (see ``Mechanism.report_sections``)
+DEFAULT_SECTIONS: dict[str, Any] = {"plan_note": None, "budget": "budget", "residual_rho": "sigma"}
+#: the data-free planner ``config mapping -> PlanSummary`` the driver registers (privcube.api.plan)
+_PLANNER: list[Callable[[dict[str, Any]], Any]] = []
+
+
+def register_planner(planner: Callable[[dict[str, Any]], Any]) -> None:
+    """Set the planner that recomputes a plan a run did not store (the driver's ``plan``; the report cannot
+    import the driver, which sits above it)."""
+    _PLANNER[:] = [planner]
+
+
+def mechanism_sections(name: Any) -> dict[str, Any]:
+    """What the report shows for runs of mechanism ``name``, as the mechanism declares it."""
+    from privcube.core.errors import ConfigError
+    from privcube.mechanisms import REGISTRY, get_mechanism
+
+    if not isinstance(name, str) or name not in REGISTRY:
+        return dict(DEFAULT_SECTIONS)
+    try:
+        return {**DEFAULT_SECTIONS, **get_mechanism(name).report_sections()}
+    except ConfigError:  # a mechanism not available in this build
+        return dict(DEFAULT_SECTIONS)
 
 
 @dataclass
@@ -39,6 +63,11 @@ class RunData:
         return str(self.report.get("mechanism") or _mechanism_name(self.config) or "unknown")
 
     @property
+    def sections(self) -> dict[str, Any]:
+        """What the mechanism says its runs show (``Mechanism.report_sections``)."""
+        return mechanism_sections(self.mechanism)
+
+    @property
     def mechanism_report(self) -> dict[str, Any]:
         mr = self.report.get("mechanism_report")
         return mr if isinstance(mr, dict) else {}
@@ -52,8 +81,9 @@ class RunData:
         return sorted((self.path / "synthetic" / "records").glob("*.parquet"))
 
 
-def load_run(path: str | Path, planner: Planner | None = None) -> RunData:
-    """Read a finished run folder; a missing or unfinished one is a one-line ``RunDirectoryError``."""
+def load_run(path: str | Path, replan: Callable[[dict[str, Any]], Any] | None = None) -> RunData:
+    """Read a finished run folder; a missing or unfinished one is a one-line ``RunDirectoryError``. ``replan``
+    recomputes a plan the run did not store (default: the registered planner)."""
     p = Path(path)
     if not p.is_dir():
         raise RunDirectoryError(f"run directory {str(p)!r} does not exist")
@@ -66,28 +96,27 @@ def load_run(path: str | Path, planner: Planner | None = None) -> RunData:
     index = _read_json(p / "answers" / "index.json") if (p / "answers" / "index.json").exists() else {}
     plan, note = report.get("expected_error"), ""
     if not isinstance(plan, dict):
-        plan, note = recompute_plan(config, planner)
+        plan, note = recompute_plan(config, replan)
     return RunData(p, config, ledger, report, plan, note, list(index.get("groups") or []))
 
 
-def recompute_plan(config: dict[str, Any], planner: Planner | None = None) -> tuple[dict[str, Any] | None, str]:
-    """The data-free plan of a batch run from its saved config, or ``None`` and why there is none."""
-    name = _mechanism_name(config)
-    if name == "relational":
-        return None, ("relational: the links are learned adaptively, so their error depends on the data; the "
-                      "tables' data-free plan (expected RMSE per table and marginal) is what `privcube plan "
-                      "RUN/config.yaml` prints")
-    if name == "aim-grem":
-        return None, f"{name} is adaptive: its error depends on the data, so there is no data-free plan"
+def recompute_plan(config: dict[str, Any], replan: Callable[[dict[str, Any]], Any] | None = None
+                   ) -> tuple[dict[str, Any] | None, str]:
+    """The data-free plan of a batch run from its saved config (by ``replan``, default: the registered
+    planner), or ``None`` and why there is none (the mechanism says when it has none)."""
+    note = mechanism_sections(_mechanism_name(config))["plan_note"]
+    if note:
+        return None, note
     resolved = config.get("resolved") if isinstance(config.get("resolved"), dict) else {}
     if not resolved.get("domain"):
         return None, "the saved config has no resolved domain, so the plan cannot be recomputed"
     raw = {k: v for k, v in config.items() if k not in ("resolved", "cluster", "output", "synthesize", "data")}
     raw["data"] = {"domain": resolved["domain"]}
-    if planner is None:
-        return None, "the run did not store its plan and this report was drawn without a planner (`privcube report` recomputes it)"
+    replan = replan or (_PLANNER[0] if _PLANNER else None)
+    if replan is None:
+        return None, "the plan could not be recomputed: no planner was given (privcube.api registers one)"
     try:
-        return planner(raw), "recomputed from the saved config (not stored by the run)"
+        return replan(raw).to_dict(), "recomputed from the saved config (not stored by the run)"
     except PrivcubeError as e:
         return None, f"the plan could not be recomputed: {e}"
 

@@ -64,19 +64,19 @@ def _measurement_rho(run: RunData) -> tuple[list[str], list[float], str] | None:
         return None
     domain = (run.config.get("resolved") or {}).get("domain") or {}
     lattice = run.config.get("noise_sampler") == "discrete"
+    p_tau = run.sections["residual_rho"] == "p_tau" and not lattice  # the mechanism says how ρ is read
     labels, rho = [], []
     for m in meas:
         tau = list(m["residual"])
         if "rho" in m:
             r = float(m["rho"])
-        elif run.mechanism == "residual-planner" and not lattice and all(a in domain for a in tau):
+        elif p_tau and all(a in domain for a in tau):
             r = math.prod((domain[a] - 1) / domain[a] for a in tau) / (2 * m["sigma2"])  # p_∅ = 1
         else:
             r = 1.0 / (2 * m["sigma2"])
         labels.append(",".join(tau) or "(total)")
         rho.append(r)
-    how = ("ρ_τ = p_τ/(2σ_τ²), p_τ = Π(n_i−1)/n_i" if run.mechanism == "residual-planner" and not lattice
-           else "ρ = 1/(2σ²) per measurement")
+    how = "ρ_τ = p_τ/(2σ_τ²), p_τ = Π(n_i−1)/n_i" if p_tau else "ρ = 1/(2σ²) per measurement"
     mech = run.config.get("mechanism") if isinstance(run.config.get("mechanism"), dict) else {}
     if mech.get("neighbours") == "substitution":
         how += "; these are add/remove shares: with substitution neighbours the ledger's ρ is the joint cost"
@@ -94,8 +94,8 @@ def _charge_rho(run: RunData) -> tuple[list[str], list[float], str] | None:
 
 def budget_split(run: RunData) -> str:
     """How the budget is divided: ρ per measurement (batch plans) or per ledger charge."""
-    if run.mechanism == "aim-grem":
-        return ""  # the selection trace below is the per-round split
+    if run.sections["budget"] != "budget":
+        return ""  # the mechanism's own section (e.g. AIM+GReM's selection trace) is the split
     split = _measurement_rho(run) or _charge_rho(run)
     if split is None:
         return ""

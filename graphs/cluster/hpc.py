@@ -51,21 +51,50 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from privcube.core.errors import ConfigError
+from privcube.core.params import Param
+from privcube.graphs.cluster.kind import ClusterKind
 
 HPC_TYPES = ("slurm", "pbs")
-COMMON_KEYS = frozenset({
-    "type", "cores", "memory", "processes", "jobs", "adapt", "queue", "account", "walltime",
-    "job_name", "job_extra_directives", "job_script_prologue", "job_directives_skip",
-    "worker_extra_args", "local_directory", "log_directory", "interface", "python", "death_timeout",
-    "scheduler_options", "shared_temp_directory", "startup_timeout",
-})
+DEFAULT_STARTUP_TIMEOUT = 3600.0
+#: the options of both batch systems (``cluster.<key>``)
+HPC_OPTIONS: dict[str, Param] = {
+    "cores": Param(None, "int >= 1", "cores per batch job (required unless set in the jobqueue.<type> dask config)"),
+    "memory": Param(None, "size such as 32GB", "memory per batch job (required unless set in the jobqueue.<type> "
+                                               "dask config)"),
+    "processes": Param(None, "int >= 1", "worker processes per job (at most cores; default: dask-jobqueue's)"),
+    "jobs": Param(1, "int >= 0", "batch jobs submitted (a fixed size; --workers sets it)"),
+    "adapt": Param(None, "{minimum_jobs, maximum_jobs}", "adapt the job count between these bounds instead of jobs"),
+    "queue": Param(None, "text", "the queue (Slurm partition) the jobs go to"),
+    "account": Param(None, "text", "the account the jobs are charged to"),
+    "walltime": Param(None, "time such as '02:00:00'", "each job's walltime (quote it in YAML)"),
+    "job_name": Param(None, "text", "the jobs' name"),
+    "job_extra_directives": Param(None, "list of text", "extra #SBATCH / #PBS directives"),
+    "job_script_prologue": Param(None, "list of text", "shell lines a job runs before its workers start"),
+    "job_directives_skip": Param(None, "list of text", "directives dask-jobqueue would write that are left out"),
+    "worker_extra_args": Param(None, "list of text", "extra arguments of each worker"),
+    "local_directory": Param(None, "path on the nodes", "parent of each job's private work folder (default: "
+                                                        "$TMPDIR or /tmp)"),
+    "log_directory": Param(None, "path", "where the jobs write their output"),
+    "interface": Param(None, "network interface", "the interface workers and scheduler talk over, e.g. ib0"),
+    "python": Param(None, "path", "the Python that runs the workers on the nodes"),
+    "death_timeout": Param(None, "seconds", "a worker that cannot reach the scheduler this long exits"),
+    "scheduler_options": Param(None, "{host, port, interface, dashboard_address, protocol}",
+                               "options of the scheduler (it runs in this process)"),
+    "shared_temp_directory": Param(None, "path", "a private folder every node reads, for tls: auto's temporary "
+                                                 "certificates (default: the current folder)"),
+    "startup_timeout": Param(DEFAULT_STARTUP_TIMEOUT, "seconds", "how long to wait for the first worker (jobs "
+                                                                 "may queue)"),
+}
+SLURM_OPTIONS = {"job_cpu": Param(None, "int >= 1", "CPUs requested per job"),
+                 "job_mem": Param(None, "size", "memory requested per job (default: memory)")}
+PBS_OPTIONS = {"resource_spec": Param(None, "text", "the job's resource request, e.g. select=1:ncpus=8:mem=32GB")}
+COMMON_KEYS = frozenset({"type", *HPC_OPTIONS})
 SECURITY_KEYS = frozenset({"security", "allow_insecure"})  # read by privcube.graphs.cluster.security
-TYPE_KEYS = {"slurm": frozenset({"job_cpu", "job_mem"}), "pbs": frozenset({"resource_spec"})}
+TYPE_KEYS = {"slurm": frozenset(SLURM_OPTIONS), "pbs": frozenset(PBS_OPTIONS)}
 SCHEDULER_OPTION_KEYS = frozenset({"host", "port", "interface", "dashboard_address", "protocol"})
 ADAPT_KEYS = frozenset({"minimum_jobs", "maximum_jobs"})
 PLACEHOLDER_ADDRESS = "tcp://<scheduler-address>:8786"
 TLS_PLACEHOLDER_ADDRESS = "tls://<scheduler-address>:8786"
-DEFAULT_STARTUP_TIMEOUT = 3600.0
 SCHEDULER_DASHBOARD = "127.0.0.1:8787"
 WORKER_DASHBOARD_ARGS = ["--dashboard-address", "127.0.0.1:0"]
 _DASHBOARD_FLAGS = ("--dashboard-address", "--dashboard", "--no-dashboard")
@@ -464,13 +493,58 @@ def job_script(spec: Mapping[str, Any], *, scheduler_address: str | None = None,
     return job.job_script()
 
 
+class _JobqueueKind(ClusterKind):
+    """A batch system's cluster (dask-jobqueue): the scheduler here, the workers in batch jobs."""
+
+    abilities = frozenset({"starts-workers", "workers-flag", "tls", "batch-jobs"})
+    WORKERS_FIRST = True  # --workers is the job count, replacing the section's jobs or adapt before the check
+
+    def validate(self, options: dict[str, Any], security: Any = None) -> None:
+        validate_hpc_spec({"type": self.name, **options})
+
+    def with_workers(self, options: dict[str, Any], workers: int) -> tuple[str, dict[str, Any]]:
+        out = {**options, "jobs": workers}
+        out.pop("adapt", None)
+        return self.name, out
+
+    def open(self, handle: Any) -> Any:
+        """Start the scheduler, submit the jobs (refused before any job if the scheduler address is not
+        secure enough) and wait for the first worker: its memory limit sizes the data passes."""
+        from privcube.graphs.cluster.security import check_address_security, client_kwargs
+
+        extra = {"security": handle.security, "protocol": "tls://"} if handle.security is not None else {}
+        handle.cluster = jobqueue_cluster_from_spec(
+            {"type": self.name, **handle.options}, **extra,
+            check_address=lambda a: check_address_security(a, handle.security, handle.allow_insecure))
+        client = handle._connect(handle.cluster, client_kwargs(handle.security))
+        wait_for_first_worker(handle.cluster, client)
+        return client
+
+
+class SlurmKind(_JobqueueKind):
+    """Workers in Slurm batch jobs (``sbatch``)."""
+
+    name = "slurm"
+    description = "workers in Slurm batch jobs submitted by privcube (dask-jobqueue; pip install 'privcube[hpc]')"
+    OPTIONS = {**HPC_OPTIONS, **SLURM_OPTIONS}
+
+
+class PBSKind(_JobqueueKind):
+    """Workers in PBS batch jobs (``qsub``)."""
+
+    name = "pbs"
+    description = "workers in PBS batch jobs submitted by privcube (dask-jobqueue; pip install 'privcube[hpc]')"
+    OPTIONS = {**HPC_OPTIONS, **PBS_OPTIONS}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m privcube.graphs.cluster.hpc CONFIG``: print the batch script of the first worker job that
     ``privcube run CONFIG`` would submit (the config's ``security`` and ``allow_insecure`` included)."""
     import argparse
 
-    from privcube.config import parse_cluster, read_config_file
     from privcube.core.errors import PrivcubeError
+    from privcube.core.yaml_io import read_config_file
+    from privcube.graphs.cluster.registry import parse_cluster_section
 
     p = argparse.ArgumentParser(prog="python -m privcube.graphs.cluster.hpc",
                                 description="Print the dask-jobqueue worker job script for a job config.")
@@ -480,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         raw, base = read_config_file(args.config)
-        spec = parse_cluster(raw, base)
+        spec = parse_cluster_section(raw.get("cluster"), base)
         sys.stdout.write(job_script(spec, scheduler_address=args.scheduler_address))
         sys.stdout.write("\n")
     except PrivcubeError as e:

@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from privcube.core.errors import ConfigError
+from privcube.core.params import REQUIRED, Param
+from privcube.graphs.cluster.kind import ClusterKind
 
 API_VERSION = "kubernetes.dask.org/v1"
 SCHEDULER_PORT = 8786
@@ -70,12 +72,32 @@ _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 _SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 
-KUBERNETES_KEYS = frozenset({
-    "type", "name", "image", "namespace", "n_workers", "resources", "scheduler_resources", "env",
-    "worker_threads", "worker_memory_limit", "image_pull_policy", "image_pull_secrets",
-    "service_account", "node_selector", "tolerations", "volumes", "volume_mounts", "idle_timeout",
-    "scheduler_service_type", "resource_timeout", "job", "security", "allow_insecure", "tls_secret",
-})
+#: the options of a kubernetes section (``cluster.<key>``)
+KUBERNETES_OPTIONS: dict[str, Param] = {
+    "name": Param("privcube", "DNS label", "the DaskCluster's name (from a laptop, default: privcube-<random>)"),
+    "image": Param(REQUIRED, "image", "the container image with privcube installed (see deploy/docker)"),
+    "namespace": Param(None, "namespace", "the Kubernetes namespace (default: the current one)"),
+    "n_workers": Param(2, "int >= 0", "worker pods (--workers sets it)"),
+    "resources": Param(None, "{requests, limits}", "each worker pod's resources"),
+    "scheduler_resources": Param(None, "{requests, limits}", "the scheduler pod's resources"),
+    "env": Param(None, "{NAME: value} | env list", "environment variables of every pod"),
+    "worker_threads": Param(None, "int >= 1", "threads of each worker"),
+    "worker_memory_limit": Param(None, "size such as 6GB | auto", "each worker's memory limit"),
+    "image_pull_policy": Param("IfNotPresent", " | ".join(_PULL_POLICIES), "when the image is pulled"),
+    "image_pull_secrets": Param(None, "list of text", "Secrets holding the registry's credentials"),
+    "service_account": Param(None, "text", "the pods' service account"),
+    "node_selector": Param(None, "{label: value}", "nodes the pods may run on"),
+    "tolerations": Param(None, "list of mappings", "the pods' tolerations"),
+    "volumes": Param(None, "list of mappings", "volumes of every pod (e.g. the data)"),
+    "volume_mounts": Param(None, "list of mappings", "where the volumes are mounted"),
+    "idle_timeout": Param(0, "seconds", "the scheduler stops after this long idle (0: never)"),
+    "scheduler_service_type": Param("ClusterIP", " | ".join(_SERVICE_TYPES), "the scheduler's Service type"),
+    "resource_timeout": Param(None, "seconds", "how long KubeCluster waits for the resources"),
+    "job": Param(None, "{config, out, args, resources}", "the DaskJob runner: config path, run folder, extra "
+                                                         "arguments, resources"),
+    "tls_secret": Param(None, "Secret name", "an existing Secret with ca.crt, tls.crt and tls.key: TLS"),
+}
+KUBERNETES_KEYS = frozenset({"type", "security", "allow_insecure", *KUBERNETES_OPTIONS})
 JOB_KEYS = frozenset({"config", "out", "args", "resources"})
 
 
@@ -608,6 +630,39 @@ def kube_cluster_from_spec(spec: Mapping[str, Any], **kwargs: Any) -> Any:
     return KubeCluster(**options)
 
 
+class KubernetesKind(ClusterKind):
+    """A DaskCluster started through dask-kubernetes' ``KubeCluster`` (plain tcp:// only: for TLS, render a
+    DaskJob with ``python -m privcube.graphs.cluster.kubernetes CONFIG``)."""
+
+    name = "kubernetes"
+    description = ("a DaskCluster on Kubernetes started from here through dask-kubernetes (pip install "
+                   "'privcube[kubernetes]'); python -m privcube.graphs.cluster.kubernetes renders a DaskJob")
+    abilities = frozenset({"starts-workers", "workers-flag"})
+    OPTIONS = KUBERNETES_OPTIONS
+
+    def validate(self, options: dict[str, Any], security: Any = None) -> None:
+        validate_kubernetes_spec({"type": self.name, **options, **({"security": security} if security is not None
+                                                                   else {})})
+
+    def with_workers(self, options: dict[str, Any], workers: int) -> tuple[str, dict[str, Any]]:
+        return self.name, {**options, "n_workers": workers}
+
+    def check(self, options: dict[str, Any], *, security_spec: Any, security: Any, flag: str | None) -> None:
+        """TLS is refused: KubeCluster talks plain tcp:// to its scheduler."""
+        if security is not None or tls_requested(options):
+            raise ConfigError(
+                "cluster.security.tls (kubernetes): dask-kubernetes' KubeCluster connects to its scheduler over "
+                "plain tcp:// only, so privcube cannot start a TLS cluster from here; render a TLS DaskJob with "
+                "'python -m privcube.graphs.cluster.kubernetes CONFIG | kubectl apply -f -' instead")
+
+    def open(self, handle: Any) -> Any:
+        from privcube.graphs.cluster.security import check_address_security, client_kwargs
+
+        handle.cluster = kube_cluster_from_spec({"type": self.name, **handle.options})
+        check_address_security(handle.cluster.scheduler_address, None, handle.allow_insecure)
+        return handle._connect(handle.cluster, client_kwargs(handle.security))
+
+
 def manifests_to_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
     """Multi-document YAML for ``kubectl apply -f -``; multi-line strings as literal blocks."""
     import yaml
@@ -628,8 +683,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m privcube.graphs.cluster.kubernetes CONFIG [--kind K] [--no-config-map]``: print manifests."""
     import argparse
 
-    from privcube.config import read_config_file
     from privcube.core.errors import PrivcubeError
+    from privcube.core.yaml_io import read_config_file
 
     p = argparse.ArgumentParser(prog="python -m privcube.graphs.cluster.kubernetes",
                                 description="Render dask-operator resources for a job config.")

@@ -125,6 +125,19 @@ class AIMGReM(Mechanism):
                                      # paper's AIM+GReM); a job with postprocess pgm sets its model_cells here
     }
 
+    @classmethod
+    def configured_params(cls, params: Mapping[str, Any], postprocess: Any) -> dict[str, Any]:
+        """AIM's model-size filter at the published model's size when the job post-processes with ``pgm`` and
+        ``model_cells`` is not set, so the published model holds every measurement."""
+        if "model_cells" not in params and postprocess is not None and postprocess.method == "pgm":
+            return {**params, "model_cells": postprocess.model_cells}
+        return dict(params)
+
+    @classmethod
+    def report_sections(cls) -> dict[str, Any]:
+        """Adaptive (no data-free plan); the selection trace shows the budget per round."""
+        return {**super().report_sections(), "budget": "trace"}
+
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:
         """Validate parameters (ConfigError naming the key)."""
         super().__init__(params)

@@ -12,6 +12,7 @@ otherwise the release runs through ``oracle.measure`` next to the data.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -85,6 +86,26 @@ class HDMM(Mechanism):
             v = p[key]
             if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key != "seed" else 0):
                 raise ConfigError(f"hdmm: {key} must be a {'non-negative' if key == 'seed' else 'positive'} integer, got {v!r}")
+
+    @classmethod
+    def check_budget(cls, params: Mapping[str, Any], privacy: Any, budget: PrivacyBudget) -> None:
+        """Refuse ``noise: laplace`` with a budget given as ``{epsilon, delta}``.
+
+        Laplace noise gives pure epsilon-DP and has no use for a delta; the only way to spend an (epsilon, delta)
+        budget with it is through its zCDP reading rho(epsilon, delta) = eps'^2 / 2, i.e. Laplace at eps' (0.17 for
+        epsilon 1, delta 1e-9): far noisier than the epsilon asked for, with nothing said. The user meant one of
+        the two ways out the message names. ``{rho}`` budgets (Laplace at sqrt(2 rho), charged in rho) stay
+        accepted."""
+        if params.get("noise") != "laplace":
+            return
+        if not (isinstance(privacy, Mapping) and "epsilon" in privacy and "delta" in privacy):
+            return
+        eps = budget.epsilon
+        raise ConfigError(f"{cls.name}: noise: laplace gives pure epsilon-DP and has no use for privacy.delta; with "
+                          f"{{epsilon: {eps:g}, delta: {budget.delta:g}}} it would be calibrated to the zCDP reading "
+                          f"of (epsilon, delta), i.e. Laplace noise at epsilon {math.sqrt(2.0 * budget.rho):.2g}, not "
+                          f"{eps:g}: give privacy: {{epsilon: {eps:g}}} alone (Laplace at epsilon {eps:g}, pure DP), "
+                          "or remove noise: laplace (Gaussian noise uses the delta)")
 
     # ------------------------------------------------------------------ noise calibration
     def noise_kind(self, budget: PrivacyBudget) -> str:

@@ -56,12 +56,10 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig, *,
 
         raw, folder = (dict(config), Path(".").resolve()) if isinstance(config, Mapping) else read_config_file(config)
         if mechanism_name(raw) == "relational":
-            from privcube.jobs.relational_plan import plan_relational
-            from privcube.relational_config import load_relational_config
+            from privcube.relational.plan import plan_relational
+            from privcube.relational.report_json import schema_warnings
 
-            from privcube.jobs.relational_report import schema_warnings
-
-            job = load_relational_config(raw, folder)
+            job = load_job(raw, base=folder).job  # type: ignore[attr-defined] - the relational job kind's config
             summary = plan_relational(job, links)
             summary.warnings = schema_warnings(job)  # the run's config warnings (report.json), known before it
             return summary
@@ -226,14 +224,14 @@ def _drive(job: JobKind, inputs: Any, env: JobEnv, client: Any, cluster: Mapping
 
             hold.settle(spent_ledger(job.cfg, measured))  # type: ignore[attr-defined] - single-table jobs only
         job.release(measured, env)
-    summary = job.write(measured, env)
+    ledger, report, result = job.write(measured, env)
     rundir = env.rundir
     with rundir.writing("outputs"):
         rundir.restrict_permissions()
         job.publish(env)
         rundir.mark_complete()
     job.completed(env)
-    return summary
+    return RunSummary(rundir.path, ledger, report, result)
 
 
 def _measure(job: JobKind, source: Any, env: JobEnv) -> Any:

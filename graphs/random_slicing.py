@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from privcube.graphs.scatter import map_tasks
-from privcube.mechanisms.relational.slicing import SliceTask, block_cells, solve_slice
+from privcube.relational.solvers.slicing import SliceTask, block_cells, solve_slice
 
 
 def solve_slices(tasks: Sequence[SliceTask], *, client: Any = None,

@@ -26,16 +26,18 @@ pre{white-space:pre-wrap;font-size:.8em}
 
 def _sections(run: RunData) -> list[tuple[str, str, str]]:
     """(anchor, nav title, html) for each section that has something to show."""
-    from privcube.report import marginals, relational, sections, selection
+    from privcube.relational.report_section import report_sections
+    from privcube.report import marginals, sections, selection
 
+    relational = report_sections(run)
     parts = [("warnings", "Warnings", sections.warnings(run)),
              ("overview", "Overview", sections.overview(run)),
              ("expected-error", "Expected error", sections.expected_error(run)),
-             ("privacy-split", "Privacy split", relational.privacy_split(run)),
+             ("privacy-split", "Privacy split", relational["privacy-split"]),
              ("budget", "Budget split", sections.budget_split(run)),
-             ("dp-error", "DP error", relational.dp_error(run)),
-             ("iterations", "Link iterations", relational.iterations(run)),
-             ("degrees", "Degrees", relational.degrees(run)),
+             ("dp-error", "DP error", relational["dp-error"]),
+             ("iterations", "Link iterations", relational["iterations"]),
+             ("degrees", "Degrees", relational["degrees"]),
              ("trace", "Selection trace", selection.selection_trace(run)),
              ("ledger", "Ledger", sections.ledger(run)),
              ("marginals", "Answers", marginals.published_marginals(run)),

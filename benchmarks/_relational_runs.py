@@ -9,7 +9,7 @@ from typing import Any
 
 def timed_run(ds: dict, params: dict, budgets: dict, seed: int, **kw: Any) -> tuple[Any, float]:
     """(result, wall seconds) of ``run_relational`` on a generated or loaded data set, noise seeded with ``seed``."""
-    from privcube.mechanisms.relational.mechanism import run_relational
+    from privcube.relational.stages.run import run_relational
     from privcube.privacy.noise import NoiseSource
 
     t0 = time.perf_counter()

@@ -28,7 +28,7 @@ def load_job(config: Path = CONFIG, sample_users: int | None = None, folder: Pat
     """The shipped relational job (schemas with explicit bins); ``sample_users`` keeps the first n users
     and their sessions, written as CSV to ``folder`` (the config then points there)."""
     from privcube.config import read_config_file
-    from privcube.relational_config import load_relational_config
+    from privcube.relational.config import load_relational_config
 
     raw, base = read_config_file(config)
     if sample_users is not None:
@@ -52,7 +52,7 @@ def load_job(config: Path = CONFIG, sample_users: int | None = None, folder: Pat
 def load(config: Path = CONFIG) -> dict:
     """Both tables encoded by the shipped schemas (benchmarks/configs/airbnb), with their Domains, and the
     FK links spec, in the shape ``run_relational`` takes."""
-    from privcube.relational_job import read_inputs
+    from privcube.relational.inputs import read_inputs
 
     tables, links = read_inputs(load_job(config))
     return {"tables": tables, "links": links}
@@ -65,10 +65,10 @@ def real_links_floor(ds: dict, res, d_max: int, rng: np.random.Generator) -> flo
     synthetic user with the same codes as that session's real user (else any). What remains is the
     error the synthetic tables alone cause (the "error floor" of the issue).
     """
-    from privcube.mechanisms.relational.degree import enforce_degree
+    from privcube.relational.stages.degree_bound import enforce_degree
     from _real_links import real_positions
-    from privcube.mechanisms.relational.mechanism import table_codes
-    from privcube.mechanisms.relational.workloads import CrossTables, LinkedCodes, average_error, cross_workloads
+    from privcube.relational.stages.resolved_links import table_codes
+    from privcube.relational.stages.cross_workloads import CrossTables, LinkedCodes, average_error, cross_workloads
 
     tables, li, lj = real_positions(ds)
     left, right = ds["links"]["from"].split(".")[0], ds["links"]["to"].split(".")[0]
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = tempfile.TemporaryDirectory(prefix="airbnb-sample-")
     job = load_job(sample_users=a.sample_users, folder=Path(tmp.name))
-    from privcube.relational_job import read_inputs
+    from privcube.relational.inputs import read_inputs
 
     tables, links = read_inputs(job)
     ds = {"tables": tables, "links": links}

@@ -3,8 +3,8 @@
     python benchmarks/relational_degree_bins.py [--trials 5]
 
 For Poisson degrees (capped at d_max) of n records and the Gaussian noise of a degree release (σ from
-``degree_distributions.degree_sigma`` with ρ), release B equal-width bins, read them with
-``degree_distributions.degree_distribution`` (shrunk toward the balanced distribution, spread along the
+``degree_histograms.degree_sigma`` with ρ), release B equal-width bins, read them with
+``degree_histograms.degree_distribution`` (shrunk toward the balanced distribution, spread along the
 interpolated density, tilted to the mean) and print the mean total variation distance to the true distribution
 for each B, the B that ``bin_counts`` picks (σ·√B/n ≤ BIN_NOISE), the best B, and the balanced degrees' distance.
 This is the evidence behind ``BIN_NOISE``.
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=5)
     a = ap.parse_args(argv)
-    from privcube.mechanisms.relational.degree_distributions import (
+    from privcube.relational.stages.degree_histograms import (
         bin_counts,
         bin_edges,
         degree_distribution,

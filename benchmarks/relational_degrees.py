@@ -2,7 +2,7 @@
 
     python benchmarks/relational_degrees.py [--users 10000 100000] [--d-max 20] [--eps-rel 1] [--seeds 0 1 2]
 
-``storage.relational_data.users_sessions_like`` (skewed sessions per user, few repeating codes). For each size
+``relational.example_data.users_sessions_like`` (skewed sessions per user, few repeating codes). For each size
 and seed, the default run and one with ``degree_share: 0`` (no degree release: only the d_max cap) print the
 NON-private average % L1 error over the cross 3-way marginals after and before the degree repair, the random
 links' error, the total variation distance between the real and synthetic children-per-parent distributions,
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     a = ap.parse_args(argv)
     from _relational_runs import load_footer, timed_run
-    from privcube.storage.relational_data import users_sessions_like
+    from privcube.relational.example_data import users_sessions_like
 
     budgets = {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "sessions": {"epsilon": 1.0, "delta": 1e-6}},
                "links": {"epsilon": a.eps_rel, "delta": 1e-6}}

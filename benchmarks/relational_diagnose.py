@@ -34,8 +34,8 @@ def _exact_fit(run, ls0, workloads: list, sigma: float = 0.0, seed: int = 0) -> 
     """Fit ``workloads`` released exactly (``sigma`` 0) from the start ``ls0`` with the product's optimiser;
     with ``sigma`` > 0 each release gets N(0, σ²) per cell (a simulated equal-split measure-all, shrunk as
     the product shrinks). % L1 error."""
-    from privcube.mechanisms.relational import linking
-    from privcube.mechanisms.relational.workloads import average_error
+    from privcube.relational.stages import link_learning
+    from privcube.relational.stages.cross_workloads import average_error
 
     rng = np.random.default_rng(seed)
     ls = copy.deepcopy(ls0)
@@ -50,22 +50,22 @@ def _exact_fit(run, ls0, workloads: list, sigma: float = 0.0, seed: int = 0) -> 
     r2 = copy.copy(run)
     r2.sched, r2.ledger, r2.save, r2.progress = sched, None, (lambda *a: None), None
     r2.p = {**run.p, "refit": True}
-    out = linking.learn_links(r2, ls)
+    out = link_learning.learn_links(r2, ls)
     OPTIMISERS.append(out.history[-1].get("optimiser", "?") if out.history else "-")
     return average_error(run.real, run.syn, out.si, out.sj, _all_w(run))
 
 
 def _all_w(run) -> list:
-    from privcube.mechanisms.relational.workloads import cross_workloads
+    from privcube.relational.stages.cross_workloads import cross_workloads
 
     return cross_workloads(run.syn.dom1, run.syn.dom2, int(run.p["k"]))
 
 
 def instrument(found: dict) -> None:
     """Wrap the mechanism's ``learn_links`` so each run also records the exact-release fits."""
-    from privcube.mechanisms.relational import mechanism
-    from privcube.mechanisms.relational.linking import learn_links
-    from privcube.mechanisms.relational.workloads import average_error
+    from privcube.relational.stages import run as relational_run
+    from privcube.relational.stages.link_learning import learn_links
+    from privcube.relational.stages.cross_workloads import average_error
 
     def wrapped(run, ls):
         ls0 = copy.deepcopy(ls)
@@ -84,7 +84,7 @@ def instrument(found: dict) -> None:
         found["d_sigma"] = run.sched.sigma_of(rho)
         return out
 
-    mechanism.learn_links = wrapped
+    relational_run.learn_links = wrapped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--movies", type=int, default=400, help="MovieLens-shaped generator: movies")
     ap.add_argument("--mean-degree", type=float, default=5.0, help="MovieLens-shaped generator: ratings per user")
     a = ap.parse_args(argv)
-    from privcube.mechanisms.relational.mechanism import run_relational
+    from privcube.relational.stages.run import run_relational
     from privcube.privacy.noise import NoiseSource
 
     extra = {}
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in a.seeds:
         if a.data == "movielens":
             from relational_movielens import transplant_floor
-            from privcube.storage.relational_data import movielens_like
+            from privcube.relational.example_data import movielens_like
 
             ds = movielens_like(a.users, a.movies, 6, d_max=10, mean_degree=a.mean_degree, seed=seed)
             base = {"d_max": 10, "iterations": 12, "workloads_per_iteration": 3, "slice_fraction": 0.5,
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             delta = 1e-5
         else:
             from relational_airbnb import load_job, real_links_floor
-            from privcube.relational_job import read_inputs
+            from privcube.relational.inputs import read_inputs
 
             job = load_job()
             tables, links = read_inputs(job)

@@ -47,7 +47,7 @@ def _twin(real_codes: np.ndarray, syn_codes: np.ndarray, dom, rng: np.random.Gen
 def _floor_inputs(ds: dict, res) -> tuple:
     """(real links' row positions li, lj; real codes r1, r2; synthetic codes s1, s2; domains d1, d2)."""
     from _real_links import real_positions
-    from privcube.mechanisms.relational.mechanism import table_codes
+    from privcube.relational.stages.resolved_links import table_codes
 
     tables, li, lj = real_positions(ds)
     left, right = ds["links"]["left"].split(".")[0], ds["links"]["right"].split(".")[0]
@@ -60,7 +60,7 @@ def _floor_inputs(ds: dict, res) -> tuple:
 
 def _error_on(li, lj, r1, r2, s1, s2, d1, d2, si: np.ndarray, sj: np.ndarray) -> float:
     """Average % L1 over the cross 3-way marginals of links (si, sj) on the synthetic tables, against the real."""
-    from privcube.mechanisms.relational.workloads import CrossTables, LinkedCodes, average_error, cross_workloads
+    from privcube.relational.stages.cross_workloads import CrossTables, LinkedCodes, average_error, cross_workloads
 
     return average_error(LinkedCodes(CrossTables(r1, d1, r2, d2), li, lj), CrossTables(s1, d1, s2, d2), si, sj,
                          cross_workloads(d1, d2, 3))
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="override a mechanism parameter, e.g. --param iterations=20")
     a = ap.parse_args(argv)
     from _relational_runs import load_footer, timed_run
-    from privcube.storage.relational_data import movielens_like
+    from privcube.relational.example_data import movielens_like
 
     print(f"users {a.users}, movies {a.movies}, genres {a.genres}, "
           f"tables: {'identity (non-private)' if a.identity_tables else 'ResidualPlanner + tree synthesizer, eps 1 each'}"

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from distributed import Client, LocalCluster
 
     from privcube.graphs.execution import run_context
-    from privcube.mechanisms.relational.mechanism import run_relational
+    from privcube.relational.stages.run import run_relational
     from privcube.privacy.noise import NoiseSource
 
     t0 = time.perf_counter()

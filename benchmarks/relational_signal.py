@@ -2,7 +2,7 @@
 
     python benchmarks/relational_signal.py [--beta 0 3] [--eps-rel 0.5 1 2] [--seeds 1 2 3] [--param KEY=JSON]
 
-``storage.relational_data.parent_child_like`` (parents: region 4 × size 3; children: kind 3 × device 4 × hour 4;
+``relational.example_data.parent_child_like`` (parents: region 4 × size 3; children: kind 3 × device 4 × hour 4;
 one parent each, ≤ d_max children): ``--beta 0`` draws each child's parent uniformly among those with room (the
 links carry no cross-table signal, so the random start is already the best answer), ``--beta 3`` plants the
 device ↔ region and kind ↔ size dependencies. Prints, per β, ε_rel and seed, the NON-private average % L1 error
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from _relational_runs import load_footer, timed_run
-    from privcube.storage.relational_data import parent_child_like
+    from privcube.relational.example_data import parent_child_like
 
     params = {"d_max": a.d_max, "iterations": 10, "evaluate_nonprivate": True}
     for kv in a.param:

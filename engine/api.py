@@ -35,7 +35,10 @@ from privcube.core.errors import (
 from privcube.jobs import JobEnv, JobKind, load_job
 from privcube.jobs.single_table import add_plan_intervals, build_mechanism, plan_of
 from privcube.mechanisms.base import PlanSummary
-from privcube.report.rundata import register_planner
+from privcube.relational.report_section import RUN_SECTIONS as RELATIONAL_RUN
+from privcube.relational.report_section import report_sections as relational_sections
+from privcube.report.page import register_sections
+from privcube.report.rundata import register_kind, register_planner
 from privcube.result import Result, RunSummary
 
 INPUT_ERRORS = (ConfigError, DataError, DomainError, MemoryLimitError, WorkloadError)
@@ -57,12 +60,10 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig, *,
 
         raw, folder = (dict(config), Path(".").resolve()) if isinstance(config, Mapping) else read_config_file(config)
         if mechanism_name(raw) == "relational":
-            from privcube.jobs.relational_plan import plan_relational
-            from privcube.relational_config import load_relational_config
+            from privcube.relational.plan import plan_relational
+            from privcube.relational.report_json import schema_warnings
 
-            from privcube.jobs.relational_report import schema_warnings
-
-            job = load_relational_config(raw, folder)
+            job = load_job(raw, base=folder).job  # type: ignore[attr-defined] - the relational job kind's config
             summary = plan_relational(job, links)
             summary.warnings = schema_warnings(job)  # the run's config warnings (report.json), known before it
             return summary
@@ -227,14 +228,14 @@ def _drive(job: JobKind, inputs: Any, env: JobEnv, client: Any, cluster: Mapping
 
             hold.settle(spent_ledger(job.cfg, measured))  # type: ignore[attr-defined] - single-table jobs only
         job.release(measured, env)
-    summary = job.write(measured, env)
+    ledger, report, result = job.write(measured, env)
     rundir = env.rundir
     with rundir.writing("outputs"):
         rundir.restrict_permissions()
         job.publish(env)
         rundir.mark_complete()
     job.completed(env)
-    return summary
+    return RunSummary(rundir.path, ledger, report, result)
 
 
 def _measure(job: JobKind, source: Any, env: JobEnv) -> Any:
@@ -354,6 +355,8 @@ def _progress_callback(quiet: bool) -> Any:
 
 
 register_planner(plan)  # ``privcube report`` recomputes a plan a run did not store through the driver
+register_sections(relational_sections)  # a relational run's links sections, drawn by privcube.relational
+register_kind("relational", RELATIONAL_RUN)
 
 __all__ = ["INPUT_ERRORS", "RunSummary", "add_plan_intervals", "build_mechanism", "exact_marginals", "plan", "run",
            "run_job"]

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from privcube.core.domain import Domain
+from privcube.core.config_files import RESOLVED_KEY, check_recorded, resolve_path
 from privcube.core.errors import ConfigError
-from privcube.core.paths import resolve_path
 from privcube.core.workload import Workload, parse_workload
 from privcube.core.yaml_io import read_config_file
 from privcube.privacy.budget import PrivacyBudget
@@ -127,42 +127,6 @@ def load_config(source: str | Path | Mapping[str, Any], *, base_dir: str | Path 
     return cfg
 
 
-RESOLVED_KEY = "resolved"
-
-
-def check_recorded(recorded: Any, now: Mapping[str, Any]) -> None:
-    """Verify the ``resolved`` record of a run folder's ``config.yaml`` against the config resolved now.
-
-    The record is what the run that wrote the file used (domain, privacy, schema, ...); a section that
-    differs (e.g. the domain file changed since) is refused, naming it, rather than silently running
-    with something else. Sections not recorded, or not known, are not checked."""
-    if recorded is None:
-        return
-    if not isinstance(recorded, Mapping):
-        raise ConfigError(f"{RESOLVED_KEY}: expected the mapping a run folder's config.yaml records, got "
-                          f"{type(recorded).__name__}")
-    for key, value in now.items():
-        if key in recorded and not _same(recorded[key], value):
-            raise ConfigError(f"{RESOLVED_KEY}.{key} records a different {key} than the config now gives (edited, "
-                              f"or a file it names changed?); remove the '{RESOLVED_KEY}' section to run with the "
-                              "config as it is now")
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal as plain YAML values, floats to 1e-12 relative (a YAML round trip keeps them exact anyway)."""
-    import math
-
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return list(map(str, a)) == list(map(str, b)) and all(_same(a[k], b[k]) for k in a)  # order: axes
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=0.0) or (a != a and b != b)
-    return a == b
-
-
 def _load_checked(raw: dict[str, Any], base: Path, need_data: bool, frame: Any = None) -> JobConfig:
     """The body of :func:`load_config` once the top-level keys are known: each section is checked by the layer
     it belongs to (the mechanism its parameters and budget, storage ``data``, the synthesizer ``synthesize``,
@@ -212,7 +176,7 @@ def _mechanism_section(raw: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     name = mech["name"]
     if name == "relational":
         raise ConfigError("mechanism 'relational' runs two tables and their links: it has no single-table "
-                          "plan; use `privcube run` (see privcube.jobs.relational)")
+                          "plan; use `privcube run` (see privcube.relational.job)")
     if name not in REGISTRY:
         raise ConfigError(f"mechanism: unknown name {name!r}; known: {', '.join(REGISTRY)}")
     return get_mechanism(name), {k: v for k, v in mech.items() if k != "name"}

@@ -21,11 +21,11 @@ import yaml
 from privcube.core.domain import Domain
 from privcube.core.errors import ConfigError, PrivcubeError
 from privcube.core.params import REQUIRED, Param
-from privcube.core.paths import resolve_path
+from privcube.core.config_files import resolve_path
 from privcube.storage.formats import FORMATS
 from privcube.storage.formats.frame import is_frame
 
-#: the keys of the ``data`` section (``tables``/``links``: a relational job's, see privcube.relational_config)
+#: the keys of the ``data`` section (``tables``/``links``: a relational job's, see privcube.relational.config)
 DATA_PARAMS: dict[str, Param] = {
     "path": Param(REQUIRED, "path | URL | list | DataFrame", "where the rows are: a file, folder, glob or fsspec "
                                                              "URL, a list of them, or from Python a DataFrame"),

@@ -138,7 +138,7 @@ def test_discrete_through_cli_config_for_aim_and_rp(tmp_path) -> None:
 
 def test_a_forwarding_view_of_a_discrete_source_is_recognised() -> None:
     """Relational stage 1 wraps the source in a key-prefixing view: RP must still account for the lattice."""
-    from privcube.mechanisms.relational.composition import PrefixNoise as _PrefixNoise
+    from privcube.relational.stages.composition import PrefixNoise as _PrefixNoise
     from privcube.privacy.discrete import is_discrete
 
     assert is_discrete(_PrefixNoise(DiscreteNoiseSource(seed=1), ("t",)))

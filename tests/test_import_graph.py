@@ -19,11 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"engine": "privcube", "graphs": "privcube.graphs", "storage": "privcube.storage"}
-EXECUTION_FREE = ("privcube.mechanisms", "privcube.synth", "privcube.postprocess")
+EXECUTION_FREE = ("privcube.mechanisms", "privcube.synth", "privcube.postprocess", "privcube.relational")
 #: what the graphs layer must not import: the internals of the layers it executes
-MECHANISM_SIDE = (*EXECUTION_FREE, "privcube.relational")
-#: relational synthesis still builds its own task graphs here until it moves to ``privcube.relational``
-DASK_PENDING = ("privcube.mechanisms.relational",)
+MECHANISM_SIDE = EXECUTION_FREE
 
 
 def _modules() -> dict[str, Path]:
@@ -123,7 +121,7 @@ def test_graphs_import_no_mechanism_internals() -> None:
 
 def test_mechanisms_synthesis_and_postprocess_never_import_dask() -> None:
     bad = sorted(f"{m} -> {t}" for m, ts in EDGES.items()
-                 if m.startswith(EXECUTION_FREE) and not m.startswith(DASK_PENDING)
+                 if m.startswith(EXECUTION_FREE)
                  for t, _ in ts if t in ("dask", "distributed"))
     assert bad == []
 
@@ -203,7 +201,63 @@ def test_layers_below_the_jobs_never_import_the_driver() -> None:
     """Each layer checks its own config section and the cluster layer reads no driver module: nothing in
     core, linalg, storage, synth, postprocess, mechanisms, report or graphs imports config/api/cli/result/
     admission/memory_plan/demo (the privacy audit harness, which runs jobs, stands with the jobs)."""
-    below = [m for m in MODULES if m.startswith(BELOW_JOBS) or
-             (m.startswith("privcube.privacy") and m != "privcube.privacy.audit_cases")]
+    below = [m for m in MODULES if m.startswith((*BELOW_JOBS, "privcube.privacy", "privcube.relational"))]
     bad = sorted(f"{m} -> {t}" for m in below for t, _ in EDGES[m] if t in DRIVER_MODULES)
     assert below and bad == []
+
+
+# --- issue 34: the house's layers ------------------------------------------------------------------------
+
+#: the layers, bottom to top; a package may import its own layer and those below, never above. Top-level
+#: driver modules (api, cli, config, ...) are the top layer and every one of them counts as its own node.
+LAYERS = (
+    ("privcube.core",),
+    ("privcube.linalg", "privcube.privacy"),
+    ("privcube.storage",),
+    ("privcube.synth",),
+    ("privcube.postprocess",),
+    ("privcube.mechanisms",),
+    ("privcube.report",),
+    ("privcube.relational", "privcube.graphs"),
+)
+
+
+def _node(module: str) -> str:
+    """A module's package-level node: ``privcube.<first part>`` (a subpackage, or a top-level module)."""
+    return ".".join(module.split(".")[:2])
+
+
+def _package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {_node(m): set() for m in MODULES}
+    for m, ts in EDGES.items():
+        for t, _ in ts:
+            if t not in ("dask", "distributed") and _node(t) != _node(m):
+                graph[_node(m)].add(_node(t))
+    return graph
+
+
+def test_no_cycle_between_packages() -> None:
+    """Package level, ``__init__`` re-exports and imports inside functions counted: one direction only."""
+    assert _cycles(_package_graph()) == []
+
+
+def test_each_layer_imports_only_itself_and_below() -> None:
+    rank = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
+    top = len(LAYERS)
+    bad = sorted(f"{a} -> {b}" for a, bs in _package_graph().items() for b in bs
+                 if rank.get(a, top) < rank.get(b, top))
+    assert bad == []
+
+
+def test_core_imports_nothing_of_privcube_outside_core() -> None:
+    bad = sorted(f"{m} -> {t}" for m, ts in EDGES.items() if m.startswith("privcube.core")
+                 for t, _ in ts if t.startswith("privcube") and not t.startswith("privcube.core"))
+    assert bad == []
+
+
+def test_no_function_over_80_lines() -> None:
+    long = sorted(f"{module}:{node.name} ({node.end_lineno - node.lineno + 1})"
+                  for module, path in MODULES.items() for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.end_lineno - node.lineno + 1 > 80)
+    assert long == []

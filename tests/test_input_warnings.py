@@ -334,8 +334,8 @@ def test_report_titles_and_wide_charts(tmp_path: Path) -> None:
 
 
 def test_a_large_delta_of_a_relational_part_warns(tmp_path: Path) -> None:
-    from privcube.jobs.relational_report import schema_warnings
-    from privcube.relational_config import load_relational_config
+    from privcube.relational.report_json import schema_warnings
+    from privcube.relational.config import load_relational_config
 
     from test_no_value_in_messages import _relational
 

@@ -14,7 +14,7 @@ from test_relational_job import _o2m_files
 
 from privcube import api
 from privcube.jobs import JobKind, load_job
-from privcube.jobs.relational import RelationalJobKind
+from privcube.relational.job import RelationalJobKind
 from privcube.jobs.single_table import SingleTableJob
 
 ROOT = Path(__file__).resolve().parents[1]

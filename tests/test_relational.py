@@ -10,15 +10,17 @@ import pytest
 from privcube.core.domain import Domain
 from privcube.core.errors import BudgetError, ConfigError, DataError
 from privcube.mechanisms import get_mechanism
-from privcube.mechanisms.relational.degree import enforce_degree
-from privcube.mechanisms.relational.mechanism import Relational, RelationalData, compose_budgets, run_relational
-from privcube.mechanisms.relational.pgd import SliceOperator, box_sum_projector, pgd
-from privcube.mechanisms.relational.slicing import Slice, SliceTask, dense_block, edges_in, solve_slice
-from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, cross_counts, cross_workloads
+from privcube.relational.stages.degree_bound import enforce_degree
+from privcube.relational.stages.composition import compose_budgets
+from privcube.relational.stages.parameters import check_params
+from privcube.relational.stages.run import run_relational
+from privcube.relational.solvers.pgd import SliceOperator, box_sum_projector, pgd
+from privcube.relational.solvers.slicing import Slice, SliceTask, dense_block, edges_in, solve_slice
+from privcube.relational.stages.cross_workloads import CrossTables, CrossWorkload, cross_counts, cross_workloads
 from privcube.privacy.budget import PrivacyBudget
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
-from privcube.storage.relational_data import movielens_like, parent_child_like
+from privcube.relational.example_data import movielens_like, parent_child_like
 
 FAST = {"iterations": 3, "pgd_iters": 30, "d_max": 10}
 # the paper's schedule: T·K k-way measurements, no noise-aware selection, no shrinkage
@@ -139,7 +141,7 @@ def test_bad_inputs(ml: dict, pc: dict) -> None:
     with pytest.raises(ConfigError, match="alpha"):
         run_relational(ml["tables"], ml["links"], {**FAST, "alpha": 1.0}, b, synthetic_tables=syn)
     with pytest.raises(ConfigError, match="unknown parameter"):
-        Relational({"dmax": 3})
+        check_params({"dmax": 3})
     orphan = pc["tables"]["children"][0].copy()
     orphan.loc[3, "parent_id"] = -7
     with pytest.raises(DataError, match="children.parent_id value in row 3 is not a key"):
@@ -179,18 +181,20 @@ def test_utility_improves_over_random_links(ml: dict) -> None:
     assert ev0["average_cross_error_pct"] == ev0["initial_random_links_error_pct"]
 
 
-def test_deterministic_and_registry(pc: dict) -> None:
+def test_deterministic_and_a_job_kind_not_a_mechanism(pc: dict) -> None:
+    """Seeded runs repeat; ``relational`` is a job kind (``privcube.jobs.load_job`` picks it by the config's
+    mechanism name, see test_jobs), not a single-table mechanism of the registry."""
     b = {"links": {"epsilon": 1.0, "delta": 1e-6}}
     a = run_relational(pc["tables"], pc["links"], FAST, b, noise=NoiseSource(4), synthetic_tables=_identity(pc))
     c = run_relational(pc["tables"], pc["links"], FAST, b, noise=NoiseSource(4), synthetic_tables=_identity(pc))
     assert a.links.equals(c.links)
-    cls = get_mechanism("relational")
-    assert cls is Relational
+    with pytest.raises(ConfigError, match="unknown mechanism 'relational'"):
+        get_mechanism("relational")
     budgets = {"tables": {"children": {"epsilon": 1.0, "delta": 1e-6}, "parents": {"epsilon": 1.0, "delta": 1e-6}},
                "links": {"epsilon": 1.0, "delta": 1e-6}}
-    out = cls(FAST).run(RelationalData(pc["tables"], pc["links"]), None, budgets, PrivacyLedger(
+    out = run_relational(pc["tables"], pc["links"], FAST, budgets, PrivacyLedger(
         compose_budgets(budgets, ["children", "parents"])), NoiseSource(1))
-    assert set(out.synthetic) == {"children", "parents", "links"}
+    assert {*out.tables, "links"} == {"children", "parents", "links"} and len(out.links) == len(out.tables["children"])
 
 
 def test_slices_through_the_run_context_map_equal_serial(ml: dict) -> None:
@@ -279,9 +283,9 @@ def test_pgd_monotone_and_sensitivity_bound() -> None:
 def test_selection_scores_keep_the_tv_sensitivity(mode: dict) -> None:
     # every score the exponential mechanism may use moves by at most d_max/m between neighbours (one row of
     # table 1 changed and all its links rewired), so the EM's ε/(2Δ) with Δ = d_max/m is the right scale
-    from privcube.mechanisms.relational.parameters import check_params
-    from privcube.mechanisms.relational.selection import _scores, candidate_workloads, privacy_schedule
-    from privcube.mechanisms.relational.workloads import LinkedCodes
+    from privcube.relational.stages.parameters import check_params
+    from privcube.relational.stages.selection import _scores, candidate_workloads, privacy_schedule
+    from privcube.relational.stages.cross_workloads import LinkedCodes
 
     ct, d1, d2, i, j = _tiny(2)
     m = len(i)
@@ -330,7 +334,7 @@ def test_workload_count_formula() -> None:
 
 
 def test_shrinkage_closed_forms() -> None:
-    from privcube.mechanisms.relational.mechanism import shrink
+    from privcube.relational.stages.shrinkage import shrink
 
     prior = np.array([0.25, 0.25, 0.25, 0.25])
     y = np.array([0.7, 0.1, 0.1, 0.1])
@@ -345,7 +349,7 @@ def test_shrinkage_closed_forms() -> None:
 
 
 def test_selection_cap_and_candidate_orders() -> None:
-    from privcube.mechanisms.relational.mechanism import candidate_workloads, selection_count
+    from privcube.relational.stages.selection import candidate_workloads, selection_count
 
     # cap = τ²·m²·(1−α)·ρ/(d_max²·cells) = 0.25²·1000²·0.8·0.5/(10²·4) = 62.5 → 62, below T·K = 100
     assert selection_count(10, 10, 500, 0.5, 1000, 10, 0.2, 0.25, 4) == 62
@@ -359,9 +363,9 @@ def test_selection_cap_and_candidate_orders() -> None:
     assert len(candidate_workloads(d1, d2, 3, "closure")) == 15
     assert len(candidate_workloads(d1, d2, 3, [2])) == 6
     with pytest.raises(ConfigError, match="candidate_orders"):
-        Relational({"candidate_orders": [1]})
+        check_params({"candidate_orders": [1]})
     with pytest.raises(ConfigError, match="shrinkage"):
-        Relational({"shrinkage": "sometimes"})
+        check_params({"shrinkage": "sometimes"})
 
 
 def test_noisy_releases_are_shrunk_not_fitted(ml: dict) -> None:
@@ -385,7 +389,7 @@ def test_noisy_releases_are_shrunk_not_fitted(ml: dict) -> None:
     # worse than the random-links start on any of the 8 seeds
     assert d.max() < 0.0 and raw.max() < 0.0
     with pytest.raises(ConfigError, match="shrink_towards"):
-        Relational({"shrink_towards": "somewhere"})
+        check_params({"shrink_towards": "somewhere"})
 
 
 # ---------------------------------------------------------------- early checks, cluster, generator
@@ -417,7 +421,7 @@ def test_slices_ship_sparse_blocks() -> None:
     """A slice task carries its current links sparsely (O(edges)); the solve equals the dense-block solve."""
     import pickle
 
-    from privcube.mechanisms.relational.slicing import sparse_block
+    from privcube.relational.solvers.slicing import sparse_block
 
     rng = np.random.default_rng(9)
     n1, n2 = 400, 300

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from privcube.config import read_config_file
-from privcube.relational_config import load_relational_config
+from privcube.relational.config import load_relational_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "benchmarks" / "configs" / "airbnb" / "relational.yaml"
@@ -38,7 +38,8 @@ def test_shipped_config_validates_with_explicit_bins() -> None:
 @pytest.mark.skipif(not (DATA / "users.csv").exists() or not (DATA / "sessions.csv").exists(),
                     reason=f"the Airbnb data is not present at {DATA} (shared data folder beside the project)")
 def test_shipped_config_runs_on_a_sample(tmp_path: Path) -> None:
-    from privcube.relational_job import run_relational_job
+    from privcube.api import run_job
+    from privcube.jobs import load_job
 
     raw, base = read_config_file(CONFIG)
     users = pd.read_csv(DATA / "users.csv", dtype=str, keep_default_na=False, na_values=[""]).iloc[:400]
@@ -53,7 +54,7 @@ def test_shipped_config_runs_on_a_sample(tmp_path: Path) -> None:
     raw["mechanism"].update({"iterations": 2, "pgd_iters": 20, "candidates": 40, "max_noise": None})
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(raw))
     out = tmp_path / "run"
-    res = run_relational_job(raw, tmp_path, out, seed=0, quiet=True)
+    res = run_job(load_job(raw, base=tmp_path), out, seed=0, quiet=True)
     syn_u = pd.read_parquet(out / "synthetic/users.parquet")
     syn_s = pd.read_parquet(out / "synthetic/sessions.parquet")
     assert len(syn_u) == len(users) and len(syn_s) == len(sessions)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from privcube.core.domain import Domain
-from privcube.mechanisms.relational.degree_distributions import (
+from privcube.relational.stages.degree_histograms import (
     bin_counts,
     bin_edges,
     degree_distribution,
@@ -23,8 +23,8 @@ from privcube.mechanisms.relational.degree_distributions import (
     shape_degrees,
     tilt,
 )
-from privcube.mechanisms.relational.mechanism import run_relational
-from privcube.mechanisms.relational.selection import degree_release
+from privcube.relational.stages.run import run_relational
+from privcube.relational.stages.selection import degree_release
 from privcube.privacy.noise import NoiseSource
 
 
@@ -158,7 +158,7 @@ def test_group_targets_keep_the_drawn_share_of_records_without_links() -> None:
 def test_shaping_changes_no_cross_count_and_reaches_the_targets() -> None:
     """Links move only between records with the same codes, so every cross-table count on the full codes is
     unchanged, the other side's degrees too; no pair repeats; degrees follow the target distribution."""
-    from privcube.mechanisms.relational.degrees import balanced_degrees, links_with_degrees
+    from privcube.relational.stages.synthetic_degrees import balanced_degrees, links_with_degrees
 
     rng = np.random.default_rng(3)
     n1, n2, m = 12_000, 3_000, 48_000
@@ -236,7 +236,7 @@ class _MemoryCheckpoint:
 
 @pytest.fixture(scope="module")
 def released() -> tuple[dict, dict, Any, Any, Any]:
-    from privcube.mechanisms.relational.composition import compose_budgets
+    from privcube.relational.stages.composition import compose_budgets
     from privcube.privacy.ledger import PrivacyLedger
 
     tables, links = _m2m(6_000, 1_500, 24_000, 0)
@@ -294,7 +294,7 @@ def test_stopped_run_resumes_to_the_same_links_without_recharging(released: tupl
     """Stopped after the first link iteration, the run resumes from its checkpoint to the uninterrupted result;
     the degree release is replayed from the checkpoint, not drawn or charged again."""
     from privcube.privacy.ledger import PrivacyLedger
-    from privcube.mechanisms.relational.composition import compose_budgets
+    from privcube.relational.stages.composition import compose_budgets
 
     tables, links, _, _, _ = released
     ref_ledger = PrivacyLedger(compose_budgets(BUDGETS, ["users", "items"]), noise=NoiseSource(7))
@@ -313,7 +313,7 @@ def test_stopped_run_resumes_to_the_same_links_without_recharging(released: tupl
 def test_self_referential_release_keeps_no_loops_no_repeats_and_d_max() -> None:
     """One table linked to itself, large enough for a release: the doubled sensitivity is charged, and the
     re-dealt links still have no self-loop, no repeated pair, and no record above d_max on either end."""
-    from privcube.storage.relational_data import self_referential_like
+    from privcube.relational.example_data import self_referential_like
 
     sr = self_referential_like(5_000, seed=1)
     budgets = {"tables": {"people": {"epsilon": 1.0, "delta": 1e-6}}, "links": {"epsilon": 8.0, "delta": 1e-6}}
@@ -378,11 +378,11 @@ def test_one_to_many_children_per_parent_follow_the_release(n_u: int) -> None:
     with the one-to-many sensitivity. Either way one charge, d_max kept, the children-per-parent distribution
     close to the real one, and the cross-table error what the learned links had before the repair (the
     reshaping moves children between parents with identical codes first)."""
-    from privcube.mechanisms.relational.composition import compose_budgets
+    from privcube.relational.stages.composition import compose_budgets
     from privcube.privacy.budget import PrivacyBudget
     from privcube.privacy.ledger import PrivacyLedger
 
-    from privcube.storage.relational_data import users_sessions_like
+    from privcube.relational.example_data import users_sessions_like
 
     ds = users_sessions_like(n_u, d_max=8, seed=0)
     tables, links, deg = ds["tables"], ds["links"], ds["degrees"]
@@ -414,10 +414,10 @@ def test_auto_degree_share_reads_the_share_of_parents_with_children_to_its_targe
     for 600 users, the rule itself for 3,000, 0.05 for 40,000), the binned form only when its zero bin reads
     the share as precisely; the report states the share and the reading's std, and the synthetic share of
     parents with children lands within 4 std of the real one."""
-    from privcube.mechanisms.relational.composition import compose_budgets
+    from privcube.relational.stages.composition import compose_budgets
     from privcube.privacy.budget import PrivacyBudget
     from privcube.privacy.ledger import PrivacyLedger
-    from privcube.storage.relational_data import users_sessions_like
+    from privcube.relational.example_data import users_sessions_like
 
     ds = users_sessions_like(n_u, d_max=8, seed=1)
     ledger = PrivacyLedger(compose_budgets(O2M_BUDGETS, ["users", "sessions"]), noise=NoiseSource(4))
@@ -460,7 +460,7 @@ def test_childless_parents_keep_their_own_bin() -> None:
 def test_cap_moves_go_to_the_nearest_codes_when_no_twin_has_room() -> None:
     """With the records' codes, a link moved off a record above its cap goes to a record of its own code first,
     else to the one with the fewest differing codes (not to a random record with room)."""
-    from privcube.mechanisms.relational.degrees import cap_degrees
+    from privcube.relational.stages.synthetic_degrees import cap_degrees
 
     codes = np.array([[0, 0, 0], [0, 0, 1], [2, 2, 2], [2, 2, 1], [1, 2, 2]])  # record 0's nearest: 1 (one differs)
     keys = codes @ np.array([9, 3, 1])

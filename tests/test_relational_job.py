@@ -190,9 +190,10 @@ def _expect_refusal(cfg: dict, folder: Path, exc: type, match: str) -> None:
 
 
 def _run_mapping(cfg: dict, folder: Path, out: Path) -> None:
-    from privcube.relational_job import run_relational_job
+    from privcube.api import run_job
+    from privcube.jobs import load_job
 
-    run_relational_job(cfg, folder, out, seed=1, quiet=True)
+    run_job(load_job(cfg, base=folder), out, seed=1, quiet=True)
 
 
 def test_bad_input_refused_and_nothing_written(tmp_path: Path) -> None:
@@ -249,9 +250,10 @@ def test_bad_input_refused_and_nothing_written(tmp_path: Path) -> None:
 def test_truncation_runs_and_withholds_counts(tmp_path: Path) -> None:
     cfg = _o2m_files(tmp_path)
     cfg["mechanism"] = {**FAST, "d_max": 4, "truncate": True, "iterations": 1}
-    from privcube.relational_job import run_relational_job
+    from privcube.api import run_job
+    from privcube.jobs import load_job
 
-    res = run_relational_job(cfg, tmp_path, tmp_path / "o", seed=0, quiet=True)
+    res = run_job(load_job(cfg, base=tmp_path), tmp_path / "o", seed=0, quiet=True)
     ch = res.result.synthetic["children"]
     deg = ch["parent_id"].value_counts()
     assert len(ch) < 160  # children whose link is truncated are dropped with it
@@ -259,11 +261,11 @@ def test_truncation_runs_and_withholds_counts(tmp_path: Path) -> None:
     assert res.report["mechanism_report"]["degree"] == {"d_max": 4, "truncated": True, "links_kept": len(ch)}
     # the kept count is published (the paper's model: the truncated data is the input): the report says so,
     # in a warning that does not depend on whether anything was dropped
-    from privcube.jobs.relational_report import TRUNCATE_WARNING
+    from privcube.relational.report_json import TRUNCATE_WARNING
 
     assert TRUNCATE_WARNING in res.report["warnings"] and "depends on the private degrees" in TRUNCATE_WARNING
     cfg["mechanism"] = {**FAST, "d_max": 50, "truncate": True, "iterations": 1}  # nothing above d_max: same warning
-    res = run_relational_job(cfg, tmp_path, tmp_path / "o50", seed=0, quiet=True)
+    res = run_job(load_job(cfg, base=tmp_path), tmp_path / "o50", seed=0, quiet=True)
     assert res.report["mechanism_report"]["degree"]["links_kept"] == 160
     assert res.report["warnings"][0] == TRUNCATE_WARNING
 

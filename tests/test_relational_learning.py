@@ -9,18 +9,19 @@ import numpy as np
 import pytest
 
 from privcube.core.errors import ConfigError
-from privcube.mechanisms.relational.degrees import (
+from privcube.relational.stages.synthetic_degrees import (
     balanced_degrees,
     cap_degrees,
     degree_bins,
     links_with_degrees,
 )
-from privcube.mechanisms.relational.mechanism import compose_budgets, run_relational
-from privcube.mechanisms.relational.parameters import check_params
-from privcube.mechanisms.relational.projection import project_box_sum, project_rows_box_sum
+from privcube.relational.stages.composition import compose_budgets
+from privcube.relational.stages.run import run_relational
+from privcube.relational.stages.parameters import check_params
+from privcube.relational.solvers.projection import project_box_sum, project_rows_box_sum
 from privcube.privacy.ledger import PrivacyLedger
 from privcube.privacy.noise import NoiseSource
-from privcube.storage.relational_data import movielens_like
+from privcube.relational.example_data import movielens_like
 from test_relational import _identity, ml, pc  # noqa: F401 (the same data sets and fixtures)
 
 FAST = {"iterations": 3, "pgd_iters": 30, "d_max": 10}
@@ -88,7 +89,7 @@ def test_childless_distribution_follows_the_noisy_share_within_public_bounds() -
     """The two-value release gives the share of parents without children (clipped to [0, 1]) and,
     on 1..d_max, the maximum-entropy shape with the public mean: decreasing, and the whole mean is
     children / parents."""
-    from privcube.mechanisms.relational.degree_distributions import childless_distribution
+    from privcube.relational.stages.degree_histograms import childless_distribution
 
     assert degree_bins(50) == [(0, 0), (1, 50)]
     p = childless_distribution(np.array([700.0, 300.0]), 1000, 4000, 50)
@@ -103,7 +104,7 @@ def test_childless_share_reads_both_counts_against_the_public_total() -> None:
     """The two noisy counts add up to the public number of parents: (N + with − without) / 2N has half the
     noise variance of either count, and a smaller error than the ratio with / (with + without) (seeded
     draws at Airbnb's size, σ 800: measured 0.046 against 0.052 mean absolute error of the share)."""
-    from privcube.mechanisms.relational.degree_distributions import childless_distribution
+    from privcube.relational.stages.degree_histograms import childless_distribution
 
     rng = np.random.default_rng(0)
     n, with_children, sigma = 10_000, 2_424, 800.0
@@ -124,7 +125,7 @@ def test_childless_share_with_sigma_is_the_posterior_mean_on_the_allowed_range()
     clipped reading's; a precise reading inside the range is kept; a reading far outside gives the nearer end;
     at Airbnb's size and ε_rel 0.5 (σ ≈ 1,500, real share 0.2424) a reading under the lower bound no longer
     puts the share on it."""
-    from privcube.mechanisms.relational.degree_distributions import childless_distribution
+    from privcube.relational.stages.degree_histograms import childless_distribution
 
     n, m, d_max = 10_000, 47_217, 50
     lo, hi = -(-m // d_max), n
@@ -156,7 +157,7 @@ def test_truncated_normal_mean_against_scipy_and_in_the_far_tail() -> None:
     a + s²/(a − mu)·(1 + O(1/α²)) does."""
     from scipy.stats import truncnorm
 
-    from privcube.mechanisms.relational.degree_distributions import truncated_normal_mean
+    from privcube.relational.stages.degree_histograms import truncated_normal_mean
 
     rng = np.random.default_rng(2)
     for _ in range(500):
@@ -175,7 +176,7 @@ def test_truncated_normal_mean_against_scipy_and_in_the_far_tail() -> None:
 def test_childless_distribution_under_estimated_share_keeps_parents_childless() -> None:
     """A noisy count that says few parents have children (fewer than the public sizes allow) is clipped to
     ⌈children / d_max⌉ parents with children, not spread over every childless parent one link each."""
-    from privcube.mechanisms.relational.degree_distributions import childless_distribution
+    from privcube.relational.stages.degree_histograms import childless_distribution
 
     p = childless_distribution(np.array([9900.0, 100.0]), 10_000, 47_217, 50)
     assert 10_000 * (1 - p[0]) == pytest.approx(-(-47_217 // 50))  # 945 parents, the fewest that can hold every child
@@ -273,7 +274,7 @@ def test_auto_score_is_chosen_from_public_sizes_only(ml: dict) -> None:
     """``score: auto`` picks ``gain`` when m / d_sens ≥ 200 and ``aim`` below (d_sens doubles for a
     self-referential link); an explicit score is kept; the one-measurement fallback keeps the choice; a run
     reports the score it used (decided before any private data is read)."""
-    from privcube.mechanisms.relational.selection import links_schedule, one_measurement
+    from privcube.relational.stages.selection import links_schedule, one_measurement
 
     dom1, dom2 = ml["tables"]["users"][1], ml["tables"]["movies"][1]
 

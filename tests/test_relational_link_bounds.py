@@ -103,7 +103,7 @@ def test_a_link_bound_breaks_only_its_own_link(tmp_path: Path) -> None:
 
 def test_two_table_form_takes_the_bound_beside_the_links_budget() -> None:
     """In the two-table form ``privacy.links.d_max`` overrides ``mechanism.d_max`` for its one link."""
-    from privcube.relational_config import load_relational_config
+    from privcube.relational.config import load_relational_config
 
     raw = {"data": {"tables": {"u": {"path": "u.parquet", "domain": {"a": 2}, "key": "id"},
                                "s": {"path": "s.parquet", "domain": {"b": 3}}},

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from privcube.core.domain import Domain
-from privcube.mechanisms.relational.degrees import bad_pairs
-from privcube.mechanisms.relational.linking import LinkState, restore_link_state
-from privcube.mechanisms.relational.type_assignment import _links_by_type
-from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload, FixedLinkCounts, cross_workloads
+from privcube.relational.stages.synthetic_degrees import bad_pairs
+from privcube.relational.stages.link_learning import LinkState, restore_link_state
+from privcube.relational.stages.type_assignment import _links_by_type
+from privcube.relational.stages.cross_workloads import CrossTables, CrossWorkload, FixedLinkCounts, cross_workloads
 
 
 def _tables(rng: np.random.Generator) -> CrossTables:

@@ -268,9 +268,10 @@ def test_children_that_cannot_fit_under_d_max_are_refused_before_anything_is_spe
 def test_two_table_jobs_refuse_links_that_cannot_fit_under_d_max() -> None:
     """The same check inside ``run_relational`` (two tables, where it needs ``synthetic_rows``: truncation drops
     the children it unlinks there), before the first charge."""
-    from privcube.mechanisms.relational.mechanism import compose_budgets, run_relational
+    from privcube.relational.stages.composition import compose_budgets
+    from privcube.relational.stages.run import run_relational
     from privcube.privacy.ledger import PrivacyLedger
-    from privcube.storage.relational_data import movielens_like, parent_child_like
+    from privcube.relational.example_data import movielens_like, parent_child_like
 
     b = {"tables": {"parents": {"epsilon": 1, "delta": 1e-6}, "children": {"epsilon": 1, "delta": 1e-6}},
          "links": {"epsilon": 1, "delta": 1e-6}}

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 
 from privcube.core.errors import DataError
-from privcube.mechanisms.relational.mechanism import run_relational
-from privcube.mechanisms.relational.workloads import cross_workloads
+from privcube.relational.stages.run import run_relational
+from privcube.relational.stages.cross_workloads import cross_workloads
 from privcube.privacy.noise import NoiseSource
-from privcube.storage.relational_data import movielens_like, parent_child_like
+from privcube.relational.example_data import movielens_like, parent_child_like
 
 dd = pytest.importorskip("dask.dataframe")
 

@@ -94,7 +94,7 @@ def test_plan_of_many_to_many_states_when_degrees_are_released(tmp_path: Path) -
     """The many-to-many degree release depends on the public table sizes, which a plan does not read: it states
     σ, ρ and the rows from which it happens (σ·√2/0.12 for two bins), and a run on tables below that spends
     nothing on it."""
-    from privcube.mechanisms.relational.degree_distributions import degree_sigma
+    from privcube.relational.stages.degree_histograms import degree_sigma
 
     cfg = _m2m_files(tmp_path)
     path = _write(cfg, tmp_path)
@@ -168,9 +168,9 @@ def test_plan_takes_a_link_count_per_link(tmp_path: Path) -> None:
 def test_plan_states_the_measure_all_round(tmp_path: Path) -> None:
     """When the public measure-all test fires (many links), the plan says so: how many workloads, their ρ
     and count noise, and the releases in all (measure-all's, then the draws on the candidates left)."""
-    from privcube.mechanisms.relational.parameters import check_params
-    from privcube.mechanisms.relational.selection import links_schedule
-    from privcube.relational_config import load_relational_config
+    from privcube.relational.stages.parameters import check_params
+    from privcube.relational.stages.selection import links_schedule
+    from privcube.relational.config import load_relational_config
 
     path = _write(_o2m_files(tmp_path), tmp_path)
     (link,) = api.plan(path, links=1_000_000).details["links"]

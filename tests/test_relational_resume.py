@@ -20,7 +20,7 @@ import yaml
 from checkpoint_kill import Crash, after_commit
 from checkpoint_kill import crash_after as crash_after_round
 from privcube.core.errors import CheckpointError, RunDirectoryError
-from privcube.mechanisms.relational.checkpoint import RelationalCheckpoint
+from privcube.relational.stages.checkpoint import RelationalCheckpoint
 
 ITER = 3
 MECH = {"name": "relational", "d_max": 10, "iterations": ITER, "pgd_iters": 20, "candidates": 40,
@@ -64,16 +64,17 @@ def _round(out: Path) -> int | None:
 
 def _run(cfg: Path, out: Path, *, resume: bool = False, seed: int | None = 5, crash_after: int | None = None,
          monkeypatch: pytest.MonkeyPatch | None = None) -> object:
-    from privcube.relational_job import run_relational_job
+    from privcube.api import run_job
+    from privcube.jobs import load_job
 
     if crash_after is not None:
         assert monkeypatch is not None
         after_commit(monkeypatch, crash_after_round(crash_after))
         with pytest.raises(Crash):
-            run_relational_job(yaml.safe_load(cfg.read_text()), cfg.parent, out, seed=seed, quiet=True)
+            run_job(load_job(yaml.safe_load(cfg.read_text()), base=cfg.parent), out, seed=seed, quiet=True)
         monkeypatch.undo()
         return None
-    return run_relational_job(yaml.safe_load(cfg.read_text()), cfg.parent, out, seed=seed, resume=resume, quiet=True)
+    return run_job(load_job(yaml.safe_load(cfg.read_text()), base=cfg.parent), out, seed=seed, resume=resume, quiet=True)
 
 
 @pytest.fixture(scope="module")
@@ -114,10 +115,11 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(reference: tuple[Path
         _run(cfg, out, resume=True, seed=6)
     raw = yaml.safe_load(cfg.read_text())
     raw["privacy"]["links"]["epsilon"] = 5.0
-    from privcube.relational_job import run_relational_job
+    from privcube.api import run_job
+    from privcube.jobs import load_job
 
     with pytest.raises(CheckpointError, match="config differs"):
-        run_relational_job(raw, cfg.parent, out, seed=5, resume=True, quiet=True)
+        run_job(load_job(raw, base=cfg.parent), out, seed=5, resume=True, quiet=True)
     with pytest.raises(RunDirectoryError, match="--resume"):  # a started folder needs --resume
         _run(cfg, out)
     assert _round(out) == 1

@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from privcube.core.errors import ConfigError, DataError
-from privcube.mechanisms.relational.mechanism import run_relational
-from privcube.mechanisms.relational.workloads import cross_workloads
+from privcube.relational.stages.run import run_relational
+from privcube.relational.stages.cross_workloads import cross_workloads
 from privcube.privacy.noise import NoiseSource
 from privcube.privacy.primitives import gaussian_sigma
 from privcube.privacy.zcdp import cdp_rho
-from privcube.storage.relational_data import self_referential_like
+from privcube.relational.example_data import self_referential_like
 
 FAST = {"d_max": 4, "iterations": 3, "pgd_iters": 30, "candidates": 60, "slice_fraction": 1.0,
         "max_noise": None}  # the paper's equal split: these small tables would fail the max_noise check
@@ -124,28 +124,29 @@ def test_cli_self_referential_end_to_end(tmp_path: Path) -> None:
 
 
 def test_config_errors_for_one_table(tmp_path: Path) -> None:
-    from privcube.relational_job import run_relational_job
+    from privcube.api import run_job
+    from privcube.jobs import load_job
 
     cfg = _files(tmp_path)
     bad = json.loads(json.dumps(cfg))
     bad["data"]["links"] = {"from": "people.pid", "to": "people.pid"}
     with pytest.raises(ConfigError, match="foreign key into the same table"):
-        run_relational_job(bad, tmp_path, tmp_path / "o1", seed=0, quiet=True)
+        run_job(load_job(bad, base=tmp_path), tmp_path / "o1", seed=0, quiet=True)
     bad = json.loads(json.dumps(cfg))
     bad["data"]["links"]["right"] = "movies.mid"
     with pytest.raises(ConfigError, match="unknown table 'movies'"):
-        run_relational_job(bad, tmp_path, tmp_path / "o2", seed=0, quiet=True)
+        run_job(load_job(bad, base=tmp_path), tmp_path / "o2", seed=0, quiet=True)
     bad = json.loads(json.dumps(cfg))
     bad["data"]["tables"]["other"] = dict(bad["data"]["tables"]["people"])
     bad["privacy"]["tables"]["other"] = {"epsilon": 1.0, "delta": 1e-6}
     with pytest.raises(ConfigError, match=r"leave table\(s\) \['other'\] unlinked"):
-        run_relational_job(bad, tmp_path, tmp_path / "o4", seed=0, quiet=True)
+        run_job(load_job(bad, base=tmp_path), tmp_path / "o4", seed=0, quiet=True)
     # a self-loop in the file: a clear error (no record id: it is private), nothing written
     fam = pd.read_csv(tmp_path / "family.csv")
     pd.concat([fam, pd.DataFrame({"kid": ["x10"], "parent": ["x10"]})]).to_csv(tmp_path / "loop.csv", index=False)
     bad = json.loads(json.dumps(cfg))
     bad["data"]["links"]["path"] = "loop.csv"
     with pytest.raises(DataError, match="a record of table 'people' links to itself") as e:
-        run_relational_job(bad, tmp_path, tmp_path / "o3", seed=0, quiet=True)
+        run_job(load_job(bad, base=tmp_path), tmp_path / "o3", seed=0, quiet=True)
     assert "x10" not in str(e.value)  # a record id is private
     assert not any((tmp_path / f"o{k}").exists() for k in (1, 2, 3, 4))

@@ -14,7 +14,7 @@ import yaml
 
 import privcube
 from privcube.core.errors import ConfigError
-from privcube.mechanisms.relational.siblings import align_siblings, both_target, sibling_sensitivity
+from privcube.relational.stages.siblings import align_siblings, both_target, sibling_sensitivity
 
 
 def _both(par_a: np.ndarray, par_b: np.ndarray, n_p: int) -> int:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from privcube.core.errors import ConfigError
-from privcube.mechanisms.relational.linking import components, shrink
-from privcube.mechanisms.relational.parameters import check_params
+from privcube.relational.stages.shrinkage import components, shrink
+from privcube.relational.stages.parameters import check_params
 from test_relational import _identity, ml  # noqa: F401 (the same data set and fixture)
 
 
@@ -56,7 +56,7 @@ def test_component_shrinkage_beats_whole_shrinkage_on_a_low_order_signal() -> No
 
 
 def test_shrink_by_is_validated() -> None:
-    from privcube.mechanisms.relational.linking import by_components
+    from privcube.relational.stages.link_learning import by_components
 
     assert check_params({})["shrink_by"] == "pooled"
     assert by_components("auto", 0.02, 16) and not by_components("auto", 0.05, 16)  # σ·√cells 0.08 / 0.2
@@ -66,7 +66,7 @@ def test_shrink_by_is_validated() -> None:
 
 
 def _schedule(strategy: str, dom1, dom2, rho: float, m: int, **extra):
-    from privcube.mechanisms.relational.selection import links_schedule
+    from privcube.relational.stages.selection import links_schedule
 
     return links_schedule(check_params({"strategy": strategy, **extra}), "many_to_many", False, dom1, dom2, rho, m)[1]
 
@@ -75,8 +75,8 @@ def test_measure_all_test_is_data_independent() -> None:
     """The measure-all decision reads public sizes only: two data sets with equal domains, m and budget get
     the same plan; it measures every lowest-order (2-way) candidate when they would cost ≤ half the budget even at
     noise norm MEASURE_ALL_NOISE (16× what max_noise asks), and then measures each at max_noise."""
-    from privcube.mechanisms.relational.selection import MEASURE_ALL_SHARE
-    from privcube.storage.relational_data import movielens_like
+    from privcube.relational.stages.selection import MEASURE_ALL_SHARE
+    from privcube.relational.example_data import movielens_like
 
     a, b = movielens_like(120, 80, 4, d_max=10, seed=1), movielens_like(120, 80, 4, d_max=10, seed=7)
     dom1, dom2 = a["tables"]["users"][1], a["tables"]["movies"][1]
@@ -104,7 +104,8 @@ def test_measure_all_test_is_data_independent() -> None:
 def test_measure_all_ledger_adds_up(ml: dict, strategy: str, eps: float) -> None:
     """Measure-all releases are charged before reading (no selection charge for them), and selection +
     measurement charges add up to the links budget, never above; seeded runs repeat exactly."""
-    from privcube.mechanisms.relational.mechanism import compose_budgets, run_relational
+    from privcube.relational.stages.composition import compose_budgets
+    from privcube.relational.stages.run import run_relational
     from privcube.privacy.ledger import PrivacyLedger
     from privcube.privacy.noise import NoiseSource
 
@@ -132,8 +133,9 @@ def test_budget_is_spent_when_candidates_run_out(ml: dict, k: int, iterations: i
     """Measure-all first, then fewer candidates left than draws planned (k 3: 30 three-way candidates, T·K 60),
     or none at all (k 2: measure-all covers them): the links budget is still spent in full, never above, and
     the schedule a plan previews has as many releases as the run makes."""
-    from privcube.mechanisms.relational.mechanism import compose_budgets, run_relational
-    from privcube.mechanisms.relational.selection import links_schedule
+    from privcube.relational.stages.composition import compose_budgets
+    from privcube.relational.stages.run import run_relational
+    from privcube.relational.stages.selection import links_schedule
     from privcube.privacy.ledger import PrivacyLedger
     from privcube.privacy.noise import NoiseSource
 
@@ -163,7 +165,7 @@ def test_strategy_is_validated() -> None:
 
 def _two_overlapping(seed: int):
     from privcube.core.domain import Domain
-    from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload
+    from privcube.relational.stages.cross_workloads import CrossTables, CrossWorkload
 
     rng = np.random.default_rng(seed)
     d1, d2 = Domain(("a", "b"), (3, 2)), Domain(("g", "h"), (2, 2))
@@ -174,7 +176,7 @@ def _two_overlapping(seed: int):
 
 
 def test_pooled_targets_are_exact_without_noise_and_consistent() -> None:
-    from privcube.mechanisms.relational.linking import pooled_targets
+    from privcube.relational.stages.link_learning import pooled_targets
 
     syn, ws, truth, rng = _two_overlapping(5)
     prior = [np.full(12, 1 / 12)] * 2
@@ -189,7 +191,7 @@ def test_pooled_targets_are_exact_without_noise_and_consistent() -> None:
 
 
 def test_pooled_targets_beat_per_release_shrinkage_on_overlapping_releases() -> None:
-    from privcube.mechanisms.relational.linking import pooled_targets
+    from privcube.relational.stages.link_learning import pooled_targets
 
     syn, ws, truth, rng = _two_overlapping(6)
     prior = [np.full(12, 1 / 12)] * 2

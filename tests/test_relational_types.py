@@ -8,10 +8,10 @@ import pytest
 from scipy.optimize import minimize
 
 from privcube.core.domain import Domain
-from privcube.mechanisms.relational.mechanism import run_relational
-from privcube.mechanisms.relational.record_types import link_types, side_types, type_pair_counts
-from privcube.mechanisms.relational.type_assignment import assign_links, round_type_counts
-from privcube.mechanisms.relational.type_problem import (
+from privcube.relational.stages.run import run_relational
+from privcube.relational.stages.record_types import link_types, side_types, type_pair_counts
+from privcube.relational.stages.type_assignment import assign_links, round_type_counts
+from privcube.relational.solvers.type_problem import (
     RowBox,
     TypeConstraints,
     objective,
@@ -19,9 +19,9 @@ from privcube.mechanisms.relational.type_problem import (
     solve_types,
     type_operator,
 )
-from privcube.mechanisms.relational.workloads import CrossTables, CrossWorkload
+from privcube.relational.stages.cross_workloads import CrossTables, CrossWorkload
 from privcube.privacy.noise import NoiseSource
-from privcube.storage.relational_data import movielens_like, parent_child_like
+from privcube.relational.example_data import movielens_like, parent_child_like
 
 FAST = {"iterations": 3, "d_max": 10, "evaluate_nonprivate": True}
 
@@ -341,8 +341,8 @@ def test_type_iterations_auto_bounds_the_work_of_a_solve() -> None:
     """``type_iters: auto``: 500 steps on small grids, a fixed work budget (type pairs × steps) on larger ones,
     never fewer than 50; an explicit integer is kept; anything else is refused naming the key."""
     from privcube.core.errors import ConfigError
-    from privcube.mechanisms.relational.parameters import check_params
-    from privcube.mechanisms.relational.type_linking import TYPE_WORK, type_iterations
+    from privcube.relational.stages.parameters import check_params
+    from privcube.relational.stages.type_iteration import TYPE_WORK, type_iterations
 
     auto = check_params({})
     assert auto["type_iters"] == "auto" and auto["type_cells"] == 3_000_000
@@ -364,7 +364,7 @@ def test_type_runs_are_reproducible_with_a_seed() -> None:
 
 
 def test_incremental_assignment_keeps_what_the_new_counts_allow() -> None:
-    from privcube.mechanisms.relational.type_assignment import assign_incremental
+    from privcube.relational.stages.type_assignment import assign_incremental
 
     rng = np.random.default_rng(9)
     d1, d2 = Domain(("a",), (3,)), Domain(("c",), (4,))
@@ -393,7 +393,7 @@ def _split(t1, t2, deg1, rng):  # noqa: ANN001, ANN202
 
 
 def test_self_referential_on_types_has_no_self_loops_or_repeats() -> None:
-    from privcube.storage.relational_data import self_referential_like
+    from privcube.relational.example_data import self_referential_like
 
     sr = self_referential_like(60, seed=0)
     params = {"d_max": 4, "iterations": 3, "candidates": 60, "max_noise": None}
@@ -424,7 +424,7 @@ def test_the_optimiser_spends_nothing(  # post-processing: the ledger is the sam
 def test_type_operator_equals_the_dense_count_matrices(dense: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """apply = Q (W∘x) with Q built entry by entry from the cells, and adjoint = W∘(Qᵀ R); workloads share
     left cells (grouped) or not; ``dense: False`` takes the sparse right aggregation."""
-    import privcube.mechanisms.relational.type_problem as tp
+    import privcube.relational.solvers.type_problem as tp
     if not dense:
         monkeypatch.setattr(tp, "_one_hot", functools.partial(tp._one_hot, dense_cells=0))
     rng = np.random.default_rng(4)

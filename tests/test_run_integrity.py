@@ -167,14 +167,15 @@ def test_folder_locked_by_another_process_refuses_run_overwrite_and_resume(job, 
 def test_relational_job_takes_the_same_lock(tmp_path):
     from test_relational_job import _o2m_files
 
-    from privcube.relational_job import run_relational_job
+    from privcube.api import run_job
+    from privcube.jobs import load_job
 
     raw = _o2m_files(tmp_path)
     out = tmp_path / "rel"
     holder = hold_lock_in_other_process(out)
     try:
         with pytest.raises(RunDirectoryError, match="in use by another privcube run"):
-            run_relational_job(raw, tmp_path, out, seed=1, quiet=True)
+            run_job(load_job(raw, base=tmp_path), out, seed=1, quiet=True)
         with pytest.raises(RunDirectoryError, match="in use by another privcube run"):
             api.run(raw, out, seed=1, quiet=True)
     finally:
@@ -186,7 +187,7 @@ def test_run_lock_is_reentrant_per_thread_and_exclusive_across_threads(tmp_path)
     out = tmp_path / "x"
     refused = []
     with run_lock(out):
-        with run_lock(out):  # the same thread (api.run -> run_relational_job) takes it again
+        with run_lock(out):  # the same thread (api.run -> api.run_job) takes it again
             assert lock_path(out).exists()
 
         def other() -> None:

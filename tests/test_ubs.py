@@ -9,8 +9,8 @@ import pytest
 from scipy.optimize import minimize
 
 from privcube.core.errors import DataError
-from privcube.mechanisms.relational.projection import project_box_sum, project_rows_simplex
-from privcube.mechanisms.relational.ubs import (
+from privcube.relational.solvers.projection import project_box_sum, project_rows_simplex
+from privcube.relational.solvers.ubs import (
     categorical_rows,
     merge_groups,
     sample_and_reject,
@@ -187,7 +187,7 @@ def test_fig1_exact_joint_is_a_distribution_with_fig1_marginals() -> None:
 def test_reusable_projector_writes_out_and_matches_qp() -> None:
     """The PGD projector (scratch buffers reused, result written into ``out``) equals the brute-force QP
     on every call, with scalar or masked bounds, and refuses an ``out`` that overlaps its input."""
-    from privcube.mechanisms.relational.projection import BoxSumProjector
+    from privcube.relational.solvers.projection import BoxSumProjector
 
     rng = np.random.default_rng(21)
     hi = np.ones((3, 4))

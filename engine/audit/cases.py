@@ -288,7 +288,7 @@ def relational_case(key: str = "relational", *, trials: Mapping[str, int], rho: 
     params = {"d_max": 3, "k": 2, "iterations": 2, "pgd_iters": 20}
 
     def run(dataset: Any, noise: Any) -> Outcome:
-        from privcube.mechanisms.relational.mechanism import run_relational
+        from privcube.relational.stages.run import run_relational
         from privcube.privacy.budget import PrivacyBudget
         from privcube.privacy.ledger import PrivacyLedger
 

@@ -29,9 +29,12 @@ def load_job(config: Any, data: Any = None, *, base: str | Path | None = None) -
     else:
         raw, folder = read_config_file(config)
     if mechanism_name(raw) == "relational":
-        from privcube.jobs.relational import RelationalJobKind
+        from privcube.config import parse_cluster, parse_noise_sampler
+        from privcube.relational.job import RelationalJobKind
 
-        return RelationalJobKind.load(raw, folder, data)
+        job = RelationalJobKind.load(raw, folder, data)  # its own sections
+        job.cluster, job.noise_sampler = parse_cluster(raw, folder), parse_noise_sampler(raw)  # every kind's
+        return job
     return SingleTableJob.load(raw, folder, data)
 
 

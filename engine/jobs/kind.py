@@ -3,7 +3,7 @@
 The driver does the same for every job: load its config, take the run folder (``run_lock``), refuse
 what cannot run before any data is read (a finished or foreign run folder, another run's checkpoint),
 read the inputs, run under the cluster (a lost worker continues from the last checkpoint), write, mark
-the run complete. A job kind (:mod:`privcube.jobs.single_table`, :mod:`privcube.jobs.relational`)
+the run complete. A job kind (:mod:`privcube.jobs.single_table`, :mod:`privcube.relational.job`)
 supplies its config, checkpoint identity (``fingerprint``), inputs, measurement and outputs.
 """
 from __future__ import annotations
@@ -71,8 +71,9 @@ class JobKind(Protocol):
         """Under the cluster, after measuring: what is written while it is up (ledger, post-processing, records)."""
         ...
 
-    def write(self, measured: Any, env: JobEnv) -> Any:
-        """The run's outputs and ``report.json``; returns a ``privcube.result.RunSummary``."""
+    def write(self, measured: Any, env: JobEnv) -> tuple[dict[str, Any], dict[str, Any], Any]:
+        """The run's outputs and ``report.json``; returns what the run wrote: (ledger, report, its
+        ``MechanismResult``), which the driver returns as a ``privcube.result.RunSummary``."""
         ...
 
     def publish(self, env: JobEnv) -> None:

@@ -24,7 +24,6 @@ from privcube.core.errors import ConfigError, PrivcubeError
 from privcube.jobs.kind import JobEnv
 from privcube.mechanisms import get_mechanism
 from privcube.mechanisms.base import PlanSummary
-from privcube.result import RunSummary
 
 
 def build_mechanism(cfg: JobConfig) -> Any:
@@ -235,8 +234,9 @@ class SingleTableJob:
                                                                   keep_existing=env.resume)
             env.timings["synthesize_s"] = time.perf_counter() - t1
 
-    def write(self, measured: Any, env: JobEnv) -> RunSummary:
-        """``config.yaml``, ``answers/``, ``synthetic/``, ``store.zarr``, then ``report.json``."""
+    def write(self, measured: Any, env: JobEnv) -> tuple[dict[str, Any], dict[str, Any], Any]:
+        """``config.yaml``, ``answers/``, ``synthetic/``, ``store.zarr``, then ``report.json``; returns (ledger,
+        report, result)."""
         from concurrent.futures import ThreadPoolExecutor, wait
 
         from privcube.storage.answer_store import write_tensors
@@ -266,7 +266,7 @@ class SingleTableJob:
         report = self._report(result, env, expected)
         with rundir.writing("outputs"):
             rundir.write_json("report.json", report)
-        return RunSummary(rundir.path, self.ledger, report, result)
+        return self.ledger, report, result
 
     def _report(self, result: Any, env: JobEnv, expected: Any) -> dict[str, Any]:
         """``report.json``: timings, sizes, the plan's expected error, noise, the mechanism's report, and

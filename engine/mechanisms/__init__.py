@@ -11,7 +11,6 @@ REGISTRY: dict[str, str] = {
     "hdmm": "privcube.mechanisms.hdmm.mechanism:HDMM",
     "eigen-design": "privcube.mechanisms.eigen_design:EigenDesign",
     "aim-grem": "privcube.mechanisms.aim_grem.mechanism:AIMGReM",
-    "relational": "privcube.mechanisms.relational.mechanism:Relational",
 }
 
 

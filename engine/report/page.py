@@ -26,18 +26,32 @@ pre{white-space:pre-wrap;font-size:.8em}
 """
 
 
+#: providers of the sections of job kinds above the report (privcube.relational's links), registered by the
+#: driver: ``run -> {anchor: html}`` for "privacy-split", "dp-error", "iterations", "degrees"
+_PROVIDERS: list[Callable[[RunData], dict[str, str]]] = []
+
+
+def register_sections(provider: Callable[[RunData], dict[str, str]]) -> None:
+    """Add a provider of job-kind sections (the report cannot import the layers above it)."""
+    if provider not in _PROVIDERS:
+        _PROVIDERS.append(provider)
+
+
 def _sections(run: RunData) -> list[tuple[str, str, str]]:
     """(anchor, nav title, html) for each section that has something to show."""
-    from privcube.report import marginals, relational, sections, selection
+    from privcube.report import marginals, sections, selection
 
+    relational: dict[str, str] = {}
+    for provider in _PROVIDERS:
+        relational.update(provider(run))
     parts = [("warnings", "Warnings", sections.warnings(run)),
              ("overview", "Overview", sections.overview(run)),
              ("expected-error", "Expected error", sections.expected_error(run)),
-             ("privacy-split", "Privacy split", relational.privacy_split(run)),
+             ("privacy-split", "Privacy split", relational.get("privacy-split", "")),
              ("budget", "Budget split", sections.budget_split(run)),
-             ("dp-error", "DP error", relational.dp_error(run)),
-             ("iterations", "Link iterations", relational.iterations(run)),
-             ("degrees", "Degrees", relational.degrees(run)),
+             ("dp-error", "DP error", relational.get("dp-error", "")),
+             ("iterations", "Link iterations", relational.get("iterations", "")),
+             ("degrees", "Degrees", relational.get("degrees", "")),
              ("trace", "Selection trace", selection.selection_trace(run)),
              ("ledger", "Ledger", sections.ledger(run)),
              ("marginals", "Answers", marginals.published_marginals(run)),
@@ -48,7 +62,7 @@ def _sections(run: RunData) -> list[tuple[str, str, str]]:
 def render_report(run_dir: str | Path, *, replan: Callable[[dict[str, Any]], Any] | None = None) -> str:
     """The report of a finished run folder as one self-contained HTML document (no external resources);
     ``replan`` recomputes a plan the run did not store (see :func:`privcube.report.rundata.load_run`)."""
-    from privcube import __version__
+    from privcube.core import __version__
 
     run = load_run(run_dir, replan)
     parts = _sections(run)

@@ -33,10 +33,23 @@ def register_planner(planner: Callable[[dict[str, Any]], Any]) -> None:
     _PLANNER[:] = [planner]
 
 
+#: what job kinds above the report declare for their runs (``mechanism`` name -> sections), registered by
+#: the driver (privcube.relational's plan note)
+_KINDS: dict[str, dict[str, Any]] = {}
+
+
+def register_kind(name: str, sections: dict[str, Any]) -> None:
+    """Declare the report sections of runs whose ``mechanism`` is ``name`` but which no mechanism class runs."""
+    _KINDS[name] = dict(sections)
+
+
 def mechanism_sections(name: Any) -> dict[str, Any]:
-    """What the report shows for runs of mechanism ``name``, as the mechanism declares it."""
+    """What the report shows for runs of mechanism ``name``, as the mechanism (or its job kind) declares it."""
     from privcube.core.errors import ConfigError
     from privcube.mechanisms import REGISTRY, get_mechanism
+
+    if isinstance(name, str) and name in _KINDS:
+        return {**DEFAULT_SECTIONS, **_KINDS[name]}
 
     if not isinstance(name, str) or name not in REGISTRY:
         return dict(DEFAULT_SECTIONS)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from privcube.core.errors import ConfigError
-from privcube.core.paths import resolve_path
+from privcube.core.config_files import resolve_path
 from privcube.core.plugins import Registry
 
 CLUSTER_KINDS = Registry("cluster kind", "privcube.cluster_kinds", {

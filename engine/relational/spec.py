@@ -1,0 +1,138 @@
+"""The parts of a relational job's config both of its forms share: tables, links, references, budgets.
+
+Used by ``privcube.relational.config`` (the two-table forms) and ``privcube.relational.schema_graph`` (a list
+of foreign keys); nothing here reads private data.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from privcube.core.config_files import resolve_path
+from privcube.core.domain import Domain
+from privcube.core.errors import BudgetError, ConfigError
+from privcube.privacy.budget import PrivacyBudget
+
+FK_KEYS = {"from", "to"}
+LINK_TABLE_KEYS = {"path", "left", "right", "columns"}
+#: a link's own degree bound beside its budget (``privacy.links.<name>: {epsilon, delta, d_max, truncate}``);
+#: a key left out takes the mechanism's value
+LINK_BOUND_KEYS = ("d_max", "truncate")
+
+
+@dataclass
+class TableSpec:
+    """One input table: where it is, its public schema and its key column (if any)."""
+
+    name: str
+    path: str
+    schema: Any  # privcube.storage.schema.Schema
+    key: str | None = None
+    has_labels: bool = False
+
+    @property
+    def domain(self) -> Domain:
+        """The code domain of the schema's attributes."""
+        return self.schema.domain
+
+
+@dataclass
+class LinkSpec:
+    """The links: a foreign key (one_to_many) or a link table (many_to_many)."""
+
+    kind: str
+    left: str  # one_to_many: child table; many_to_many: left table
+    left_col: str  # one_to_many: FK column of the child; many_to_many: key column of the left table
+    right: str  # parent / right table
+    right_col: str  # key column of the right table
+    path: str | None = None
+    columns: tuple[str, str] | None = None
+    within: str | None = None  # a graph's foreign key: every parent with children here has children in that link
+
+
+def parse_ref(ref: Any, what: str) -> tuple[str, str]:
+    """``"table.column"`` split in two; a ConfigError naming ``what`` otherwise."""
+    if not isinstance(ref, str) or ref.count(".") != 1 or not all(ref.split(".")):
+        raise ConfigError(f"{what} must look like 'table.column', got {ref!r}")
+    t, c = ref.split(".")
+    return t, c
+
+
+def parse_budget(b: Any, what: str) -> PrivacyBudget:
+    """One part's Gaussian budget, (epsilon, delta) or (rho, delta); a BudgetError naming ``what`` otherwise."""
+    if not isinstance(b, Mapping):
+        raise BudgetError(f"{what}: expected {{epsilon, delta}} or {{rho, delta}}, got {b!r}")
+    try:
+        out = PrivacyBudget.from_config(b)
+    except BudgetError as e:
+        raise BudgetError(f"{what}: {e}") from None
+    if out.pure or out.delta <= 0:
+        raise BudgetError(f"{what}: give delta as well (the Gaussian mechanism needs (epsilon, delta) or rho)")
+    return out
+
+
+def parse_link_budget(b: Any, what: str) -> tuple[PrivacyBudget, dict[str, Any]]:
+    """One link's budget and its own degree bound: ``{epsilon, delta[, d_max][, truncate]}`` (or ``rho``);
+    returns (budget, the bound keys given). ``d_max`` a positive integer, ``truncate`` true or false; errors
+    name ``what`` and the key."""
+    if not isinstance(b, Mapping):
+        return parse_budget(b, what), {}
+    unknown = set(b) - {"epsilon", "delta", "rho", *LINK_BOUND_KEYS}
+    if unknown:
+        raise BudgetError(f"{what}: unknown key(s) {sorted(map(str, unknown))}; a link takes epsilon, delta or rho, "
+                          "and optionally its own d_max and truncate")
+    bound = {k: b[k] for k in LINK_BOUND_KEYS if k in b}
+    if "d_max" in bound:
+        d = bound["d_max"]
+        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+            raise ConfigError(f"{what}.d_max: the link's degree bound must be a positive integer, got {d!r}")
+    if "truncate" in bound and not isinstance(bound["truncate"], bool):
+        raise ConfigError(f"{what}.truncate: must be true or false, got {bound['truncate']!r}")
+    return parse_budget({k: v for k, v in b.items() if k not in LINK_BOUND_KEYS}, what), bound
+
+
+def table_budgets(privacy: Any, tables: Mapping[str, Any], links_form: str) -> Mapping[str, Any]:
+    """The ``privacy.tables`` mapping after the checks both config forms share (``privacy`` a mapping
+    of ``tables`` and ``links`` only, no unknown table); ``links_form`` shows the expected links budget."""
+    if not isinstance(privacy, Mapping):
+        raise ConfigError(f"privacy is missing: give {{tables: {{name: {{epsilon, delta}}}}, links: {links_form}}}")
+    bad = set(privacy) - {"tables", "links"}
+    if bad:
+        raise ConfigError(f"privacy: unknown key(s) {sorted(bad)}; a relational job takes 'tables' and 'links'")
+    ptab = privacy.get("tables")
+    if not isinstance(ptab, Mapping):
+        raise BudgetError("privacy.tables is missing: give a budget {epsilon, delta} for each table")
+    extra = set(ptab) - set(tables)
+    if extra:
+        raise ConfigError(f"privacy.tables: unknown table(s) {sorted(map(str, extra))}; tables are {sorted(tables)}")
+    return ptab
+
+
+def link_table_spec(spec: Mapping[str, Any], tables: Mapping[str, TableSpec], base: Any, what: str) -> LinkSpec:
+    """A many-to-many link table ``{path, left: T.key, right: U.key[, columns: [l, r]]}`` (keys already
+    checked); errors name ``what`` (``data.links`` or ``data.links[i]``)."""
+    lt, lk = parse_ref(spec.get("left"), f"{what}.left")
+    rt, rk = parse_ref(spec.get("right"), f"{what}.right")
+    for t, side in ((lt, "left"), (rt, "right")):
+        if t not in tables:
+            raise ConfigError(f"{what}.{side}: unknown table {t!r}; tables are {sorted(tables)}")
+    for t, k, side in ((lt, lk, "left"), (rt, rk, "right")):
+        if tables[t].key is not None and tables[t].key != k:
+            raise ConfigError(f"{what}.{side} names {t}.{k} but data.tables.{t}.key is {tables[t].key!r}")
+    cols = spec.get("columns")
+    if cols is not None:
+        if (isinstance(cols, (str, bytes)) or not isinstance(cols, (list, tuple)) or len(cols) != 2
+                or not all(isinstance(c, str) and c for c in cols) or cols[0] == cols[1]):
+            raise ConfigError(f"{what}.columns: expected two distinct column names [left, right], got {cols!r}")
+        cols = (cols[0], cols[1])
+    path = spec.get("path")
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{what}.path: expected a path string, got {path!r}")
+    path = resolve_path(path, Path(base))
+    return LinkSpec("many_to_many", lt, lk, rt, rk, path, cols)
+
+
+__all__ = ["FK_KEYS", "LINK_BOUND_KEYS", "LINK_TABLE_KEYS", "LinkSpec", "TableSpec", "link_table_spec", "parse_budget",
+           "parse_link_budget", "parse_ref", "table_budgets"]

@@ -89,7 +89,7 @@ NONPRIVATE_NOTE = ("NOTE: the exact marginal counts used to score every mechanis
                    "evaluation diagnostic computed from the raw data; no mechanism sees them.")
 
 
-# ---- pure helpers (tested in tests/test_aim_vs_pgm_smoke.py) -------------------------------------
+# ---- pure helpers (tested in tests/unit/test_aim_vs_pgm_smoke.py) -------------------------------------
 
 def rho_for(epsilon: float, delta: float = DELTA) -> float:
     """ρ given to BOTH sides: privcube's conversion (largest ρ whose zCDP implies (ε, δ)-DP)."""

@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parents[1] / "tests"
-if str(TESTS) not in sys.path:  # the papers' tables are test data (tests/papers_data), never shipped code
+TESTS = Path(__file__).resolve().parents[1] / "tests" / "support"
+if str(TESTS) not in sys.path:  # the papers' tables are test data (tests/support/papers_data), never shipped code
     sys.path.insert(0, str(TESTS))
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):

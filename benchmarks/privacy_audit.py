@@ -1,7 +1,7 @@
 """Benchmark (issue 37): the empirical privacy audit's lower bounds on ε against the ledgers' claims.
 
 Prints one table: every case of ``privcube audit`` (``--all`` trials by default, ``--fast`` for the quick
-subset), then the deliberately broken variants of tests/audit_broken.py (noise scale halved, a measurement
+subset), then the deliberately broken variants of tests/support/audit_broken.py (noise scale halved, a measurement
 not charged, the privacy unit's row bound not enforced, aim-grem's selection without noise), each beside the
 real configuration it breaks. A real mechanism passes when its bound is at most its claim; a broken one is
 caught when its bound exceeds its claim. The machine's load average is printed before and after.
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parents[1] / "tests"
+TESTS = Path(__file__).resolve().parents[1] / "tests" / "support"
 if str(TESTS) not in sys.path:  # the broken variants are built in tests/, never in the shipped code
     sys.path.insert(0, str(TESTS))
 

@@ -6,7 +6,7 @@ array, and zarr's default codecs being ``bytes`` (little endian) then ``zstd``. 
 zarr's own (``ArrayV3Metadata.to_dict`` of a template built by zarr for the same dtype and rank, with the
 shape, chunk shape, attributes and dimension names put in), dumped as zarr dumps it; the chunk is encoded by
 numcodecs' Zstd with zarr's settings and, as zarr does with ``write_empty_chunks`` off, not written when
-every value is +0.0 (the fill value, compared by bit pattern). ``tests/test_store_direct.py`` checks every
+every value is +0.0 (the fill value, compared by bit pattern). ``tests/integration/test_store_direct.py`` checks every
 file against zarr's own writes. Anything else goes through zarr (``fits``)."""
 from __future__ import annotations
 

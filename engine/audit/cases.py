@@ -7,7 +7,7 @@ Every single-table case is a job config (mechanism, parameters, workload, ``priv
 (per person under a privacy unit) → ``postprocess`` and ``write_records`` for the pipeline case. The claim
 is the ledger's ε at the budget's δ (a pure ε budget: δ = 0). Budgets are small on purpose (ρ = 0.5, i.e.
 ε 2.75 at δ = 0.01): a claim this small is one an audit of a few thousand runs can contradict, so a mechanism
-that leaks more than it charges fails (the deliberately broken variants in tests/test_privacy_audit.py do).
+that leaks more than it charges fails (the deliberately broken variants in tests/integration/test_privacy_audit.py do).
 
 Neighbouring pairs (the adversary's choice):
 - add/remove one record: D plus one record. For ResidualPlanner every cell is as exposed as any other

@@ -261,3 +261,13 @@ def test_no_function_over_80_lines() -> None:
                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                   and node.end_lineno - node.lineno + 1 > 80)
     assert long == []
+
+
+def test_relational_lives_in_one_package_with_names_that_do_not_look_alike() -> None:
+    """Every relational module is under privcube.relational, and no module name there is another's name plus a
+    suffix (the old degree / degrees / degree_distributions)."""
+    outside = sorted(m for m in MODULES if "relational" in m.split(".")[-1] and not m.startswith("privcube.relational"))
+    assert outside == []
+    names = sorted({m.rsplit(".", 1)[-1] for m in MODULES if m.startswith("privcube.relational.")})
+    look_alike = [(a, b) for a in names for b in names if a != b and (b.startswith(a) or a.rstrip("s") == b.rstrip("s"))]
+    assert len(names) > 20 and look_alike == []

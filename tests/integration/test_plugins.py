@@ -1,5 +1,6 @@
-"""Plug-in points (issue 34): a mechanism, an input format and a cluster kind, each one new module plus one registry line,
-used by real runs through ``privcube.run``; the built-in ones declare what the reference is generated from."""
+"""Plug-in points (issue 34): a mechanism, an input format and a cluster kind, each one new module plus one
+registry line, used by real runs through ``privcube.run``; the built-in ones declare what the reference is
+generated from."""
 from __future__ import annotations
 
 import importlib.metadata

@@ -28,7 +28,8 @@ BUDGETS = {"tables": {"users": {"epsilon": 1.0, "delta": 1e-6}, "movies": {"epsi
 
 
 @pytest.fixture(scope="module")
-def ml() -> dict:
+def ml_ooc() -> dict:
+    """A larger MovieLens-shaped set than conftest's ``ml``: enough rows to partition."""
     return movielens_like(n_users=150, n_movies=110, n_genres=4, d_max=10, seed=3)
 
 
@@ -38,16 +39,16 @@ def _partitioned(frame: pd.DataFrame, folder: Path, parts: int) -> Path:
     return folder
 
 
-def _lazy(ml: dict, tmp_path: Path) -> tuple[dict, dict]:
-    tables = {n: (dd.read_parquet(_partitioned(f, tmp_path / n, 3)), dom) for n, (f, dom) in ml["tables"].items()}
-    links = {**ml["links"], "pairs": dd.read_parquet(_partitioned(ml["links"]["pairs"], tmp_path / "pairs", 4))}
+def _lazy(ml_ooc: dict, tmp_path: Path) -> tuple[dict, dict]:
+    tables = {n: (dd.read_parquet(_partitioned(f, tmp_path / n, 3)), dom) for n, (f, dom) in ml_ooc["tables"].items()}
+    links = {**ml_ooc["links"], "pairs": dd.read_parquet(_partitioned(ml_ooc["links"]["pairs"], tmp_path / "pairs", 4))}
     return tables, links
 
 
-def test_partitioned_parquet_equals_in_memory(ml: dict, tmp_path: Path) -> None:
-    tables, links = _lazy(ml, tmp_path)
+def test_partitioned_parquet_equals_in_memory(ml_ooc: dict, tmp_path: Path) -> None:
+    tables, links = _lazy(ml_ooc, tmp_path)
     assert links["pairs"].npartitions == 4 and tables["users"][0].npartitions == 3
-    mem = run_relational(ml["tables"], ml["links"], FAST, BUDGETS, noise=NoiseSource(4))
+    mem = run_relational(ml_ooc["tables"], ml_ooc["links"], FAST, BUDGETS, noise=NoiseSource(4))
     ooc = run_relational(tables, links, FAST, BUDGETS, noise=NoiseSource(4))
     assert ooc.links.equals(mem.links)
     for name in ("users", "movies"):
@@ -57,24 +58,24 @@ def test_partitioned_parquet_equals_in_memory(ml: dict, tmp_path: Path) -> None:
     assert mem.report["dp_cross_error"] == ooc.report["dp_cross_error"]
 
 
-def test_nonprivate_evaluation_degrees_and_floor(ml: dict) -> None:
+def test_nonprivate_evaluation_degrees_and_floor(ml_ooc: dict) -> None:
     """Degree histograms equal direct counts; with the real tables as 'synthetic' ones every record has a twin
     with its own codes, so the floor is exactly 0; per-workload errors cover every order-k workload."""
-    identity = {n: v[0] for n, v in ml["tables"].items()}
-    res = run_relational(ml["tables"], ml["links"], FAST, {"links": BUDGETS["links"]}, noise=NoiseSource(2),
+    identity = {n: v[0] for n, v in ml_ooc["tables"].items()}
+    res = run_relational(ml_ooc["tables"], ml_ooc["links"], FAST, {"links": BUDGETS["links"]}, noise=NoiseSource(2),
                          synthetic_tables=identity)
     ev = res.report["nonprivate_evaluation"]
     assert "NOT differentially private" in ev["note"]
     assert ev["floor_pct"] == 0.0
-    pairs = ml["links"]["pairs"]
-    users, movies = ml["tables"]["users"][0], ml["tables"]["movies"][0]
+    pairs = ml_ooc["links"]["pairs"]
+    users, movies = ml_ooc["tables"]["users"][0], ml_ooc["tables"]["movies"][0]
     j = movies.set_index("id").index.get_indexer(pairs["movie_id"])
     i = users.set_index("id").index.get_indexer(pairs["user_id"])
     assert ev["degree_distribution"]["real"] == np.bincount(np.bincount(j, minlength=len(movies))).tolist()
     assert ev["left_degree_distribution"]["real"] == np.bincount(np.bincount(i, minlength=len(users))).tolist()
     syn_j = res.links.iloc[:, 1].to_numpy()
     assert ev["degree_distribution"]["synthetic"] == np.bincount(np.bincount(syn_j, minlength=len(movies))).tolist()
-    doms = (ml["tables"]["users"][1], ml["tables"]["movies"][1])
+    doms = (ml_ooc["tables"]["users"][1], ml_ooc["tables"]["movies"][1])
     labels = {w.label() for w in cross_workloads(*doms, 3)}
     assert set(ev["per_workload_pct"]) == labels
     learned = np.mean([v["learned"] for v in ev["per_workload_pct"].values()])
@@ -126,13 +127,13 @@ def _arrays_in(obj, depth: int = 0) -> list:  # noqa: ANN001
     return []
 
 
-def test_driver_receives_no_record_level_real_data(two_worker_client, ml: dict, tmp_path: Path, gathered: list) -> None:
+def test_driver_receives_no_record_level_real_data(two_worker_client, ml_ooc: dict, tmp_path: Path, gathered: list) -> None:
     """On a LocalCluster, everything the client gathers is searched: no array (or frame) as long as a real
     table or the real link table; what comes back is sizes, histograms, count tables and synthetic data."""
     from privcube.graphs.execution import run_context
 
-    tables, links = _lazy(ml, tmp_path)
-    n1, n2, m = len(ml["tables"]["users"][0]), len(ml["tables"]["movies"][0]), len(ml["links"]["pairs"])
+    tables, links = _lazy(ml_ooc, tmp_path)
+    n1, n2, m = len(ml_ooc["tables"]["users"][0]), len(ml_ooc["tables"]["movies"][0]), len(ml_ooc["links"]["pairs"])
     params = {**FAST, "synthetic_rows": {"users": 97, "movies": 83}, "m_syn": 301, "chunk_size": 40}
     received = gathered  # from here on (conftest's `gathered` records every gather)
     received.clear()
@@ -146,10 +147,10 @@ def test_driver_receives_no_record_level_real_data(two_worker_client, ml: dict, 
     assert not any(isinstance(a, (pd.DataFrame, pd.Index)) and len(a) > 0 and
                    set(map(str, getattr(a, "columns", []))) & {"user_id", "movie_id", "id"} for a in arrays)
     # positive control: the search does catch a gathered real column
-    assert {len(a) for a in _arrays_in([ml["links"]["pairs"]["user_id"].to_numpy()])} & {m}
+    assert {len(a) for a in _arrays_in([ml_ooc["links"]["pairs"]["user_id"].to_numpy()])} & {m}
 
 
-def test_job_over_partitioned_parquet_directories(ml: dict, tmp_path: Path) -> None:
+def test_job_over_partitioned_parquet_directories(ml_ooc: dict, tmp_path: Path) -> None:
     """A relational job config whose tables and link table are partitioned Parquet directories runs through the
     Python API and equals the run over single Parquet files (seeded)."""
     import privcube
@@ -157,16 +158,16 @@ def test_job_over_partitioned_parquet_directories(ml: dict, tmp_path: Path) -> N
     for layout, parts in (("files", 1), ("dirs", 3)):
         d = tmp_path / layout
         d.mkdir()
-        for n, (f, _) in ml["tables"].items():
+        for n, (f, _) in ml_ooc["tables"].items():
             _partitioned(f, d / n, parts) if parts > 1 else f.to_parquet(d / f"{n}.parquet", index=False)
-        pairs = ml["links"]["pairs"]
+        pairs = ml_ooc["links"]["pairs"]
         _partitioned(pairs, d / "pairs", parts) if parts > 1 else pairs.to_parquet(d / "pairs.parquet", index=False)
     results = {}
     for layout, suffix in (("files", ".parquet"), ("dirs", "")):
         d = tmp_path / layout
-        doms = {n: dict(zip(dom.attributes, map(int, dom.shape))) for n, (_, dom) in ml["tables"].items()}
+        doms = {n: dict(zip(dom.attributes, map(int, dom.shape))) for n, (_, dom) in ml_ooc["tables"].items()}
         cfg = {"data": {"tables": {n: {"path": str(d / f"{n}{suffix}"), "domain": doms[n], "key": "id"}
-                                   for n in ml["tables"]},
+                                   for n in ml_ooc["tables"]},
                         "links": {"path": str(d / f"pairs{suffix}"), "left": "users.id", "right": "movies.id",
                                   "columns": ["user_id", "movie_id"]}},
                "mechanism": {"name": "relational", **FAST},

@@ -175,7 +175,7 @@ def test_validate_reports_bad_value_in_later_file(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"column 'workclass' of file '.*part-2.parquet', row 5: a value is outside "
                                         r"the domain \[0, 9\)") as e:
         validate(t)
-    assert "42" not in str(e.value)
+    assert "42" not in str(e.value).replace(str(tmp_path), "")  # the value, not a digit of pytest's tmp folder
     df2 = _raw(10)
     df2["workclass"] = df2["workclass"].astype(str)
     df2.to_parquet(tmp_path / "s.parquet")

@@ -3,7 +3,7 @@
 Config keys come from the :class:`privcube.core.params.Param` declarations of the layers that read them
 (``storage.data_spec``, ``synth.spec``, ``postprocess.spec``, every cluster kind's ``OPTIONS``), input
 formats from their registry, mechanism parameters from each registered class's ``PARAMS`` (defaults) and
-``PARAM_HELP`` (meanings), the command line from :func:`privcube.cli.build_parser`. ``docs/hooks.py``
+``PARAM_HELP`` (meanings; ``relational``'s in ``privcube.relational.stages.parameters``), the command line from :func:`privcube.cli.build_parser`. ``docs/hooks.py``
 writes :func:`config_markdown` and :func:`cli_markdown` into the site at build time;
 ``tests/unit/test_docs_reference.py`` checks with :func:`undocumented` that nothing lacks a description.
 This file imports no MkDocs module.
@@ -17,11 +17,18 @@ from typing import Any
 
 from privcube.core.params import REQUIRED, Param
 
-#: name -> (the section's config key, the module attribute that declares it)
-SECTIONS: dict[str, tuple[str, str]] = {
-    "data": ("privcube.storage.data_spec", "DATA_PARAMS"),
-    "synthesize": ("privcube.synth.spec", "PARAMS"),
-    "postprocess": ("privcube.postprocess.spec", "PARAMS"),
+#: a single-table config's sections: title -> (the module that declares its keys, the attribute, one line)
+SECTIONS: dict[str, tuple[str, str, str]] = {
+    "Top-level keys": ("privcube.config", "TOP_PARAMS", "The sections of a single-table job config "
+                       "(`privcube.config`); a relational job's are described with the mechanism `relational`."),
+    "`data`": ("privcube.storage.data_spec", "DATA_PARAMS", ""),
+    "`privacy`": ("privcube.privacy.budget", "PRIVACY_PARAMS", "The run's privacy budget "
+                  "(`privcube.privacy.budget`): `{epsilon, delta}`, `{rho}` (read at `delta`) or `{epsilon}` alone."),
+    "`privacy_unit`": ("privcube.privacy.unit", "UNIT_PARAMS", ""),
+    "`output`": ("privcube.config", "OUTPUT_PARAMS", "What the run folder's answers carry, and where copies of "
+                 "them are published (`privcube.config`)."),
+    "`synthesize`": ("privcube.synth.spec", "PARAMS", ""),
+    "`postprocess`": ("privcube.postprocess.spec", "PARAMS", ""),
 }
 
 
@@ -47,9 +54,9 @@ def config_sections() -> Iterator[tuple[str, str, Mapping[str, Param]]]:
     """``(title, one-line intro, {key: Param})`` for every declared config section, cluster kinds included."""
     import importlib
 
-    for key, (module, attr) in SECTIONS.items():
+    for title, (module, attr, intro) in SECTIONS.items():
         mod = importlib.import_module(module)
-        yield f"`{key}`", (mod.__doc__ or "").strip().splitlines()[0], getattr(mod, attr)
+        yield title, intro or (mod.__doc__ or "").strip().splitlines()[0], getattr(mod, attr)
     from privcube.graphs.cluster.kind import SECURITY_OPTIONS
     from privcube.graphs.cluster.registry import CLUSTER_KINDS
 
@@ -58,12 +65,17 @@ def config_sections() -> Iterator[tuple[str, str, Mapping[str, Param]]]:
         yield f"`cluster: {{type: {name}}}`", kind.description, {**kind.OPTIONS, **SECURITY_OPTIONS}
 
 
-def mechanism_classes() -> Iterator[tuple[str, Any]]:
-    """``(config name, class)`` of every registered mechanism."""
+def mechanism_params() -> Iterator[tuple[str, str, Mapping[str, Any], Mapping[str, str]]]:
+    """``(config name, one line, PARAMS, PARAM_HELP)`` of every registered mechanism, then of ``relational`` (a job
+    kind of its own, whose parameters live in ``privcube.relational.stages.parameters``)."""
     from privcube.mechanisms import REGISTRY, get_mechanism
+    from privcube.relational.stages import parameters as relational
 
     for name in REGISTRY:
-        yield name, get_mechanism(name)
+        cls = get_mechanism(name)
+        yield name, (cls.__doc__ or "").strip().splitlines()[0], cls.PARAMS, cls.PARAM_HELP
+    yield ("relational", "Synthetic databases of several tables and their links (a relational job: `data.tables`, "
+           "`data.links`, `privacy.tables`, `privacy.links`).", relational.PARAMS, relational.PARAM_HELP)
 
 
 def _params_table(params: Mapping[str, Param]) -> list[str]:
@@ -107,13 +119,13 @@ def config_markdown() -> str:
         suffixes = ", ".join(f"`{s}`" for s in fmt.suffixes) or "—"
         out.append(f"| `{name}` | {suffixes} | {_abilities(fmt.abilities, FORMAT_ABILITIES)} | {_cell(fmt.description)} |")
     out += ["", "## Mechanisms (`mechanism: {name: NAME, ...}`)", ""]
-    for name, cls in mechanism_classes():
-        out += [f"### `{name}`", "", _cell((cls.__doc__ or "").strip().splitlines()[0]), ""]
-        if not cls.PARAMS:
+    for name, summary, params, helps in mechanism_params():
+        out += [f"### `{name}`", "", _cell(summary), ""]
+        if not params:
             out += ["No parameters.", ""]
             continue
         out += ["| key | default | meaning |", "|---|---|---|"]
-        out += [f"| `{k}` | {_default(v)} | {_cell(cls.PARAM_HELP.get(k, ''))} |" for k, v in cls.PARAMS.items()]
+        out += [f"| `{k}` | {_default(v)} | {_cell(helps.get(k, ''))} |" for k, v in params.items()]
         out.append("")
     return "\n".join(out)
 
@@ -168,9 +180,9 @@ def undocumented() -> list[str]:
 
     missing = [f"{title}.{k}" for title, _, params in config_sections() for k, p in params.items()
                if not p.help.strip()]
-    for name, cls in mechanism_classes():
-        missing += [f"mechanism {name}.{k}" for k in cls.PARAMS if not str(cls.PARAM_HELP.get(k, "")).strip()]
-        missing += [f"mechanism {name}.{k} (help for no parameter)" for k in set(cls.PARAM_HELP) - set(cls.PARAMS)]
+    for name, _, params, helps in mechanism_params():
+        missing += [f"mechanism {name}.{k}" for k in params if not str(helps.get(k, "")).strip()]
+        missing += [f"mechanism {name}.{k} (help for no parameter)" for k in set(helps) - set(params)]
     for path, help_text, sub in _subcommands(build_parser(), "privcube"):
         if not help_text.strip():
             missing.append(path)

@@ -34,6 +34,12 @@ def test_every_mechanism_parameter_has_help(name: str) -> None:
     assert all(isinstance(h, str) and h.strip() for h in cls.PARAM_HELP.values())
 
 
+def test_relational_parameters_have_help() -> None:
+    from privcube.relational.stages.parameters import PARAM_HELP, PARAMS
+
+    assert set(PARAM_HELP) == set(PARAMS) and all(h.strip() for h in PARAM_HELP.values())
+
+
 def test_a_parameter_without_help_is_caught(gen, monkeypatch) -> None:
     cls = get_mechanism("residual-planner")
     monkeypatch.setattr(cls, "PARAMS", {**cls.PARAMS, "new_knob": 1})
@@ -55,8 +61,9 @@ def test_the_pages_list_every_key_and_flag(gen) -> None:
     config, cli = gen.config_markdown(), gen.cli_markdown()
     for _, _, params in gen.config_sections():
         assert all(f"| `{key}` |" in config for key in params)
-    for name, cls in gen.mechanism_classes():
-        assert f"### `{name}`" in config and all(f"| `{key}` |" in config for key in cls.PARAMS)
+    for name, _, params, _ in gen.mechanism_params():
+        assert f"### `{name}`" in config and all(f"| `{key}` |" in config for key in params)
+    assert "### `relational`" in config
     from privcube.storage.formats import FORMATS
     assert all(f"| `{name}` |" in config for name in FORMATS.names())
     for path, _, sub in gen._subcommands(build_parser(), "privcube"):

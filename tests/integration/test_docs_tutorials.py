@@ -24,7 +24,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ROOT / "docs" / "pages"
 #: the tutorial pages run here
-TUTORIALS = ["getting-started.md", "tutorials/marginals-with-intervals.md", "tutorials/synthetic-records.md"]
+TUTORIALS = ["getting-started.md", "tutorials/marginals-with-intervals.md", "tutorials/synthetic-records.md",
+             "tutorials/people-with-several-rows.md"]
 
 _FENCE = re.compile(r"^```(?P<lang>[\w-]*)(?P<attrs>[^\n]*)\n(?P<body>.*?)^```\s*$", re.M | re.S)
 _MARKER = re.compile(r"<!--\s*test:\s*(run|output)\s*-->\s*$")

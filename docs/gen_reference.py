@@ -1,7 +1,8 @@
 """The reference pages generated from what the code declares, so they cannot drift from it.
 
 Config keys come from the :class:`privcube.core.params.Param` declarations of the layers that read them
-(``storage.data_spec``, ``synth.spec``, ``postprocess.spec``, every cluster kind's ``OPTIONS``), input
+(``config``, ``core.workload``, ``storage.data_spec``, ``privacy.budget``, ``privacy.unit``, ``synth.spec``,
+``postprocess.spec``, every cluster kind's ``OPTIONS``), query types from ``core.query_types``, input
 formats from their registry, mechanism parameters from each registered class's ``PARAMS`` (defaults) and
 ``PARAM_HELP`` (meanings; ``relational``'s in ``privcube.relational.stages.parameters``), the command line from :func:`privcube.cli.build_parser`. ``docs/hooks.py``
 writes :func:`config_markdown` and :func:`cli_markdown` into the site at build time;
@@ -22,6 +23,9 @@ SECTIONS: dict[str, tuple[str, str, str]] = {
     "Top-level keys": ("privcube.config", "TOP_PARAMS", "The sections of a single-table job config "
                        "(`privcube.config`); a relational job's are described with the mechanism `relational`."),
     "`data`": ("privcube.storage.data_spec", "DATA_PARAMS", ""),
+    "`workload` entries": ("privcube.core.workload", "ENTRY_PARAMS", "`workload` is a list of entries, each one or "
+                           "more query groups (`privcube.core.workload`); every query type is listed under "
+                           "Query types below."),
     "`privacy`": ("privcube.privacy.budget", "PRIVACY_PARAMS", "The run's privacy budget "
                   "(`privcube.privacy.budget`): `{epsilon, delta}`, `{rho}` (read at `delta`) or `{epsilon}` alone."),
     "`privacy_unit`": ("privcube.privacy.unit", "UNIT_PARAMS", ""),
@@ -111,6 +115,15 @@ def config_markdown() -> str:
             out += [f"Abilities: {_abilities(CLUSTER_KINDS.get(name, 'cluster.type').abilities, CLUSTER_ABILITIES)}.",
                     ""]
         out += _params_table(params)
+    from privcube.core.query_types import JOINT, PARAMS as TYPE_PARAMS, PER_ATTRIBUTE, QUERY_TYPE_HELP
+
+    out += ["## Query types (`workload[].queries`)", "",
+            "A name, or `{type: NAME, parameters}`; per attribute, or joint over two attributes.", "",
+            "| type | parameters | joint | what |", "|---|---|---|---|"]
+    for name in PER_ATTRIBUTE + JOINT:
+        params = ", ".join(f"`{p}`" for p in TYPE_PARAMS.get(name, ())) or "—"
+        out.append(f"| `{name}` | {params} | {'yes' if name in JOINT else ''} | {_cell(QUERY_TYPE_HELP.get(name, ''))} |")
+    out += [""]
     out += ["## Input formats (`data.format`)", "",
             "Without `data.format` the format is guessed from the file names, in this order.", "",
             "| name | files | abilities | what |", "|---|---|---|---|"]
@@ -180,6 +193,9 @@ def undocumented() -> list[str]:
 
     missing = [f"{title}.{k}" for title, _, params in config_sections() for k, p in params.items()
                if not p.help.strip()]
+    from privcube.core.query_types import JOINT, PER_ATTRIBUTE, QUERY_TYPE_HELP
+
+    missing += [f"query type {t}" for t in PER_ATTRIBUTE + JOINT if not QUERY_TYPE_HELP.get(t, "").strip()]
     for name, _, params, helps in mechanism_params():
         missing += [f"mechanism {name}.{k}" for k in params if not str(helps.get(k, "")).strip()]
         missing += [f"mechanism {name}.{k} (help for no parameter)" for k in set(helps) - set(params)]

@@ -64,6 +64,8 @@ def test_the_pages_list_every_key_and_flag(gen) -> None:
     for name, _, params, _ in gen.mechanism_params():
         assert f"### `{name}`" in config and all(f"| `{key}` |" in config for key in params)
     assert "### `relational`" in config
+    from privcube.core.query_types import JOINT, PER_ATTRIBUTE
+    assert all(f"| `{t}` |" in config for t in PER_ATTRIBUTE + JOINT)
     from privcube.storage.formats import FORMATS
     assert all(f"| `{name}` |" in config for name in FORMATS.names())
     for path, _, sub in gen._subcommands(build_parser(), "privcube"):

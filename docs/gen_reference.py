@@ -61,6 +61,17 @@ def config_sections() -> Iterator[tuple[str, str, Mapping[str, Param]]]:
     for title, (module, attr, intro) in SECTIONS.items():
         mod = importlib.import_module(module)
         yield title, intro or (mod.__doc__ or "").strip().splitlines()[0], getattr(mod, attr)
+    from privcube.relational import config as relational, spec
+
+    yield ("Relational jobs: top-level keys", "A relational job (`mechanism: {name: relational}`) takes these "
+           "instead (`privcube.relational.config`); its mechanism parameters are under Mechanisms.",
+           relational.TOP_PARAMS)
+    yield "Relational: `data.tables.NAME`", "One input table.", relational.TABLE_PARAMS
+    yield "Relational: `data.links`, a foreign key", "One-to-many: each child row points at one parent.", spec.FK_PARAMS
+    yield "Relational: `data.links`, a link table", "Many-to-many (or self-referential) links in a file.", \
+        spec.LINK_TABLE_PARAMS
+    yield ("Relational: `privacy.links.NAME`", "Beside a link's `epsilon`, `delta` (or `rho`): its own degree "
+           "bound.", spec.LINK_BOUND_PARAMS)
     from privcube.graphs.cluster.kind import SECURITY_OPTIONS
     from privcube.graphs.cluster.registry import CLUSTER_KINDS
 

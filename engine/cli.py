@@ -67,9 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schema", help="inspect a schema, or infer one (NON-PRIVATE) from data")
     ssub = s.add_subparsers(dest="schema_command", required=True, metavar="ACTION")
     sh = ssub.add_parser("show", help="print a schema/domain with its attribute sizes")
-    sh.add_argument("schema")
+    sh.add_argument("schema", help="domain JSON {column: size} or rich schema YAML/JSON")
     inf = ssub.add_parser("infer", help="NON-PRIVATE: propose a schema from the data itself")
-    inf.add_argument("data")
+    inf.add_argument("data", help="Parquet/CSV file, directory, glob or URL to read the columns from")
     inf.add_argument("--out", help="write the proposed schema (YAML) here (an existing file is refused unless "
                                    "--force)")
     inf.add_argument("--force", action="store_true", help="with --out: replace an existing file")
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--rows", type=int, default=200_000, help="rows of demo data (default 200000)")
     d.add_argument("--seed", type=int, default=None, help="seed the noise")
     d.add_argument("--workers", type=int, default=None, help="LocalCluster workers")
-    d.add_argument("--quiet", action="store_true")
+    d.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
 
 
@@ -112,11 +112,11 @@ def _budget_parser(sub: Any) -> None:
                                    "names it is charged against it, and a run that would exceed it is refused.")
     bsub = b.add_subparsers(dest="budget_command", required=True, metavar="ACTION")
     bi = bsub.add_parser("init", help="create a dataset budget file")
-    bi.add_argument("path", metavar="PATH")
+    bi.add_argument("path", metavar="PATH", help="the budget file to create (refused if it exists)")
     bi.add_argument("--epsilon", type=float, required=True, help="the dataset's total epsilon")
     bi.add_argument("--delta", type=float, required=True, help="the dataset's total delta")
     bs = bsub.add_parser("show", help="print the budget and the spend of every run charged to it")
-    bs.add_argument("path", metavar="PATH")
+    bs.add_argument("path", metavar="PATH", help="a budget file made by privcube budget init")
     bs.add_argument("--json", action="store_true", help="machine-readable output")
 
 

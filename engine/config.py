@@ -32,14 +32,40 @@ from typing import Any
 from privcube.core.domain import Domain
 from privcube.core.config_files import RESOLVED_KEY, check_recorded, resolve_path
 from privcube.core.errors import ConfigError
+from privcube.core.params import REQUIRED, Param
 from privcube.core.workload import Workload, parse_workload
 from privcube.core.yaml_io import read_config_file
 from privcube.privacy.budget import PrivacyBudget
 from privcube.storage.formats.frame import FRAME_PLACEHOLDER
 
-TOP_KEYS = {"data", "domain", "mechanism", "workload", "privacy", "output", "cluster", "noise_sampler", "synthesize",
-            "privacy_unit", "postprocess"}
-OUTPUT_KEYS = {"labels", "zarr", "answers", "ci_level"}
+#: the top-level keys of a single-table job config (each section is checked by the layer named in its help)
+TOP_PARAMS: dict[str, Param] = {
+    "data": Param(None, "mapping", "where the rows are, their format and their schema or domain (the data section)"),
+    "domain": Param(None, "{column: size}", "an inline domain, for planning without data"),
+    "mechanism": Param(REQUIRED, "name | {name, parameters}", "the mechanism and its parameters (Mechanisms)"),
+    "workload": Param(REQUIRED, "list of query groups", "the queries answered: {kway: k} (all k-way marginals) or "
+                                                        "{attributes, queries, weight} entries"),
+    "privacy": Param(REQUIRED, "{epsilon, delta} | {rho, delta} | {epsilon}",
+                     "the run's budget ({epsilon} alone: pure DP); budget_file charges a dataset's budget file"),
+    "privacy_unit": Param(None, "{id, max_rows}", "protect people with several rows (the privacy_unit section)"),
+    "output": Param(None, "mapping", "answer labels, the interval level and published copies (the output section)"),
+    "cluster": Param(None, "name | mapping", "where the work runs (Cluster kinds; without it: in this process)"),
+    "noise_sampler": Param("continuous", "continuous | discrete", "discrete: exact discrete Gaussian/Laplace "
+                                                                 "samplers (integer-valued releases only)"),
+    "synthesize": Param(None, "true | int | mapping", "synthetic records from the published marginals, no budget "
+                                                      "(the synthesize section)"),
+    "postprocess": Param(None, "mapping | none", "non-negative, consistent published marginals, no budget; on by "
+                                                 "default, none turns it off (the postprocess section)"),
+}
+TOP_KEYS = set(TOP_PARAMS)
+#: the keys of the ``output`` section
+OUTPUT_PARAMS: dict[str, Param] = {
+    "labels": Param(True, "bool", "write each attribute's decoded <attr>_label column beside its codes"),
+    "ci_level": Param(0.95, "number in (0, 1)", "level of every answer's ci_low / ci_high interval"),
+    "answers": Param(None, "path | URL", "a copy of the run's answers/ published here once the run is complete"),
+    "zarr": Param(None, "path | URL", "a copy of the run's store.zarr published here once the run is complete"),
+}
+OUTPUT_KEYS = set(OUTPUT_PARAMS)
 
 
 @dataclass

@@ -58,6 +58,20 @@ class QueryType:
         return f"{self.name}({shown})" if shown else self.name
 
 
+#: one line per query type (the reference documentation is generated from it)
+QUERY_TYPE_HELP: dict[str, str] = {
+    "identity": "the marginal's cells: one query per code (n rows)",
+    "total": "the sum over the attribute (1 row)",
+    "prefix": "cumulative counts: row c counts codes <= c (n rows)",
+    "allrange": "every interval [s, e] of codes (n(n+1)/2 rows); also written range",
+    "range": "{type: range, width: W}: the intervals of W consecutive codes; without width, allrange",
+    "circular": "intervals that wrap around (start s, length l, codes s..s+l-1 mod n; n^2 rows)",
+    "explicit": "{type: explicit, matrix: [[...], ...]}: your own matrix, one column per code",
+    "affine": "joint over two attributes: row c counts A_i + A_j <= c",
+    "abs-diff": "joint over two attributes: row c counts |A_i - A_j| <= c",
+    "random": "{type: random, seed, p, rows_per_cell}: seeded Bernoulli(p) rows over one attribute's codes or "
+              "two attributes' joint cells",
+}
 #: the parameters each type takes (every other type takes none)
 PARAMS = {"range": ("width",), "explicit": ("matrix",),
           "random": ("seed", "p", "rows_per_cell", "generator", "offset")}

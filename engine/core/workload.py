@@ -21,6 +21,7 @@ import numpy as np
 
 from privcube.core.domain import Domain
 from privcube.core.errors import DomainError, WorkloadError
+from privcube.core.params import Param
 from privcube.core.query_types import (QueryType, attribute_matrix, check_size, joint_matrix, parse_query_type,
                                   row_descriptions)
 
@@ -180,6 +181,17 @@ def _per_attribute_types(queries: Any, attrs: tuple[str, ...], where: str) -> di
     return {a: qt for a in attrs}
 
 
+#: the keys of one ``workload`` entry (exactly one of ``attributes`` and ``kway``)
+ENTRY_PARAMS: dict[str, Param] = {
+    "attributes": Param(None, "list of names | 'a,b'", "one query group over these attributes"),
+    "kway": Param(None, "int >= 0", "one query group per set of k attributes (kway: 2 = all 2-way marginals; "
+                                    "0 = the total)"),
+    "queries": Param("identity", "query type | {attribute: type, default: type}",
+                     "the query type of every attribute, or per attribute (Query types)"),
+    "weight": Param(1.0, "number > 0", "the group's weight in the mechanisms' error objective"),
+}
+
+
 def parse_workload(entries: Any, domain: Domain) -> Workload:
     """Parse the config's ``workload`` section (see module docstring)."""
     if isinstance(entries, Mapping):
@@ -191,7 +203,7 @@ def parse_workload(entries: Any, domain: Domain) -> Workload:
         where = f"workload entry {i}"
         if not isinstance(e, Mapping):
             raise WorkloadError(f"{where}: expected a mapping, got {e!r}")
-        unknown = set(e) - {"attributes", "kway", "queries", "weight"}
+        unknown = set(e) - set(ENTRY_PARAMS)
         if unknown:
             raise WorkloadError(f"{where}: unknown key(s) {sorted(unknown)}")
         if ("attributes" in e) == ("kway" in e):

@@ -98,6 +98,9 @@ class Mechanism(ABC):
 
     name: ClassVar[str]
     PARAMS: ClassVar[Mapping[str, Any]] = {}
+    #: one line per key of ``PARAMS`` saying what it does (the reference documentation is generated from it;
+    #: ``tests/unit/test_docs_reference.py`` fails when a key has none)
+    PARAM_HELP: ClassVar[Mapping[str, str]] = {}
     #: True when every release adds noise to an integer-valued query of the counts (marginals), so the
     #: exact discrete samplers (``noise_sampler: discrete``) are private; mechanisms that release
     #: real-valued strategy answers (B x, A x) keep False and refuse discrete noise up front.

@@ -182,6 +182,18 @@ class EigenDesign(HDMM):
     name = "eigen-design"
     PARAMS = {"noise": "auto", "calibration": "zcdp", "variant": "best", "solver": "CLARABEL", "max_cells": 4096,
               "principal": 0.1, "group_size": 16}
+    PARAM_HELP = {
+        "noise": "auto | laplace | gaussian: auto is Laplace for a pure {epsilon} budget, Gaussian otherwise",
+        "calibration": "zcdp | analytic: Gaussian noise calibrated to the budget's rho (zCDP), or to (epsilon, "
+                       "delta) by the analytic Gaussian mechanism",
+        "variant": "best | program1 | closed-form | principal | separation: how the eigen-queries are weighted "
+                   "(each is completed and compared with the closed form; the lower error is kept)",
+        "solver": "the cvxpy solver of Program 1 (the eigen-query weights)",
+        "max_cells": "largest explicit data vector (cells) it accepts",
+        "principal": "variant principal: the fraction (< 1) or number (>= 1) of principal eigen-queries that keep "
+                     "their own weights",
+        "group_size": "variant separation: eigen-queries per group (n_g)",
+    }
 
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         Mechanism.__init__(self, params)

@@ -179,6 +179,11 @@ class ResidualPlanner(Mechanism):
 
     name = "residual-planner"
     PARAMS = {"objective": "sum", "neighbours": "add-remove"}
+    PARAM_HELP = {
+        "objective": "sum | max: minimise the workload's weighted sum of variances, or its largest variance",
+        "neighbours": "add-remove | substitution: neighbouring datasets add or remove one record, or change one "
+                      "record's values (the record count is then public; relational tables use it)",
+    }
     INTEGER_MEASUREMENTS = True  # noise is added to the exact marginal μ_τ, then decomposed
 
     @classmethod

@@ -7,6 +7,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from privcube.core.errors import BudgetError, ConfigError
+from privcube.core.params import Param
+
+#: the keys of a single-table job's ``privacy`` section
+PRIVACY_PARAMS: dict[str, Param] = {
+    "epsilon": Param(None, "number > 0", "epsilon of (epsilon, delta)-DP; alone: pure epsilon-DP (Laplace)"),
+    "delta": Param(None, "number in [0, 0.1)", "delta of (epsilon, delta)-DP (above 1e-3 a run warns); with rho: "
+                                               "the delta at which rho is read (default 1e-9)"),
+    "rho": Param(None, "number > 0", "the budget as zCDP rho, instead of epsilon"),
+    "budget_file": Param(None, "path", "a dataset budget file (privcube budget init) this run is charged to"),
+}
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,7 @@ class PrivacyBudget:
         if not isinstance(cfg, Mapping):
             raise BudgetError("privacy must be a mapping with epsilon/delta or rho, got "
                               f"{type(cfg).__name__}")
-        unknown = set(cfg) - {"epsilon", "delta", "rho", "budget_file"}  # budget_file: privacy.dataset_budget
+        unknown = set(cfg) - set(PRIVACY_PARAMS)  # budget_file: read by privcube.dataset_budget
         if unknown:
             raise BudgetError(f"privacy: unknown key(s) {sorted(unknown)}; use epsilon, delta or rho (and "
                               "budget_file)")

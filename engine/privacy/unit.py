@@ -19,9 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from privcube.core.errors import BudgetError, ConfigError
+from privcube.core.params import REQUIRED, Param
 from privcube.privacy.budget import PrivacyBudget
 
-UNIT_KEYS = {"id", "max_rows"}
+#: the keys of the ``privacy_unit`` section
+UNIT_PARAMS: dict[str, Param] = {
+    "id": Param(REQUIRED, "column name", "the column whose equal values are one person (not a schema attribute)"),
+    "max_rows": Param(REQUIRED, "int in [1, 1000000]", "rows kept per person (a keyed random choice); the noise "
+                                                       "is calibrated to a person changing this many rows"),
+}
+UNIT_KEYS = set(UNIT_PARAMS)
 #: max_rows above this is refused (noise K times that of one row swamps any count); above WARN_MAX_ROWS a run warns
 MAX_ROWS_LIMIT = 1_000_000
 WARN_MAX_ROWS = 100

@@ -47,6 +47,7 @@ from typing import Any
 from privcube.core.config_files import check_recorded, resolve_path
 from privcube.core.domain import Domain
 from privcube.core.errors import BudgetError, ConfigError, PrivcubeError
+from privcube.core.params import REQUIRED, Param
 from privcube.privacy.budget import PrivacyBudget
 from privcube.relational.spec import (
     FK_KEYS,
@@ -60,9 +61,27 @@ from privcube.relational.spec import (
     table_budgets,
 )
 
-TOP_KEYS = {"data", "mechanism", "privacy", "cluster", "output", "noise_sampler"}
+#: the top-level keys of a relational job config
+TOP_PARAMS: dict[str, Param] = {
+    "data": Param(REQUIRED, "{tables, links}", "the tables (data.tables.NAME) and the links between them"),
+    "mechanism": Param(REQUIRED, "{name: relational, parameters}", "the relational mechanism's parameters"),
+    "privacy": Param(REQUIRED, "{tables, links}", "a budget per table ({epsilon, delta}, or public in a list of "
+                                                  "links) and per link (privacy.links, optionally with its own "
+                                                  "d_max and truncate)"),
+    "cluster": Param(None, "name | mapping", "where the work runs (Cluster kinds)"),
+    "output": Param(None, "{labels}", "labels: decoded <attr>_label columns in the synthetic tables (default true)"),
+    "noise_sampler": Param("continuous", "continuous | discrete", "discrete: exact discrete Gaussian samplers"),
+}
+TOP_KEYS = set(TOP_PARAMS)
 DATA_KEYS = {"tables", "links"}
-TABLE_KEYS = {"path", "schema", "domain", "key"}
+#: the keys of one table, ``data.tables.NAME``
+TABLE_PARAMS: dict[str, Param] = {
+    "path": Param(REQUIRED, "path", "the table's file or partitioned folder (Parquet, CSV)"),
+    "schema": Param(None, "mapping | path", "the table's rich schema (or domain)"),
+    "domain": Param(None, "{column: size} | path", "integer-coded columns and their sizes (instead of a schema)"),
+    "key": Param(None, "column", "the table's key column (an identifier, never encoded; optional for a child)"),
+}
+TABLE_KEYS = set(TABLE_PARAMS)
 OUTPUT_KEYS = {"labels"}
 
 

@@ -13,13 +13,34 @@ from typing import Any
 from privcube.core.config_files import resolve_path
 from privcube.core.domain import Domain
 from privcube.core.errors import BudgetError, ConfigError
+from privcube.core.params import REQUIRED, Param
 from privcube.privacy.budget import PrivacyBudget
 
+#: a one-to-many link through a foreign key (``data.links`` item); ``within`` only in a list of links
+FK_PARAMS: dict[str, Param] = {
+    "from": Param(REQUIRED, "CHILD.fk", "the child table and its foreign-key column"),
+    "to": Param(REQUIRED, "PARENT.key", "the parent table and its key column"),
+    "within": Param(None, "OTHER.fk", "in a list of links: every parent with children through this key has "
+                                      "children through OTHER.fk too (public knowledge, no budget)"),
+}
 FK_KEYS = {"from", "to"}
-LINK_TABLE_KEYS = {"path", "left", "right", "columns"}
+#: a many-to-many link table (``data.links`` item)
+LINK_TABLE_PARAMS: dict[str, Param] = {
+    "path": Param(REQUIRED, "path", "the link table's file: one row per link"),
+    "left": Param(REQUIRED, "TABLE.key", "the table and key the first id column points at"),
+    "right": Param(REQUIRED, "TABLE.key", "the table and key the second id column points at (the same table: "
+                                          "self-referential links)"),
+    "columns": Param(None, "[left_col, right_col]", "the file's two id columns (default: <table>.<key>, else the "
+                                                    "file's only two columns)"),
+}
+LINK_TABLE_KEYS = set(LINK_TABLE_PARAMS)
 #: a link's own degree bound beside its budget (``privacy.links.<name>: {epsilon, delta, d_max, truncate}``);
 #: a key left out takes the mechanism's value
-LINK_BOUND_KEYS = ("d_max", "truncate")
+LINK_BOUND_PARAMS: dict[str, Param] = {
+    "d_max": Param(None, "int >= 1", "this link's public bound on links per record (default: mechanism.d_max)"),
+    "truncate": Param(None, "bool", "drop this link's links beyond its d_max (default: mechanism.truncate)"),
+}
+LINK_BOUND_KEYS = tuple(LINK_BOUND_PARAMS)
 
 
 @dataclass

@@ -124,6 +124,39 @@ class AIMGReM(Mechanism):
                                      # cliques within model_cells x rho_used / rho cells (None: no filter, the
                                      # paper's AIM+GReM); a job with postprocess pgm sets its model_cells here
     }
+    PARAM_HELP: ClassVar[Mapping[str, str]] = {
+        "measure": "crp | iid: each selected clique's residuals measured with CRP's optimal variances, or each "
+                   "marginal measured whole",
+        "update": "lazy | full: a changed residual is added into each kept marginal estimate that contains it, or "
+                  "every kept estimate is rebuilt from all its residuals (the same estimates up to round-off)",
+        "max_rounds": "stop after this many rounds, leaving the rest of the budget unspent (for checkpoint tests)",
+        "memory_limit_bytes": "memory the exact marginals, estimates and residuals may take (default: 80% of the "
+                              "memory available when the run starts); a workload that needs more is refused",
+        "crp_solver": "exact | cvxpy: CRP's variances by water-filling, or by Clarabel (the paper's fallback)",
+        "eta": "CRP cutoff: residuals whose budget share is below eta are not measured",
+        "oracle_batch_cells": "exact marginals are requested from the data in batches of at most this many cells",
+        "distribute_min_cells": "with a cluster, estimates are kept on the workers from this many cells",
+        "completion": "maxent | zero: unmeasured residuals completed by maximum entropy from the measured "
+                      "sub-marginals, or set to zero (the paper's GReM-MLE)",
+        "completion_max_cells": "at release, one maximum-entropy fit over the full domain when it has at most this "
+                                "many cells",
+        "selection_on": "auto | completed | measured: selection scores on completed or on measured (zero-filled) "
+                        "estimates; auto: measured when the public measure-all test is <= selection_threshold",
+        "selection_threshold": "the expected error (of measuring everything) at or below which selection_on auto "
+                               "and final_share auto choose measured scores and a spread final round",
+        "anneal_on": "measured | completed: the estimate whose change decides annealing",
+        "strategy": "adaptive | measure-all | auto-suggest: AIM's rounds, ResidualPlanner on the whole workload, "
+                    "or AIM's rounds with measure-all advice in the report",
+        "measure_all_threshold": "the public measure-all test suggests measure-all at or below this expected "
+                                 "error / total",
+        "final_round": "spread | select: the last round measures the selected cliques' residuals with "
+                       "workload-optimal variances, or selects once more (the paper's)",
+        "final_share": "auto | a share in [0, 1) of rho reserved for the spread final round (auto: 0.4 when the "
+                       "measure-all test is <= selection_threshold, else 0)",
+        "model_cells": "AIM's model-size filter: a round may select only cliques that keep the measured model's "
+                       "junction tree within model_cells x the share of rho spent (None: no filter; set by "
+                       "postprocess: pgm)",
+    }
 
     @classmethod
     def configured_params(cls, params: Mapping[str, Any], postprocess: Any) -> dict[str, Any]:

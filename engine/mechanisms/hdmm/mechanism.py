@@ -72,6 +72,17 @@ class HDMM(Mechanism):
     name = "hdmm"
     PARAMS = {"noise": "auto", "calibration": "zcdp", "restarts": 3, "optimizer": "auto", "seed": 0,
               "max_cells": 2**27, "chunk_cells": 2**24}
+    PARAM_HELP = {
+        "noise": "auto | laplace | gaussian: auto is Laplace for a pure {epsilon} budget, Gaussian otherwise",
+        "calibration": "zcdp | analytic: Gaussian noise calibrated to the budget's rho (zCDP), or to (epsilon, "
+                       "delta) by the analytic Gaussian mechanism",
+        "restarts": "random restarts of each strategy optimisation (the lowest loss is kept)",
+        "optimizer": "auto | opt0 | kron | plus | marginals: the strategy optimisers run (OPT_0, OPT_x, OPT_+, "
+                     "OPT_M; auto: every one that fits the workload), the lowest loss kept",
+        "seed": "seed of the strategy search's random starts (public: it is not the noise seed)",
+        "max_cells": "largest data vector (cells) the mechanism measures; a larger one stops the run with an error",
+        "chunk_cells": "data vectors above this many cells are released chunk by chunk as one task graph",
+    }
 
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         super().__init__(params)

@@ -56,6 +56,16 @@ class QuerySmasher(Mechanism):
 
     name = "querysmasher"
     PARAMS = {"solver": "auto", "tol": 1e-4, "sdp_limit": 40, "dense_limit": 4096, "newton_limit": NEWTON_LIMIT}
+    PARAM_HELP = {
+        "solver": "auto | closed | fourier | eigen | eigen-design | newton | lowrank | lbfgs | sdp: the solver of "
+                  "each Kronecker part (auto: the cheapest whose duality-gap certificate reaches tol)",
+        "tol": "duality-gap target of each part's solution ((primal - dual) / primal)",
+        "sdp_limit": "largest part (cells) given to the cvxpy SDP when the other solvers miss tol",
+        "dense_limit": "parts with more cells are never formed as c x c matrices when their Gram has a thin row "
+                       "factor (solved in factored form); other such parts are solved densely if memory allows",
+        "newton_limit": "flop budget per dense Newton step (c^2 r^2): auto uses the dense Newton dual below it, "
+                        "the active-set low-rank Newton above",
+    }
 
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:
         super().__init__(params)

@@ -26,6 +26,61 @@ PARAMS: dict[str, Any] = {
     "shrink_by": "pooled", "strategy": "auto", "left_degrees": "kept", "score": "auto",
 }
 
+#: one line per key of PARAMS (the reference documentation is generated from it; every key must have one)
+PARAM_HELP: dict[str, str] = {
+    "d_max": "public bound on links per record (the sensitivity); a link may carry its own under privacy.links",
+    "truncate": "drop a record's links beyond d_max (first come) before measuring, instead of refusing the data",
+    "k": "order of the cross-table marginals learned and reported",
+    "candidate_orders": "closure | k | a list of orders >= 2: the orders of the candidate cross workloads "
+                        "(closure: 2..k)",
+    "iterations": "measuring rounds T (0: no link learning)",
+    "workloads_per_iteration": "draws per round K (at most T x K measurements)",
+    "alpha": "share of each measurement unit spent on the exponential-mechanism selection, in (0, 1)",
+    "candidates": "size of the random pool of unmeasured workloads scored per draw",
+    "score": "auto | aim | gain: the selection score (aim: AIM's error minus the expected noise error; gain: the "
+             "error a shrunk release removes per unit of rho; auto: gain when the public m / d_sens >= 200)",
+    "noise_penalty": "score with the expected noise of the measurement subtracted (false: the paper's score)",
+    "max_noise": "tau: each release gets the rho its cells need for an expected noise norm <= tau (null: the "
+                 "paper's equal split)",
+    "uninformative": "warn | random: when the public check finds no measurement can meet max_noise, measure "
+                     "anyway with a warning, or release the data-independent random links",
+    "shrinkage": "auto | true | false: shrink noisy releases towards the data-independent start (auto: when "
+                 "max_noise is set)",
+    "shrinkage_margin": "how many noise standard deviations below the unbiased estimate the shrinkage's "
+                        "signal power is taken",
+    "shrink_towards": "initial | current: shrink towards the data-independent start or the current links",
+    "shrink_by": "pooled | auto | components | whole: make overlapping releases consistent and shrink once, or "
+                 "shrink each release by ANOVA component or whole",
+    "strategy": "auto | adaptive | measure-all: measure every 2-way cross marginal first when a public test "
+                "finds it cheap (auto), never, or always",
+    "degrees": "preserve | free: keep the records' degrees through link learning, or not (the earlier behaviour)",
+    "degree_share": "auto | a share in [0, 1) of the links budget for the degree releases",
+    "sibling_share": "auto | a share in [0, 1) of a later sibling link's budget for the count of parents with "
+                     "children in both (0: siblings learned independently)",
+    "left_degrees": "kept | learned: many-to-many left degrees kept from the balanced start, or learned per "
+                    "record type (<= d_max)",
+    "pgd_iters": "projected gradient descent iterations per slice",
+    "objective": "global | paper: fit all released workloads, or the paper's per-slice choice",
+    "workloads_per_slice": "workloads fitted per slice: the worst-fitted ones (null: all)",
+    "refit": "keep fitting in rounds that drew no new measurement (false: such a round ends learning)",
+    "optimiser": "auto | types | slices: stage 2's solver, over record types while #types1 x #types2 <= "
+                 "type_cells, else slices",
+    "type_cells": "public bound on #types1 x #types2 for the record-type solver",
+    "type_iters": "auto | int: accelerated PGD steps per record-type solve (auto: 500, fewer on large type grids)",
+    "slices_per_iteration": "int | all: slices of the link matrix per iteration (all: every record)",
+    "slice_fraction": "slice size as a share of each table's records, in (0, 1] (null: from slice_cells)",
+    "slice_cells": "cells of a slice of the link matrix",
+    "guaranteed": "share of each slice seeded with the endpoints of existing links, in [0, 1]",
+    "m_syn": "synthetic link count (default: the real, public one)",
+    "synthetic_rows": "synthetic table sizes (default: the real, public ones)",
+    "table_marginals": "stage 1: ResidualPlanner on all table_marginals-way marginals of each table",
+    "estimator": "stage 1: the estimator the synthetic records are sampled from",
+    "chunk_size": "stage 1: records sampled per chunk",
+    "self_loops": "self-referential links: allow i -> i",
+    "evaluate_nonprivate": "add the NON-PRIVATE evaluation against the real data to the report (testing only)",
+    "evaluate": "the earlier name of evaluate_nonprivate, also accepted",
+}
+
 _WHO = "mechanism 'relational'"
 
 
@@ -140,4 +195,4 @@ def check_params(p: Mapping[str, Any]) -> dict[str, Any]:
     return q
 
 
-__all__ = ["PARAMS", "check_params", "is_number"]
+__all__ = ["PARAMS", "PARAM_HELP", "check_params", "is_number"]

@@ -61,9 +61,9 @@ def two_worker_client() -> Iterator:
 def single_table_job(tmp_path: Path) -> Callable:
     """The job factory: ``single_table_job(mechanism=, synthesize=, workload=, cluster=)`` writes generated
     people and a job config under ``tmp_path``; returns ``(config path, rows)``."""
-    from single_table_job import _job
+    from single_table_job import write_job
 
-    return partial(_job, tmp_path)
+    return partial(write_job, tmp_path)
 
 
 @pytest.fixture(scope="module")

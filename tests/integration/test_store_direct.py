@@ -2,6 +2,7 @@
 written through TensorStore.write_many with and without the direct path is compared byte for byte."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -91,13 +92,11 @@ def _run_folder_files(out: Path) -> dict[str, bytes]:
     return files
 
 
-def test_seeded_run_folder_same_with_and_without_the_direct_path(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from single_table_job import _job
-
+def test_seeded_run_folder_same_with_and_without_the_direct_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 single_table_job: Callable) -> None:
     from privcube import api
 
-    path, _ = _job(tmp_path, synthesize={"rows": 500}, workload=[{"kway": 1}, {"kway": 2}])
+    path, _ = single_table_job(synthesize={"rows": 500}, workload=[{"kway": 1}, {"kway": 2}])
     api.run(path, tmp_path / "direct", seed=3, quiet=True)
     monkeypatch.setattr(zarr_direct, "fits", lambda *a: False)
     api.run(path, tmp_path / "zarr", seed=3, quiet=True)
@@ -107,13 +106,11 @@ def test_seeded_run_folder_same_with_and_without_the_direct_path(tmp_path: Path,
     assert [k for k in plain if direct[k] != plain[k]] == []
 
 
-def test_a_threads_run_does_not_import_distributed(tmp_path: Path) -> None:
+def test_a_threads_run_does_not_import_distributed(tmp_path: Path, single_table_job: Callable) -> None:
     import subprocess
     import sys
 
-    from single_table_job import _job
-
-    path, _ = _job(tmp_path, synthesize={"rows": 200})
+    path, _ = single_table_job(synthesize={"rows": 200})
     code = ("import sys; from privcube import api; "
             f"api.run({str(path)!r}, {str(tmp_path / 'out')!r}, seed=0, quiet=True); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('distributed', 'tornado')))")

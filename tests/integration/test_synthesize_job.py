@@ -9,7 +9,6 @@ import pytest
 
 from privcube import api
 from privcube.core.errors import ConfigError
-from single_table_job import _job
 
 
 def _records(out):  # noqa: ANN001, ANN202
@@ -17,8 +16,8 @@ def _records(out):  # noqa: ANN001, ANN202
     return files, pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
 
 
-def test_residual_planner_job_writes_labelled_records_without_spending(tmp_path):
-    path, n = _job(tmp_path, synthesize={"rows": 2500, "chunk_size": 1000})
+def test_residual_planner_job_writes_labelled_records_without_spending(single_table_job, tmp_path):
+    path, n = single_table_job(synthesize={"rows": 2500, "chunk_size": 1000})
     res = api.run(path, tmp_path / "out", seed=1, quiet=True)
     files, rec = _records(res.out_dir)
     assert len(files) == 3 and len(rec) == 2500
@@ -39,24 +38,24 @@ def test_residual_planner_job_writes_labelled_records_without_spending(tmp_path)
     assert 0.5 * np.abs(p - q).sum() < 0.05  # total variation distance
 
 
-def test_auto_rows_from_aim_answers_and_no_records_without_the_key(tmp_path):
-    path, n = _job(tmp_path, mechanism="aim-grem", synthesize=True)
+def test_auto_rows_from_aim_answers_and_no_records_without_the_key(single_table_job, tmp_path):
+    path, n = single_table_job(mechanism="aim-grem", synthesize=True)
     out = api.run(path, tmp_path / "out", seed=2, quiet=True).out_dir
     _, rec = _records(out)
     assert abs(len(rec) - n) < 0.05 * n  # the noisy record count
-    path2, _ = _job(tmp_path, mechanism="residual-planner")
+    path2, _ = single_table_job(mechanism="residual-planner")
     out2 = api.run(path2, tmp_path / "out2", seed=2, quiet=True).out_dir
     assert not (out2 / "synthetic").exists()
 
 
-def test_records_on_a_cluster_equal_the_local_ones(tmp_path, monkeypatch):
+def test_records_on_a_cluster_equal_the_local_ones(single_table_job, tmp_path, monkeypatch):
     """Chunks sampled as tasks on a LocalCluster of processes, written here: same rows as threads."""
     import privcube.synth.records as records
 
     monkeypatch.setattr(records, "LOCAL_ROWS", 0)  # small outputs are sampled locally: force the tasks
-    local, _ = _job(tmp_path, synthesize={"rows": 1500, "chunk_size": 400})
+    local, _ = single_table_job(synthesize={"rows": 1500, "chunk_size": 400})
     a = _records(api.run(local, tmp_path / "a", seed=3, quiet=True).out_dir)[1]
-    dist, _ = _job(tmp_path, synthesize={"rows": 1500, "chunk_size": 400},
+    dist, _ = single_table_job(synthesize={"rows": 1500, "chunk_size": 400},
                    cluster={"type": "local", "n_workers": 2, "threads_per_worker": 1})
     b = _records(api.run(dist, tmp_path / "b", seed=3, quiet=True).out_dir)[1]
     pd.testing.assert_frame_equal(a, b)
@@ -66,14 +65,14 @@ def test_records_on_a_cluster_equal_the_local_ones(tmp_path, monkeypatch):
     ({"rows": -1}, "synthesize.rows"), ({"chunk_size": 0}, "synthesize.chunk_size"),
     ({"estimator": "gan"}, "synthesize.estimator"), ({"bogus": 1}, "unknown key"), ("yes", "synthesize"),
 ])
-def test_bad_synthesize_config_is_refused_before_anything(tmp_path, spec, needle):
-    path, _ = _job(tmp_path, synthesize=spec)
+def test_bad_synthesize_config_is_refused_before_anything(single_table_job, tmp_path, spec, needle):
+    path, _ = single_table_job(synthesize=spec)
     with pytest.raises(ConfigError, match=needle):
         api.run(path, tmp_path / "out", seed=1, quiet=True)
     assert not (tmp_path / "out").exists()
 
 
-def test_synthesize_needs_a_marginal_group(tmp_path):
-    path, _ = _job(tmp_path, mechanism="querysmasher", synthesize=True, workload=[{"kway": 1, "queries": "prefix"}])
+def test_synthesize_needs_a_marginal_group(single_table_job, tmp_path):
+    path, _ = single_table_job(mechanism="querysmasher", synthesize=True, workload=[{"kway": 1, "queries": "prefix"}])
     with pytest.raises(ConfigError, match="no marginal group"):
         api.run(path, tmp_path / "out", seed=1, quiet=True)

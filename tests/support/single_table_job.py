@@ -12,7 +12,9 @@ SCHEMA = {"attributes": [
 ]}
 
 
-def _job(tmp_path, mechanism="residual-planner", synthesize=None, workload=None, cluster=None):  # noqa: ANN001, ANN202
+def write_job(tmp_path, mechanism="residual-planner", synthesize=None, workload=None, cluster=None):  # noqa: ANN001, ANN202
+    """Generated people (4,000 rows) as Parquet, the rich schema and a job config under ``tmp_path``; returns
+    ``(config path, rows)``."""
     rng = np.random.default_rng(0)
     n = 4000
     sex = rng.choice(["F", "M"], n)

@@ -36,8 +36,6 @@ from privcube.jobs import JobEnv, JobKind, load_job
 from privcube.jobs.single_table import add_plan_intervals, build_mechanism, plan_of
 from privcube.mechanisms.base import PlanSummary
 from privcube.relational.report_section import RUN_SECTIONS as RELATIONAL_RUN
-from privcube.relational.report_section import report_sections as relational_sections
-from privcube.report.page import register_sections
 from privcube.report.rundata import register_kind, register_planner
 from privcube.result import Result, RunSummary
 
@@ -355,8 +353,7 @@ def _progress_callback(quiet: bool) -> Any:
 
 
 register_planner(plan)  # ``privcube report`` recomputes a plan a run did not store through the driver
-register_sections(relational_sections)  # a relational run's links sections, drawn by privcube.relational
-register_kind("relational", RELATIONAL_RUN)
+register_kind("relational", RELATIONAL_RUN)  # a relational run's plan note and links sections (privcube.relational)
 
 __all__ = ["INPUT_ERRORS", "RunSummary", "add_plan_intervals", "build_mechanism", "exact_marginals", "plan", "run",
            "run_job"]

@@ -17,20 +17,6 @@ if TYPE_CHECKING:
 PUBLIC_DEGREE_KEYS = ("d_max", "truncated", "links_kept")  # the rest of report['degree'] is read off the real links
 
 
-#: what the generic report shows for a relational run (privcube.report.rundata.register_kind)
-RUN_SECTIONS = {"plan_note": "relational: the links are learned adaptively, so their error depends on the data; "
-                             "the tables' data-free plan (expected RMSE per table and marginal) is what "
-                             "`privcube plan RUN/config.yaml` prints"}
-
-def link_reports(run: RunData) -> list[tuple[str, dict[str, Any]]]:
-    """(link name, its mechanism report) for each link of the run: one for the two-table forms, one per
-    foreign key (``from``) of a schema graph."""
-    if run.report.get("kind") == "schema_graph":
-        return [(str(lk.get("from")), lk.get("mechanism_report") or {}) for lk in run.report.get("links") or []
-                if isinstance(lk, dict)]
-    return [("links", run.mechanism_report)] if run.mechanism_report else []
-
-
 def _kv(d: dict[str, Any], header: tuple[str, str] = ("", "")) -> str:
     return table(list(header) if any(header) else [], [[esc(k), compact(v)] for k, v in d.items()], "summary")
 
@@ -121,4 +107,20 @@ def report_sections(run: RunData) -> dict[str, str]:
             "degrees": degrees(run)}
 
 
-__all__ = ["degrees", "dp_error", "iterations", "link_reports", "privacy_split", "report_sections"]
+def link_reports(run: RunData) -> list[tuple[str, dict[str, Any]]]:
+    """(link name, its mechanism report) for each link of the run: one for the two-table forms, one per
+    foreign key (``from``) of a schema graph."""
+    if run.report.get("kind") == "schema_graph":
+        return [(str(lk.get("from")), lk.get("mechanism_report") or {}) for lk in run.report.get("links") or []
+                if isinstance(lk, dict)]
+    return [("links", run.mechanism_report)] if run.mechanism_report else []
+
+
+#: what the generic report shows for a relational run (privcube.report.rundata.register_kind)
+RUN_SECTIONS = {"plan_note": "relational: the links are learned adaptively, so their error depends on the data; "
+                             "the tables' data-free plan (expected RMSE per table and marginal) is what "
+                             "`privcube plan RUN/config.yaml` prints",
+                "draw": report_sections}
+
+
+__all__ = ["RUN_SECTIONS", "degrees", "dp_error", "iterations", "link_reports", "privacy_split", "report_sections"]

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from privcube.report.markup import esc
-from privcube.report.rundata import RunData, load_run
+from privcube.report.rundata import RunData, load_run, mechanism_sections
 
 CSS = """
 body{font-family:"DejaVu Sans","Liberation Sans",Arial,Helvetica,sans-serif;margin:0 auto;max-width:1100px;
@@ -26,24 +26,12 @@ pre{white-space:pre-wrap;font-size:.8em}
 """
 
 
-#: providers of the sections of job kinds above the report (privcube.relational's links), registered by the
-#: driver: ``run -> {anchor: html}`` for "privacy-split", "dp-error", "iterations", "degrees"
-_PROVIDERS: list[Callable[[RunData], dict[str, str]]] = []
-
-
-def register_sections(provider: Callable[[RunData], dict[str, str]]) -> None:
-    """Add a provider of job-kind sections (the report cannot import the layers above it)."""
-    if provider not in _PROVIDERS:
-        _PROVIDERS.append(provider)
-
-
 def _sections(run: RunData) -> list[tuple[str, str, str]]:
     """(anchor, nav title, html) for each section that has something to show."""
     from privcube.report import marginals, sections, selection
 
-    relational: dict[str, str] = {}
-    for provider in _PROVIDERS:
-        relational.update(provider(run))
+    draw = mechanism_sections(run.mechanism)["draw"]  # a job kind's own sections (relational: the links)
+    relational: dict[str, str] = draw(run) if draw else {}
     parts = [("warnings", "Warnings", sections.warnings(run)),
              ("overview", "Overview", sections.overview(run)),
              ("expected-error", "Expected error", sections.expected_error(run)),

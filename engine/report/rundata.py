@@ -22,7 +22,8 @@ from privcube.core.errors import PrivcubeError, RunDirectoryError
 
 COMPLETE_MARKER = ".complete"
 #: what the report shows for a run whose mechanism is not known here (see ``Mechanism.report_sections``)
-DEFAULT_SECTIONS: dict[str, Any] = {"plan_note": None, "budget": "budget", "residual_rho": "sigma"}
+#: (``draw``: ``run -> {anchor: html}`` for the "privacy-split", "dp-error", "iterations", "degrees" sections)
+DEFAULT_SECTIONS: dict[str, Any] = {"plan_note": None, "budget": "budget", "residual_rho": "sigma", "draw": None}
 #: the data-free planner ``config mapping -> PlanSummary`` the driver registers (privcube.api.plan)
 _PLANNER: list[Callable[[dict[str, Any]], Any]] = []
 
@@ -34,7 +35,7 @@ def register_planner(planner: Callable[[dict[str, Any]], Any]) -> None:
 
 
 #: what job kinds above the report declare for their runs (``mechanism`` name -> sections), registered by
-#: the driver (privcube.relational's plan note)
+#: the driver (privcube.relational's plan note and the sections it draws)
 _KINDS: dict[str, dict[str, Any]] = {}
 
 

@@ -105,6 +105,11 @@ class Layout:
         """Whether the data is counted and measured on dask workers (not in the driver)."""
         return self.workers > 0
 
+    @property
+    def busy_threads(self) -> int:
+        """Threads working at once in one process (at least one)."""
+        return max(1, self.threads)
+
 
 @dataclass(frozen=True)
 class Step:
@@ -344,12 +349,8 @@ def estimate_peak(config: Any, plan: Any = None, layout: Layout | None = None,
     else:
         part_bytes, n_parts = partitions
     sz = _Sizes.of(cfg, plan)
-    threads = max(1, layout.threads)
     counting, release = _counting_bytes(cfg, sz, layout, part_bytes, n_parts)
-    driver0 = DRIVER_BASE + (LOCAL_CLUSTER_DRIVER if layout.kind == "local" else 0)
-    worker0 = WORKER_BASE if layout.distributed else 0
-    steps = _measure_steps(sz, layout, driver0, worker0, counting, release, threads)
-    steps += _output_steps(cfg, sz, layout, driver0, worker0, threads)
+    steps = _measure_steps(sz, layout, counting, release) + _output_steps(cfg, sz, layout)
     from privcube.mechanisms import get_mechanism
     from privcube.mechanisms.base import Mechanism
 
@@ -406,7 +407,7 @@ class _Sizes:
 
 def _counting_bytes(cfg: Any, sz: _Sizes, layout: Layout, part_bytes: int, n_parts: int) -> tuple[int, int]:
     """Bytes of the counting pass (partitions in flight and their partial counts) and of one release task."""
-    threads = max(1, layout.threads)
+    threads = layout.busy_threads
     running = min(threads, n_parts)  # partitions counted at once, each with its partial counts
     partials = running + (min(n_parts, SPLIT_EVERY) + 1 if n_parts > 1 else 0)  # + those awaiting a combine
     pass_bytes = F64 * sz.pass_cells * partials
@@ -420,9 +421,16 @@ def _counting_bytes(cfg: Any, sz: _Sizes, layout: Layout, part_bytes: int, n_par
     return running * part_bytes + pass_bytes, release
 
 
-def _measure_steps(sz: _Sizes, layout: Layout, driver0: int, worker0: int, counting: int, release: int,
-                   threads: int) -> list[Step]:
+def _bases(layout: Layout) -> tuple[int, int]:
+    """Bytes the driver and each worker hold before any work (a LocalCluster's driver holds more)."""
+    return (DRIVER_BASE + (LOCAL_CLUSTER_DRIVER if layout.kind == "local" else 0),
+            WORKER_BASE if layout.distributed else 0)
+
+
+def _measure_steps(sz: _Sizes, layout: Layout, counting: int, release: int) -> list[Step]:
     """The count, measure and answers steps."""
+    driver0, worker0 = _bases(layout)
+    threads = layout.busy_threads
     steps: list[Step] = []
     largest = f"the largest {list(sz.big)} of {count(sz.big_cells)} cells"
     what_count = f"{len(sz.roots)} marginal(s) of {count(sum(sz.root_cells))} cells counted, {largest}"
@@ -442,8 +450,10 @@ def _measure_steps(sz: _Sizes, layout: Layout, driver0: int, worker0: int, count
     return steps
 
 
-def _output_steps(cfg: Any, sz: _Sizes, layout: Layout, driver0: int, worker0: int, threads: int) -> list[Step]:
+def _output_steps(cfg: Any, sz: _Sizes, layout: Layout) -> list[Step]:
     """The postprocess, synthesize and write steps."""
+    driver0, worker0 = _bases(layout)
+    threads = layout.busy_threads
     answers = sum(sz.rows)
     published = cfg.postprocess is not None and sz.marginal_cells > 0
     held_answers = ANSWER_BYTES * answers + (F64 * sz.marginal_cells if published else 0)

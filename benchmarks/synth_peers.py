@@ -1,7 +1,9 @@
 """Synthetic data beside the peers: average total variation distance of 1-, 2- and 3-way marginals, and time.
 
 privcube (a marginal mechanism, then ``synthesize``) against smartnoise-synth MST / AIM and dpmm MST / AIM
-on adult and nltcs (../shared/data) at ε ∈ {1, 3}, δ = 1e-9. Each peer is installed by this script in its
+on adult, adult15 and nltcs (../shared/data) and the generated large-domain table of issue 32
+(``privcube.storage.large_domain``, data seed 7, 140,000 rows, written under $PRIVCUBE_GENERATED or
+/tmp/privcube-generated on first use: the same table as benchmarks/aim_vs_pgm.py's) at ε ∈ {1, 3}, δ = 1e-9. Each peer is installed by this script in its
 own virtual environment under a cache folder (never a project dependency) and run in a subprocess with a
 time cap (DNF when over; the cap is printed). Every system runs as a fresh subprocess and is timed two ways:
 the whole process (wall clock: interpreter, imports, reading the CSV, fitting, sampling, writing its output;
@@ -28,6 +30,9 @@ time ratios peer / ours per seed with their min and mean, and ``uptime`` before 
     python benchmarks/synth_peers.py [--datasets nltcs adult] [--eps 1 3] [--seeds 0 1 2 3 4] [--slow-seeds 0]
                                      [--slow-peers dpmm-mst ...] [--timeout 300] [--json OUT.json]
     python benchmarks/synth_peers.py --merge A.json B.json     # tables of saved results
+    # issue 32: records sampled from the published graphical model (aim-grem, all 3-way marginals, pgm), no rule
+    python benchmarks/synth_peers.py --datasets large-domain adult15 nltcs --eps 1 --seeds 0 1 2 --fixed \
+        --ours "privcube aim-grem+pgm3" --peers smartnoise-mst dpmm-mst --slow-peers
 
 Run with ``--peer-worker SPEC.json`` by the script itself inside a peer's venv (imports no privcube).
 """

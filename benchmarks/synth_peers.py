@@ -1,7 +1,9 @@
 """Synthetic data beside the peers: average total variation distance of 1-, 2- and 3-way marginals, and time.
 
 privcube (a marginal mechanism, then ``synthesize``) against smartnoise-synth MST / AIM and dpmm MST / AIM
-on adult and nltcs (../shared/data) at ε ∈ {1, 3}, δ = 1e-9. Each peer is installed by this script in its
+on adult, adult15 and nltcs (../shared/data) and the generated large-domain table of issue 32
+(``privcube.storage.large_domain``, data seed 7, 140,000 rows, written under $PRIVCUBE_GENERATED or
+/tmp/privcube-generated on first use: the same table as benchmarks/aim_vs_pgm.py's) at ε ∈ {1, 3}, δ = 1e-9. Each peer is installed by this script in its
 own virtual environment under a cache folder (never a project dependency) and run in a subprocess with a
 time cap (DNF when over; the cap is printed). Every system runs as a fresh subprocess and is timed two ways:
 the whole process (wall clock: interpreter, imports, reading the CSV, fitting, sampling, writing its output;
@@ -28,6 +30,9 @@ time ratios peer / ours per seed with their min and mean, and ``uptime`` before 
     python benchmarks/synth_peers.py [--datasets nltcs adult] [--eps 1 3] [--seeds 0 1 2 3 4] [--slow-seeds 0]
                                      [--slow-peers dpmm-mst ...] [--timeout 300] [--json OUT.json]
     python benchmarks/synth_peers.py --merge A.json B.json     # tables of saved results
+    # issue 32: records sampled from the published graphical model (aim-grem, all 3-way marginals, pgm), no rule
+    python benchmarks/synth_peers.py --datasets large-domain adult15 nltcs --eps 1 --seeds 0 1 2 --fixed \
+        --ours "privcube aim-grem+pgm3" --peers smartnoise-mst dpmm-mst --slow-peers
 
 Run with ``--peer-worker SPEC.json`` by the script itself inside a peer's venv (imports no privcube).
 """
@@ -57,7 +62,12 @@ PEERS = {  # peer -> (venv name, pip requirement)
     "dpmm-aim": ("dpmm", "dpmm==0.1.9"),
 }
 DATASETS = {"adult": ("adult/adult.csv", "adult/adult-domain.json"),
-            "nltcs": ("nltcs/nltcs.csv", "nltcs/nltcs-domain.json")}
+            "adult15": ("adult15/adult.csv", "adult15/adult-domain.json"),
+            "nltcs": ("nltcs/nltcs.csv", "nltcs/nltcs-domain.json"),
+            "large-domain": (None, None)}  # generated (issue 32): privcube.storage.large_domain, data seed 7
+#: the generated large-domain table's data seed and folder (the same table as benchmarks/aim_vs_pgm.py's)
+LARGE_DOMAIN_SEED = 7
+GENERATED = Path(os.environ.get("PRIVCUBE_GENERATED", "/tmp/privcube-generated"))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -105,9 +115,24 @@ def ensure_peer(venv: str, requirement: str) -> Path:
 
 def load(name: str) -> tuple[pd.DataFrame, dict[str, int], Path, Path]:
     """Records (domain column order), the public domain, and the two files."""
-    csv, dom = (DATA / p for p in DATASETS[name])
+    csv, dom = large_domain_files() if DATASETS[name][0] is None else (DATA / p for p in DATASETS[name])
     sizes = json.loads(dom.read_text())
     return pd.read_csv(csv)[list(sizes)], sizes, csv, dom
+
+
+def large_domain_files(folder: Path = GENERATED, seed: int = LARGE_DOMAIN_SEED, n_rows: int = 140_000
+                       ) -> tuple[Path, Path]:
+    """CSV and domain JSON of the generated large-domain table (written on first use, kept for later calls)."""
+    csv, dom = folder / f"large-domain-s{seed}.csv", folder / f"large-domain-s{seed}-domain.json"
+    if not (csv.exists() and dom.exists()):
+        from privcube.storage.large_domain import LARGE_DOMAIN, generate_large_domain
+
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = csv.with_suffix(".tmp")
+        generate_large_domain(n_rows, seed).to_csv(tmp, index=False)
+        os.replace(tmp, csv)
+        dom.write_text(json.dumps(LARGE_DOMAIN))
+    return csv, dom
 
 
 def tvd(real: np.ndarray, syn: np.ndarray, sizes: list[int], k: int) -> float:
@@ -183,6 +208,9 @@ def run_peer(peer: str, name: str, eps: float, delta: float, seed: int, timeout:
 OURS = {  # label -> (mechanism, workload, estimator); aim-grem synthesizes from its measured marginals
     "privcube rp+jt": ({"name": "residual-planner"}, [{"kway": 1}, {"kway": 2}], "junction-tree"),
     "privcube aim-grem+jt": ({"name": "aim-grem"}, [{"kway": 1}, {"kway": 2}], "junction-tree"),
+    # issue 32: all 3-way marginals, published by the graphical model (postprocess pgm, the default), whose
+    # model the records are sampled from
+    "privcube aim-grem+pgm3": ({"name": "aim-grem"}, [{"kway": 3}], "junction-tree"),
 }
 HOLDOUT_SEEDS = (100, 101, 102)  # the configuration is chosen on these seeds, which no timed or scored run uses
 TIE_RELATIVE = 0.02  # held-out scores within max(2 % of the best, the best's standard error) are tied
@@ -275,7 +303,10 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     ap.add_argument("--slow-seeds", nargs="*", type=int, default=[0])
     ap.add_argument("--timeout", type=float, default=300.0, help="cap per peer run (s); over it: DNF")
-    ap.add_argument("--ours", nargs="*", default=list(OURS), help="candidate configurations (chosen by the rule)")
+    ap.add_argument("--ours", nargs="*", default=list(OURS)[:2],
+                    help="candidate configurations (chosen by the rule)")
+    ap.add_argument("--fixed", action="store_true",
+                    help="one --ours configuration, run as given: no held-out choice (e.g. the issue-32 pgm check)")
     ap.add_argument("--peers", nargs="*", default=MST_PEERS)
     ap.add_argument("--slow-peers", nargs="*", default=SLOW_PEERS)
     ap.add_argument("--merge", nargs="+", default=None, help="only print the tables of these --json files")
@@ -302,7 +333,11 @@ def main() -> None:
         real, sizes = real.to_numpy(), list(sizes.values())
         print(f"\n== {name} eps={eps:g}  uptime before: {uptime()}", flush=True)
         chosen = None
-        if args.ours:
+        if args.fixed:
+            if len(args.ours) != 1:
+                ap.error("--fixed takes exactly one --ours configuration")
+            chosen = args.ours[0]
+        elif args.ours:
             chosen, held, summary = choose_ours(name, eps, args.delta, real, sizes, args.ours)
             print_choice(name, eps, held, summary, chosen)
             for label, runs in held.items():

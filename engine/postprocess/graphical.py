@@ -20,6 +20,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -161,6 +162,28 @@ def reference_tables(loss_fn: ModelLoss, total: float) -> dict[Idx, np.ndarray]:
     return out
 
 
+def _step(phi: Mapping[Any, np.ndarray], grad: Mapping[Any, np.ndarray], ref: Mapping[Any, np.ndarray], eta: float,
+          step: float) -> dict[Any, np.ndarray]:
+    """The composite mirror step from ``phi``: (φ − η·∇L + ηγ·log q) / (1 + ηγ), ``step`` = ηγ per count."""
+    return {t: (v - eta * grad[t] + step * ref[t]) / (1.0 + step) if t in ref else (v - eta * grad[t]) / (1.0 + step)
+            for t, v in phi.items()}
+
+
+def _first_step(phi: Mapping[Any, np.ndarray], grad: Mapping[Any, np.ndarray], ref: Mapping[Any, np.ndarray],
+                eta: float, weight: float, value: Callable[[dict], float], doublings: int = 16) -> float:
+    """The first step size: ``eta`` (safe: 1/(N·max λ), as if every count sat in one cell) doubled while a
+    step along the first gradient keeps lowering the objective (``value`` of the parameters), at most
+    ``doublings`` times. The safe step is 10²–10³ times too short when the mass is spread over many
+    cells; growing it by 1.1 a step took some 50 iterations (large-domain table) before the fit moved."""
+    best = value(_step(phi, grad, ref, eta, eta * weight))
+    for _ in range(doublings):
+        trial = value(_step(phi, grad, ref, 2.0 * eta, 2.0 * eta * weight))
+        if not trial < best:
+            break
+        eta, best = 2.0 * eta, trial
+    return eta
+
+
 def fit(stats: ResidualStats, tree: JunctionTree, *, total: float, max_iterations: int = 1000,
         tol: float = 1e-3, window: int = 25, entropy: float | None = None,
         progress: Progress | None = None) -> GraphicalModel:
@@ -170,7 +193,8 @@ def fit(stats: ResidualStats, tree: JunctionTree, *, total: float, max_iteration
     resolve near the maximum-entropy model, makes the minimum unique and the descent converge linearly;
     ``entropy`` 0 is the maximum-likelihood fit of Private-PGM. Each step
     φ ← (φ̃ − η·∇L(μ(φ̃)) + ηγ·log q) / (1 + ηγ) from the extrapolated point φ̃ = φ + β(φ − φ_prev) (Nesterov's
-    momentum, restarted whenever F rises), η found by backtracking. It stops when F fell by less than
+    momentum, restarted whenever F rises), η found by backtracking (the first η by doubling, see
+    :func:`_first_step`). It stops when F fell by less than
     ``tol`` standard deviations of the loss's noise (√(½Σ dof) for the residuals in the model) over the
     last ``window`` steps, or at ``max_iterations``. The Frank–Wolfe gap of L is reported beside it."""
     t0 = time.perf_counter()
@@ -196,8 +220,9 @@ def fit(stats: ResidualStats, tree: JunctionTree, *, total: float, max_iteration
     phi = loss_fn.zeros()  # the log-potentials: one table per residual, or a clique's coefficients
     prev = phi
     beliefs = calibrate(loss_fn.fold(phi), order)
-    obj, loss, _, _ = objective(beliefs)
+    obj, loss, grad, _ = objective(beliefs)
     eta = 1.0 / max(1e-12, total * max((lam for *_, lam in loss_fn.terms), default=1.0))
+    eta = _first_step(phi, grad, ref, eta, gamma / total, lambda c: objective(calibrate(loss_fn.fold(c), order))[0])
     info = FitInfo(entropy_weight=weight, tolerance=tol)
     history = [obj]
     momentum = 1.0
@@ -210,9 +235,7 @@ def fit(stats: ResidualStats, tree: JunctionTree, *, total: float, max_iteration
         look_beliefs = calibrate(look_theta, order) if beta > 0 else beliefs
         look_obj, _, grad, look_margs = objective(look_beliefs)
         while True:  # backtracking: sufficient decrease of F along the step from the extrapolated point
-            step = eta * gamma / total  # the KL's weight per count, times the step
-            cand = {t: (v - eta * grad[t] + step * ref[t]) / (1.0 + step) if t in ref else
-                    (v - eta * grad[t]) / (1.0 + step) for t, v in look.items()}
+            cand = _step(look, grad, ref, eta, eta * gamma / total)
             new_beliefs = calibrate(loss_fn.fold(cand), order)
             new_obj, new_loss, _, new_margs = objective(new_beliefs)
             drop = sum(float(np.sum(g * (look_margs[t] - new_margs[t]))) for t, g in grad.items())

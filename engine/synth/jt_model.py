@@ -196,28 +196,90 @@ class JunctionTreeModel:
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` records (n × d codes, domain column order): roots, then each clique given its separator.
 
-        Stratified (systematic) draws: within every separator value the uniforms are (j + U)/m over a
-        random order of the m records holding it, so cell counts are within one of their expectation
-        and the records are still exchangeable (the Monte Carlo noise of plain draws is removed)."""
+        Controlled rounding instead of independent draws. Stratified (systematic) draws: within every
+        separator value the m records take the uniforms (j + U)/m, j = 0..m−1, so every cell of a clique
+        given its separator value is within one record of its expected count (a root clique's cells
+        within one of n·p). Balanced: the slots j go to the group's records sorted by the attributes
+        drawn before (in a random order) through a golden-ratio sequence, so the records of any one
+        earlier value get an evenly spread share of the slots: the new attributes are drawn near the
+        model's conditional proportions for every earlier value too, not only on average (the noise of
+        random pairing is removed as far as one ordering allows). The roots of further components (no
+        separator) are balanced the same way against the components drawn before them."""
         d = len(self.domain)
         out = np.zeros((n, d), dtype=np.int64)
         if n == 0:
             return out
+        drawn: list[int] = []
         for r in self.roots:
             c = self.tree.cliques[r]
             cdf = self.root_cdf[r]
-            cell = np.minimum(stratified_search(cdf / cdf[-1], np.zeros(n, dtype=np.int64), rng), cdf.size - 1)
+            zero = np.zeros(n, dtype=np.int64)
+            pos = (balanced_search(cdf / cdf[-1], zero, self._key(out, drawn, rng), rng) if drawn else
+                   stratified_search(cdf / cdf[-1], zero, rng))  # a further component: balanced as well
+            cell = np.minimum(pos, cdf.size - 1)
             for a, codes in zip(c, np.unravel_index(cell, [self.domain.shape[a] for a in c])):
                 out[:, a] = codes
+            drawn.extend(c)
         for cond in self.plan:
             width = int(np.prod(cond.new_shape, dtype=np.int64))
             row = (np.ravel_multi_index(tuple(out[:, a] for a in cond.sep), cond.sep_shape)
                    if cond.sep else np.zeros(n, dtype=np.int64))
-            pos = stratified_search(cond.cdf, row, rng)
+            pos = balanced_search(cond.cdf, row, self._key(out, [a for a in drawn if a not in cond.sep], rng), rng)
             cell = np.clip(pos - row * width, 0, width - 1)
             for a, codes in zip(cond.new, np.unravel_index(cell, cond.new_shape)):
                 out[:, a] = codes
+            drawn.extend(cond.new)
         return out
+
+    def _key(self, out: np.ndarray, attrs: list[int], rng: np.random.Generator) -> np.ndarray:
+        """One integer per record: its codes of ``attrs`` in a random order, as many as fit 62 bits."""
+        key = np.zeros(out.shape[0], dtype=np.int64)
+        room = 1
+        for i in rng.permutation(len(attrs)):
+            size = int(self.domain.shape[attrs[i]])
+            if room * size >= 1 << 62:
+                break
+            key = key * size + out[:, attrs[i]]
+            room *= size
+        return key
+
+
+#: the golden-ratio fraction: j·φ mod 1 spreads any run of consecutive j evenly over [0, 1)
+_PHI = (5.0 ** 0.5 - 1.0) / 2.0
+
+
+def balanced_search(cdf: np.ndarray, groups: np.ndarray, key: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """searchsorted(cdf, group + u, 'right') per record, u the group's systematic uniforms (rank + U)/m, the
+    ranks dealt to the group's records sorted by ``key`` (random among equal keys) in the order of the
+    golden-ratio sequence frac(j·φ + V): each group's cells stay within one of m·p, and the records of
+    one key value (a run of consecutive j) get ranks spread evenly over [0, m)."""
+    n = groups.size
+    order = _group_key_order(groups, key, rng)
+    g = groups[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    counts = np.diff(np.r_[starts, n])
+    first = np.repeat(starts, counts)
+    spread = np.mod((np.arange(n) - first) * _PHI + np.repeat(rng.random(starts.size), counts), 1.0)
+    # slots in golden-ratio order within each group (groups 2 apart, so no spread < 1 crosses into the next)
+    by_spread = np.argsort(2.0 * np.repeat(np.arange(starts.size, dtype=float), counts) + spread)
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_spread] = np.arange(n) - first
+    u = (rank + np.repeat(rng.random(starts.size), counts)) / np.repeat(counts, counts)
+    out = np.empty(n, dtype=np.int64)
+    out[order] = np.searchsorted(cdf, g + np.minimum(u, np.nextafter(1.0, 0.0)), side="right")
+    return out
+
+
+def _group_key_order(groups: np.ndarray, key: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Records sorted by group, then key, then at random: one integer sort when (group, key) and random low
+    bits fit 62 bits, else a lexicographic sort."""
+    n = groups.size
+    span = (int(groups.max()) + 1) * (int(key.max()) + 1) if n else 1
+    bits = 62 - span.bit_length()
+    if bits >= 16:
+        comp = ((groups * (int(key.max()) + 1) + key) << bits) | rng.integers(0, 1 << bits, n, dtype=np.int64)
+        return np.argsort(comp)
+    return np.lexsort((rng.random(n), key, groups))
 
 
 def stratified_search(cdf: np.ndarray, groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -280,4 +342,5 @@ def usable_subsets(clique: Idx, cliques: list[tuple[int, ...]]) -> list[Idx]:
     return out
 
 
-__all__ = ["JunctionTreeModel", "project_idx", "scale_idx", "expand_idx", "usable_subsets", "stratified_uniforms"]
+__all__ = ["JunctionTreeModel", "project_idx", "scale_idx", "expand_idx", "usable_subsets", "stratified_uniforms",
+           "balanced_search"]

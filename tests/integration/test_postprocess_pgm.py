@@ -19,6 +19,7 @@ from privcube.postprocess import model_loss
 from privcube.postprocess.graphical import fit, select_model
 from privcube.postprocess.inference import TreeOrder, calibrate, entropy, marginal, min_sum
 from privcube.postprocess.measurements import ResidualStats, center, from_marginals, from_residuals
+from privcube.postprocess.problem import project
 from privcube.core.residuals import decomp, residual_gram_norm
 from privcube.synth.junction_tree import JunctionTree, min_fill_cliques, tree_edges
 from privcube.core.workload import parse_workload
@@ -356,3 +357,39 @@ def test_a_long_answering_step_shows_its_progress(capfd: pytest.CaptureFixture,
     assert set(out) == set(cliques)
     err = capfd.readouterr().err
     assert "postprocess (answers from the model)" in err and f"{len(cliques)}/{len(cliques)}" in err
+
+
+def test_the_first_step_doubles_while_the_objective_keeps_falling() -> None:
+    """The first step size starts at the safe 1/(N·max λ) and doubles while a step along the first gradient
+    still lowers the objective: on (x − 5)² along a unit gradient from 0.01 it stops at 5.12 (10.24 overshoots
+    to 27.4 > 0.0144); a first step that already overshoots is kept; the doublings are capped."""
+    from privcube.postprocess.graphical import _first_step
+
+    phi, grad, ref = {"x": np.zeros(1)}, {"x": -np.ones(1)}, {}
+    value = lambda p: float((p["x"][0] - 5.0) ** 2)  # noqa: E731
+    assert _first_step(phi, grad, ref, 0.01, 0.0, value) == pytest.approx(5.12)
+    assert _first_step(phi, grad, ref, 20.0, 0.0, value) == 20.0
+    assert _first_step(phi, grad, ref, 1e-6, 0.0, value, doublings=3) == pytest.approx(8e-6)
+
+
+def test_a_fit_with_its_mass_spread_over_many_cells_needs_fewer_iterations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Residual-planner-like readings of a 40 × 30 pair (1,200 cells): with the doubled first step the fit
+    converges in fewer iterations than from the safe step grown by 1.1 a step (measured: 176 vs 193 here;
+    large-domain table, residual-planner at ε = 3: 153–159 vs 196), to the same table."""
+    from privcube.postprocess import graphical
+
+    rng = np.random.default_rng(5)
+    domain = Domain.from_mapping({"a": 40, "b": 30})
+    p = rng.dirichlet(np.ones(1200) * 0.3).reshape(40, 30)
+    counts = 20_000 * p
+    taus = [("a",), ("b",), ("a", "b")]
+    stats = from_residuals(domain, {t: decomp(project(counts, ("a", "b"), t) + rng.normal(0, 5, domain.shape_of(t)),
+                                              t, t) for t in taus}, {t: 1 / 25 for t in taus})
+    tree = _tree(2, [(0, 1)], [40, 30])
+    model = fit(stats, tree, total=20_000.0)
+    monkeypatch.setattr(graphical, "_first_step", lambda phi, grad, ref, eta, weight, value: eta)
+    safe = fit(stats, tree, total=20_000.0)
+    assert model.info.converged and safe.info.converged
+    assert model.info.iterations < safe.info.iterations
+    tvd = [0.5 * np.abs(m.marginal(("a", "b")) / 20_000 - p).sum() for m in (model, safe)]
+    assert max(tvd) < 0.1 and abs(tvd[0] - tvd[1]) < 0.005

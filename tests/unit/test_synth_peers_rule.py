@@ -44,3 +44,18 @@ def test_the_seed_to_seed_spread_widens_the_tie():
     choice, summary = sp.decide(held)
     assert summary["noisy"]["se"] == pytest.approx(0.0017 / 3 ** 0.5, rel=1e-6)
     assert summary["other"]["tied"] and choice == "other"
+
+
+def test_the_large_domain_table_is_generated_once_with_its_public_domain(tmp_path: Path) -> None:
+    """The generated table (issue 32) is written on first use with the published domain and kept: a second call
+    reads the same file (no second draw)."""
+    import json
+
+    from privcube.storage.large_domain import LARGE_DOMAIN
+
+    csv, dom = sp.large_domain_files(tmp_path, seed=7, n_rows=300)
+    assert json.loads(dom.read_text()) == LARGE_DOMAIN
+    lines = csv.read_text().splitlines()
+    assert lines[0].split(",") == list(LARGE_DOMAIN) and len(lines) == 301
+    before = csv.stat().st_mtime_ns
+    assert sp.large_domain_files(tmp_path, seed=7, n_rows=300) == (csv, dom) and csv.stat().st_mtime_ns == before

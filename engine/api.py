@@ -57,6 +57,16 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig, *,
         from privcube.jobs import mechanism_name
 
         raw, folder = (dict(config), Path(".").resolve()) if isinstance(config, Mapping) else read_config_file(config)
+        from privcube.census.spec import is_census
+
+        if is_census(raw):  # tables by geographic level: the plan reads the public map, never the data
+            from privcube.census.plan import plan_census
+            from privcube.census.spec import parse_census
+
+            if links is not None:
+                raise ConfigError("plan: 'links' (the public number of links) applies to relational jobs only")
+            raw.pop("resolved", None)
+            return plan_census(parse_census(raw, folder, need_data=False))
         if mechanism_name(raw) == "relational":
             from privcube.relational.plan import plan_relational
             from privcube.relational.report_json import schema_warnings

@@ -447,6 +447,9 @@ def _print_plan(summary) -> None:  # noqa: ANN001
     if summary.mechanism == "relational":
         _print_relational_plan(summary)
         return
+    if summary.mechanism == "census":
+        _print_census_plan(summary)
+        return
     print(f"expected RMSE (all queries): {summary.rmse:.6g}")
     print("privacy: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
                                   for k, v in summary.privacy.items() if not isinstance(v, dict)))
@@ -503,6 +506,24 @@ def _print_memory(mem: dict) -> None:
           f"{there}{verdict}")
     for note in mem.get("notes") or []:
         print(f"  note: {note}")
+
+
+def _print_census_plan(summary) -> None:  # noqa: ANN001
+    """The census plan: the budget, its split over levels, each level's expected error fitted and alone."""
+    pr, d = summary.privacy, summary.details
+    print("privacy: " + ", ".join(f"{k}={pr[k]:.6g}" for k in ("epsilon", "delta", "rho") if pr.get(k) is not None)
+          + f"; split over levels by the {pr['split_chosen_by']}")
+    for lv, info in d["levels"].items():
+        print(f"level {lv}: {info['units']} units, share {info['share']:.3g} (rho {info['rho']:.6g}), expected "
+              f"RMSE per cell {info['rmse']:.6g} (measured alone: {info['rmse_alone']:.6g}); tables: "
+              + ", ".join(",".join(t) or "(total)" for t in info["tables"][:6])
+              + (f" and {len(info['tables']) - 6} more" if len(info["tables"]) > 6 else ""))
+    if d["invariants"]:
+        print("invariants (published exactly, not protected: public facts): " + ", ".join(d["invariants"]))
+    if d["structural_zeros"]:
+        print(f"structural zeros: {len(d['structural_zeros'])} rule(s), zero in every output")
+    print(f"output: {'whole counts (controlled rounding)' if d['integer'] else 'real counts'}, non-negative, "
+          "children summing exactly to their parent")
 
 
 def _print_relational_plan(summary) -> None:  # noqa: ANN001

@@ -1,0 +1,103 @@
+"""From noisy residuals to the published tables: hierarchical fit, tables, non-negativity, integers (issue 35).
+
+1. ``privcube.census.gls``: each residual τ fitted over the whole hierarchy at once (generalised least squares,
+   two passes), invariants held exactly; children then sum exactly to their parents.
+2. Each unit's tables reconstructed from its fitted residuals (so a unit's tables agree with each other).
+3. ``privcube.census.nonnegative``: top-down, every cell >= 0 and structural zeros 0, sums kept exact.
+4. ``privcube.census.rounding`` (``output.integer``): controlled rounding, top-down, sums and invariants kept.
+All of it is post-processing of the released residuals and the public invariants: it spends nothing.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from privcube.census.measurement import LevelPlan, residual_levels
+from privcube.census.residual_tables import cell_variance, subsets, table_from_residuals
+from privcube.census.spec import TOTAL, CensusSpec
+
+Tables = dict[str, dict[tuple[str, ...], np.ndarray]]
+
+
+@dataclass
+class Release:
+    """What a census run publishes: per level (``""`` = the nation) and attribute set, one table per unit."""
+
+    linear: Tables                  # the hierarchical least-squares estimate (unbiased, may be negative)
+    variance: Tables                # its per-unit cell variance (one value per unit)
+    published: Tables               # non-negative, consistent (real, or whole counts with output.integer)
+    real: Tables                    # the non-negative tables before rounding (the bootstrap's centre)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+
+def needed_sets(spec: CensusSpec) -> dict[str, list[tuple[str, ...]]]:
+    """The attribute sets each level (and the nation) must carry: its own tables' subsets and every set a finer
+    level publishes (children sum to a parent table that must exist and be non-negative too)."""
+    out: dict[str, list[tuple[str, ...]]] = {}
+    acc: list[tuple[str, ...]] = []
+    for lv in reversed(spec.levels):
+        for s in spec.level_sets(lv):
+            for t in subsets(s):
+                if t not in acc:
+                    acc.append(t)
+        out[lv] = sorted(acc, key=lambda t: (len(t), t))
+    out[TOTAL] = list(out[spec.levels[0]])
+    return out
+
+
+def fit_residuals(spec: CensusSpec, hierarchy: Any, residuals: Mapping[str, Mapping[tuple[str, ...], np.ndarray]],
+                  plans: Mapping[str, LevelPlan], invariants: Mapping[str, np.ndarray]
+                  ) -> tuple[dict[tuple[str, ...], dict[str, np.ndarray]], dict[tuple[str, ...], dict[str, np.ndarray]]]:
+    """Per residual τ: its fitted value and variance factor at every level, from every level's measurement of it
+    (and the exact totals of ``invariants`` for τ = ∅)."""
+    from privcube.census.gls import hierarchical_gls
+
+    est, var = {}, {}
+    for tau, lvs in residual_levels(spec).items():
+        measured: dict[str, list[tuple[np.ndarray, float]]] = {}
+        for lv in lvs:
+            measured.setdefault(lv, []).append((np.asarray(residuals[lv][tau], dtype=float), plans[lv].sigma2[tau]))
+        if tau == ():
+            for lv, totals in invariants.items():
+                measured.setdefault(lv, []).append((np.asarray(totals, dtype=float), 0.0))
+        est[tau], var[tau] = hierarchical_gls(hierarchy, measured)
+    return est, var
+
+
+def build_tables(spec: CensusSpec, est: Mapping[tuple[str, ...], Mapping[str, np.ndarray]],
+                 var: Mapping[tuple[str, ...], Mapping[str, np.ndarray]]) -> tuple[Tables, Tables]:
+    """Each level's tables (every needed set) reconstructed unit by unit, and their per-unit cell variances."""
+    tables: Tables = {}
+    variances: Tables = {}
+    for lv, sets in needed_sets(spec).items():
+        tables[lv], variances[lv] = {}, {}
+        for s in sets:
+            tables[lv][s] = table_from_residuals({t: est[t][lv] for t in subsets(s)}, s, spec.sizes)
+            variances[lv][s] = np.asarray(cell_variance({t: var[t][lv] for t in subsets(s)}, s, spec.sizes))
+    return tables, variances
+
+
+def release(spec: CensusSpec, hierarchy: Any, residuals: Mapping[str, Mapping[tuple[str, ...], np.ndarray]],
+            plans: Mapping[str, LevelPlan], invariants: Mapping[str, np.ndarray], *, integer: bool | None = None
+            ) -> Release:
+    """The whole estimator (steps 1-4 of the module docstring) on one set of measurements."""
+    from privcube.census.nonnegative import nonnegative_tables
+
+    est, var = fit_residuals(spec, hierarchy, residuals, plans, invariants)
+    linear, variance = build_tables(spec, est, var)
+    zeros = {s: m for s in needed_sets(spec)[TOTAL] if (m := spec.zero_mask(s)) is not None}
+    fixed = {lv: np.asarray(v, dtype=float) for lv, v in invariants.items()}
+    real, diag = nonnegative_tables(hierarchy, linear, zeros=zeros, fixed_totals=fixed)
+    published: Tables = real
+    rounding_diag: dict[str, Any] = {}
+    if spec.output["integer"] if integer is None else integer:
+        from privcube.census.rounding import controlled_rounding
+
+        published, rounding_diag = controlled_rounding(hierarchy, real, zeros=zeros, fixed_totals=fixed)
+    return Release(linear, variance, published, real, {"nonnegative": diag, "rounding": rounding_diag})
+
+
+__all__ = ["Release", "Tables", "build_tables", "fit_residuals", "needed_sets", "release"]

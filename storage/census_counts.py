@@ -1,0 +1,163 @@
+"""Exact counts of a census workload per geographic level: the numpy kernel run on each partition (issue 35).
+
+A census workload asks, for every unit of a level (each state, county or tract), the marginal of a few
+attributes (:class:`LevelTable`). :func:`count_partition` counts one partition's rows with one composite key and
+one ``np.bincount`` per table, over the range of units the partition holds only (data written grouped by
+geography gives small slices); :func:`add_slices` adds those slices into the whole tables. Rows carry the finest
+unit's *index* (its position in the sorted map, :func:`finest_index` maps codes to it); a level's unit index is
+``unit_of[level][finest index]`` (:func:`unit_indexes` builds both from the map).
+
+:func:`open_partitions` lists an input's files and gives a picklable reader of one file that goes through the
+input format's reader and the ingest encoder (``encode_frame``), the same checks as every other run. The
+cluster driver is :func:`privcube.graphs.census_counts.count_tables`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from privcube.core.domain import Domain
+from privcube.core.errors import DataError
+from privcube.storage.formats import get_format
+from privcube.storage.ingest import encode_frame, open_input
+from privcube.storage.schema import Schema, load_schema
+
+
+@dataclass(frozen=True)
+class LevelTable:
+    """One table to count: per unit of ``level``, the marginal on ``attributes`` (``()``: the unit totals)."""
+
+    level: str
+    attributes: tuple[str, ...] = ()
+
+
+def unit_indexes(geo: Mapping[str, np.ndarray], finest: str) -> tuple[dict[str, np.ndarray], dict[str, int],
+                                                                       dict[str, np.ndarray]]:
+    """``(unit_of, n_units, codes)`` of a map read by :func:`~privcube.storage.geography_map.read_geography_map`:
+    ``unit_of[level][i]`` is the index of finest unit ``i``'s unit at ``level``, ``codes[level][j]`` the code of
+    unit ``j`` (units indexed in code order; the finest level's index is its position in the map)."""
+    unit_of, n_units, codes = {}, {}, {}
+    for level, column in geo.items():
+        uniq, inverse = np.unique(np.asarray(column, dtype=np.int64), return_inverse=True)
+        codes[level], n_units[level] = uniq, len(uniq)
+        unit_of[level] = np.arange(len(column), dtype=np.int64) if level == finest else inverse.astype(np.int64)
+    return unit_of, n_units, codes
+
+
+def finest_index(values: np.ndarray, finest_codes: np.ndarray, column: str, source: str = "the data") -> np.ndarray:
+    """Finest-unit codes of the data -> their index in the sorted map ``finest_codes``; codes the map lacks are
+    one DataError naming the column and how many rows hold them (never the codes)."""
+    values = np.asarray(values)
+    n = len(finest_codes)
+    if n and finest_codes[0] == 0 and finest_codes[-1] == n - 1:  # codes 0..n-1: the code is the index
+        index = values.astype(np.int64, copy=False)
+        bad = int(np.count_nonzero((index < 0) | (index >= n))) if len(index) else 0
+    else:
+        index = np.minimum(np.searchsorted(finest_codes, values), max(n - 1, 0)).astype(np.int64)
+        bad = int(np.count_nonzero(finest_codes[index] != values)) if len(values) else 0
+    if bad:
+        raise DataError(f"column {column!r} of {source}: {bad} rows hold a unit that is not in the geography map")
+    return index
+
+
+def _check_domain(name: str, column: np.ndarray, size: int) -> None:
+    """Codes of ``name`` within ``[0, size)``; else one DataError with the column and the count of rows."""
+    if not len(column):
+        return
+    if column.dtype.kind == "u":
+        bad = int(np.count_nonzero(column >= size)) if column.max() >= size else 0
+    else:
+        bad = int(np.count_nonzero((column < 0) | (column >= size))) if column.min() < 0 or column.max() >= size else 0
+    if bad:
+        raise DataError(f"column {name!r}: {bad} rows hold a code outside the domain [0, {size})")
+
+
+def count_partition(columns: Mapping[str, np.ndarray], unit_of: Mapping[str, np.ndarray], finest: str,
+                    tables: Sequence[LevelTable], sizes: Mapping[str, int],
+                    n_units: Mapping[str, int]) -> dict[LevelTable, tuple[int, np.ndarray]]:
+    """Per table ``(first unit, counts)``: ``counts[u - first, *cell]`` rows of unit ``u`` in that cell, for the
+    units ``first .. first + len(counts) - 1`` this partition holds (int64). ``columns[finest]`` holds finest-unit
+    indexes (:func:`finest_index`); one key and one bincount per table, the unit key shared by a level's tables."""
+    fin = np.asarray(columns[finest])
+    _check_domain(finest, fin, n_units[finest])
+    for name in dict.fromkeys(a for t in tables for a in t.attributes):
+        _check_domain(name, np.asarray(columns[name]), sizes[name])
+    out: dict[LevelTable, tuple[int, np.ndarray]] = {}
+    for level in dict.fromkeys(t.level for t in tables):
+        unit = fin if level == finest else np.asarray(unit_of[level])[fin]
+        lo = int(unit.min()) if len(unit) else 0
+        width = int(unit.max()) - lo + 1 if len(unit) else 0
+        base = unit.astype(np.int64) - lo if lo else unit.astype(np.int64, copy=False)
+        for table in (t for t in tables if t.level == level):
+            shape = tuple(int(sizes[a]) for a in table.attributes)
+            key = base
+            for i, (a, s) in enumerate(zip(table.attributes, shape)):
+                key = key * s if i == 0 else np.multiply(key, s, out=key)  # the first product is a new array
+                key += np.asarray(columns[a])
+            cells = width * math.prod(shape)
+            out[table] = (lo, np.bincount(key, minlength=cells).reshape((width, *shape)))
+    return out
+
+
+def empty_totals(tables: Sequence[LevelTable], sizes: Mapping[str, int],
+                 n_units: Mapping[str, int]) -> dict[LevelTable, np.ndarray]:
+    """Zero int64 tables ``(n_units[level], *sizes)`` to accumulate into with :func:`add_slices`."""
+    return {t: np.zeros((int(n_units[t.level]), *(int(sizes[a]) for a in t.attributes)), dtype=np.int64)
+            for t in tables}
+
+
+def add_slices(total: dict[LevelTable, np.ndarray], part: Mapping[LevelTable, tuple[int, np.ndarray]]) -> None:
+    """Add a partition's slices (:func:`count_partition`) into the whole tables ``total``, in place."""
+    for table, (first, counts) in part.items():
+        if len(counts):
+            total[table][first:first + len(counts)] += counts
+
+
+@dataclass(frozen=True)
+class CodeReader:
+    """Reads one file of an input as integer code columns (numpy), through the input format's chunk reader and
+    the ingest encoder; with ``finest``, that column becomes finest-unit indexes (:func:`finest_index`).
+    Picklable: a cluster's workers read their files themselves."""
+
+    fmt: str
+    schema: Schema
+    storage_options: Mapping[str, Any] | None = None
+    finest: str | None = None
+    finest_codes: np.ndarray | None = field(default=None, repr=False)
+    rows: int = 1 << 20  # rows per chunk read and encoded at once
+
+    def __call__(self, file: str) -> dict[str, np.ndarray]:
+        """The schema's columns of ``file`` as code arrays."""
+        fmt = get_format(self.fmt)
+        names = list(self.schema.names)
+        parts = [encode_frame(chunk, self.schema, parse_text=fmt.text_values, source=f"file {file!r}")
+                 for chunk in fmt.chunks(file, names, self.storage_options, self.rows)]
+        cols = {n: (np.concatenate([p[n].to_numpy() for p in parts]) if parts
+                    else np.zeros(0, dtype=self.schema[n].dtype)) for n in names}
+        if self.finest is not None and self.finest_codes is not None:
+            cols[self.finest] = finest_index(cols[self.finest], self.finest_codes, self.finest, f"file {file!r}")
+        return cols
+
+
+def open_partitions(path: Any, schema: Schema | Domain | Mapping[str, Any] | str, columns: Sequence[str], *,
+                    finest: str | None = None, finest_codes: np.ndarray | None = None,
+                    storage_options: Mapping[str, Any] | None = None,
+                    fmt: str | None = None) -> tuple[list[str], CodeReader]:
+    """(the input's files, a reader of one file's ``columns`` as codes): the partitions :func:`count_partition`
+    counts. A column the input lacks is a DataError now, from the files' headers or footers."""
+    schema = load_schema(schema).project(list(columns))
+    names = list(schema.names)
+    info = open_input(path, storage_options, columns=names, fmt=fmt)
+    absent = [n for n in names if n not in info.available]
+    if absent:
+        raise DataError(f"column {absent[0]!r} is missing from {info.label}; the data has columns {info.available[:30]}")
+    files = info.format.files(info.target, info.storage_options)
+    return files, CodeReader(info.fmt, schema, info.storage_options, finest, finest_codes)
+
+
+__all__ = ["CodeReader", "LevelTable", "add_slices", "count_partition", "empty_totals", "finest_index",
+           "open_partitions", "unit_indexes"]

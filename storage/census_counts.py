@@ -88,7 +88,7 @@ def count_partition(columns: Mapping[str, np.ndarray], unit_of: Mapping[str, np.
         _check_domain(name, np.asarray(columns[name]), sizes[name])
     out: dict[LevelTable, tuple[int, np.ndarray]] = {}
     for level in dict.fromkeys(t.level for t in tables):
-        unit = fin if level == finest else np.asarray(unit_of[level])[fin]
+        unit = np.asarray(unit_of[level])[fin] if level in unit_of else fin  # a map may reorder the finest units
         lo = int(unit.min()) if len(unit) else 0
         width = int(unit.max()) - lo + 1 if len(unit) else 0
         base = unit.astype(np.int64) - lo if lo else unit.astype(np.int64, copy=False)

@@ -121,12 +121,9 @@ class CensusJobKind:
         self.plans = level_plans(self.spec, self.hierarchy)
 
     def read_inputs(self, env: JobEnv) -> Any:
-        """The persons, opened lazily (columns checked against the domain)."""
-        from privcube.storage.ingest import open_table
-
-        spec = self.spec
-        return open_table(spec.data_path, spec.schema if spec.schema is not None else spec.domain,
-                          fmt=spec.data_format)
+        """The input's files and a reader of one file as codes (a column the data lacks is refused now; values
+        are checked as each file is counted)."""
+        return open_persons(self.spec, self.hierarchy)
 
     def start(self, inputs: Any, env: JobEnv) -> Any:
         """The table as opened."""
@@ -227,17 +224,34 @@ class CensusJobKind:
         shutil.rmtree(env.rundir.path / CHECKPOINT_DIR, ignore_errors=True)
 
 
-def count_level_tables(spec: CensusSpec, hierarchy: Any, table: Any, plans: Mapping[str, Any], env: JobEnv
+def open_persons(spec: CensusSpec, hierarchy: Any) -> tuple[list[str], Any, dict[str, np.ndarray]]:
+    """``(files, reader, unit_of)``: the persons' files, a picklable reader of one file's codes (the finest unit
+    as its position among the sorted map codes) and, per level, the tree's unit index of each such position."""
+    from privcube.storage.census_counts import open_partitions
+
+    finest, h = spec.attribute, hierarchy
+    sorted_codes = np.sort(h.codes[finest])
+    position = h.index_of(finest, sorted_codes)  # sorted-code position -> the tree's unit index
+    unit_of = {lv: (position if lv == finest else h.ancestor(finest, position, lv)) for lv in spec.levels}
+    schema = spec.schema if spec.schema is not None else spec.domain
+    files, read = open_partitions(spec.data_path, schema, [finest, *spec.attributes], finest=finest,
+                                  finest_codes=sorted_codes, fmt=spec.data_format)
+    return files, read, unit_of
+
+
+def count_level_tables(spec: CensusSpec, hierarchy: Any, persons: Any, plans: Mapping[str, Any], env: JobEnv
                        ) -> dict[tuple[str, tuple[str, ...]], np.ndarray]:
     """Every level's exact tables per unit (each residual its plan measures, and the invariant levels' totals),
-    in one pass over the partitions through the run context's ``map`` (on the cluster when there is one)."""
+    in one pass over the files through the run context (on the cluster's workers when there is one)."""
     from privcube.graphs.census_counts import count_tables
     from privcube.storage.census_counts import LevelTable
 
     wanted = [LevelTable(lv, t) for lv, p in plans.items() for t in p.sigma2]
     wanted += [LevelTable(spec.levels[0] if lv == TOTAL else lv, ()) for lv in spec.invariants]
-    counts = count_tables(env.context, table, hierarchy=hierarchy, finest=spec.attribute,
-                          tables=list(dict.fromkeys(wanted)), sizes=spec.sizes)
+    files, read, unit_of = persons
+    counts = count_tables(env.context, files, read, unit_of, spec.attribute, list(dict.fromkeys(wanted)),
+                          spec.sizes, {lv: hierarchy.n_units(lv) for lv in spec.levels},
+                          title=None if env.quiet else "counting census tables")
     out = {(t.level, t.attributes): np.asarray(c) for t, c in counts.items()}
     if TOTAL in spec.invariants:
         out[(TOTAL, ())] = np.array([out[(spec.levels[0], ())].sum()])

@@ -35,6 +35,7 @@ from privcube.core.errors import (
 from privcube.jobs import JobEnv, JobKind, load_job
 from privcube.jobs.single_table import add_plan_intervals, build_mechanism, plan_of
 from privcube.mechanisms.base import PlanSummary
+from privcube.census.report_section import RUN_SECTIONS as CENSUS_RUN
 from privcube.relational.report_section import RUN_SECTIONS as RELATIONAL_RUN
 from privcube.report.rundata import register_kind, register_planner
 from privcube.result import Result, RunSummary
@@ -363,6 +364,7 @@ def _progress_callback(quiet: bool) -> Any:
 
 
 register_planner(plan)  # ``privcube report`` recomputes a plan a run did not store through the driver
+register_kind("census", CENSUS_RUN)  # a census run's plan note and levels section (privcube.census)
 register_kind("relational", RELATIONAL_RUN)  # a relational run's plan note and links sections (privcube.relational)
 
 __all__ = ["INPUT_ERRORS", "RunSummary", "add_plan_intervals", "build_mechanism", "exact_marginals", "plan", "run",

@@ -1,0 +1,194 @@
+"""Non-negative census tables that add up exactly, top-down over the geography tree (after GLS).
+
+Root: the total is fixed (an invariant, or the estimate clipped at 0); each 1-way table is the Euclidean
+projection onto {x >= 0, structural zeros 0, sum = total}; each 2-way table is raked (2-D IPF) from its
+clipped-and-floored estimate to its two fixed 1-way margins (an LP when raking cannot reach them).
+Each level, all parents at once: children totals are projected onto {>= 0, sum = parent's total} (or are the
+invariants); each 1-way table a is the children x a matrix raked to row sums = children totals and column
+sums = parent's table (a 2-D transportation problem: always feasible); each 2-way table (a, b) is the
+children x a x b array raked to (c, a), (c, b) and (a, b) for a bounded number of sweeps, then per a-slice to
+(c, a) and the parent's (a, b) only, so those hold exactly and (c, b) as well as raking allows (reported).
+Raking starts from max(estimate, floor) with a small positive floor off the structural zeros, so it is
+feasible. Post-processing of released noisy answers: spends no privacy budget.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+from scipy.optimize import linprog
+
+from privcube.core.errors import ConfigError
+
+from .hierarchy import ROOT, Hierarchy
+from .raking import TOLERANCE, Margin, rake, relative_error, segment_margin
+from .tables import AttrSet, Tables, TableSet, prepare
+
+#: sweeps of the 3-margin raking of a 2-way table before the final per-a-slice raking
+SWEEPS_3D = 50
+
+
+def nonnegative_tables(hierarchy: Hierarchy, tables: Mapping[str, Mapping[AttrSet, np.ndarray]], *,
+                       zeros: Mapping[AttrSet, np.ndarray] | None = None,
+                       fixed_totals: Mapping[str, np.ndarray] | None = None,
+                       floor: float = 1e-3, tol: float = TOLERANCE, sweeps_3d: int = SWEEPS_3D,
+                       ) -> tuple[dict[str, dict[AttrSet, np.ndarray]], dict[str, Any]]:
+    """Every cell >= 0, structural zeros 0, children summing to their parent for every table, 1-way tables
+    summing to the unit total, 2-way a-margins equal to the 1-way a table; returns (tables, diagnostics) with
+    the keys of ``tables`` (derived sub-margins are used, not returned)."""
+    ts = prepare(hierarchy, tables, zeros, fixed_totals)
+    diag = Diagnostics()
+    out: Tables = {ROOT: _root(ts, diag, floor, tol)}
+    for depth in range(1, len(ts.chain)):
+        level = ts.chain[depth]
+        out[level] = _level(ts, level, out[ts.chain[depth - 1]], diag, floor, tol, sweeps_3d)
+    return {lv: {s: out[lv][s] for s in tables[lv]} for lv in tables}, diag.summary()
+
+
+class Diagnostics:
+    """Per (level, stage): tables, max iterations, max residual, all converged; 2-way b-margin deviations."""
+
+    def __init__(self) -> None:
+        self.stages: dict[tuple[str, str], dict[str, Any]] = {}
+        self.b_margin: dict[str, float] = {}
+        self.b_margin_abs: dict[str, float] = {}
+        self.fallbacks: list[str] = []
+
+    def add(self, level: str, stage: str, info: Mapping[str, Any]) -> None:
+        """Fold one raking's info into its stage."""
+        s = self.stages.setdefault((level, stage), {"level": level, "stage": stage, "tables": 0, "iterations": 0,
+                                                    "max_residual": 0.0, "converged": True})
+        s["tables"] += 1
+        s["iterations"] = max(s["iterations"], int(info.get("iterations", 0)))
+        s["max_residual"] = max(s["max_residual"], float(info.get("max_residual", 0.0)))
+        s["converged"] = s["converged"] and bool(info.get("converged", True))
+
+    def deviation(self, level: str, rel: float, absolute: float) -> None:
+        """A 2-way table's b-margin against the unit's 1-way b table."""
+        self.b_margin[level] = max(self.b_margin.get(level, 0.0), rel)
+        self.b_margin_abs[level] = max(self.b_margin_abs.get(level, 0.0), absolute)
+
+    def summary(self) -> dict[str, Any]:
+        """The dict handed back: "stages" (list), "converged", "max_residual" (over the exact stages),
+        "b_margin_max_deviation" / "b_margin_max_abs_deviation" per level, "lp_fallbacks"."""
+        stages = list(self.stages.values())
+        final = [s for s in stages if s["stage"] != "twoway_3d"]
+        return {"stages": stages, "converged": all(s["converged"] for s in final),
+                "max_residual": max((s["max_residual"] for s in final), default=0.0),
+                "b_margin_max_deviation": dict(self.b_margin), "b_margin_max_abs_deviation": dict(self.b_margin_abs),
+                "lp_fallbacks": list(self.fallbacks)}
+
+
+def project_segments(values: np.ndarray, segment: np.ndarray, targets: np.ndarray,
+                     free: np.ndarray | None = None) -> np.ndarray:
+    """Euclidean projection of each segment of ``values`` onto {x >= 0, sum = target}, entries not ``free``
+    fixed at 0 (Held, Wolfe & Crowder's sort-and-threshold, all segments at once)."""
+    v = np.asarray(values, dtype=np.float64)
+    free = np.ones(v.shape, dtype=bool) if free is None else free
+    n_seg = len(targets)
+    idx = np.flatnonzero(free)
+    seg = segment[idx]
+    empty = (np.bincount(seg, minlength=n_seg) == 0) & (targets > 0)
+    if np.any(empty):
+        raise ConfigError("census structural zeros: a table has every cell impossible but a positive total")
+    order = idx[np.lexsort((-v[idx], seg))]
+    u, s = v[order], segment[order]
+    first = np.searchsorted(s, np.arange(n_seg))
+    cs = np.cumsum(u)
+    base = np.where(first > 0, cs[np.maximum(first - 1, 0)], 0.0)
+    k = np.arange(len(u)) - first[s] + 1
+    csum = cs - base[s]
+    cond = u - (csum - targets[s]) / k > 0
+    kmax = np.zeros(n_seg, dtype=np.int64)
+    np.maximum.at(kmax, s[cond], k[cond])
+    pick = first + np.maximum(kmax, 1) - 1
+    theta = np.where(kmax > 0, (csum[np.minimum(pick, len(u) - 1)] - targets) / np.maximum(kmax, 1), np.inf)
+    out = np.zeros_like(v)
+    out[order] = np.maximum(u - theta[s], 0.0)
+    return out
+
+
+def _start(x: np.ndarray, zero: np.ndarray, floor: float) -> np.ndarray:
+    return np.where(zero, 0.0, np.maximum(x, floor))
+
+
+def _root(ts: TableSet, diag: Diagnostics, floor: float, tol: float) -> dict[AttrSet, np.ndarray]:
+    t = ts.tables[ROOT]
+    total = ts.fixed[ROOT] if ROOT in ts.fixed else np.maximum(t[()], 0.0)
+    out: dict[AttrSet, np.ndarray] = {(): total.copy()}
+    for s in ts.sets(ROOT, 1):
+        x = t[s][0]
+        out[s] = project_segments(x, np.zeros(len(x), dtype=np.int64), total, ~ts.zero(s))[None, :]
+    for s in ts.sets(ROOT, 2):
+        a, b = s
+        zero = ts.zero(s)
+        margins = [Margin(out[(a,)], axis=2), Margin(out[(b,)], axis=1)]
+        x, info = rake(_start(t[s], zero[None], floor), margins, tol=tol)
+        if not info["converged"]:
+            x = transport_lp(t[s][0], zero, out[(a,)][0], out[(b,)][0], s)[None]
+            info = {"iterations": info["iterations"], "converged": True,
+                    "max_residual": max(relative_error(m.of(x), m.target) for m in margins)}
+            diag.fallbacks.append(f"root {','.join(s)}")
+        diag.add(ROOT, "root_twoway", info)
+        out[s] = x
+    return out
+
+
+def transport_lp(x0: np.ndarray, zero: np.ndarray, rows: np.ndarray, cols: np.ndarray, s: AttrSet,
+                 *, integral: bool = False) -> np.ndarray:
+    """The (|a|, |b|) table nearest ``x0`` in L1 (``integral``: a vertex, integer for integer margins) with
+    the given margins and zeros; ConfigError naming the table when the zeros make the margins infeasible."""
+    cells = np.flatnonzero(~zero.ravel())
+    na, nb = zero.shape
+    k = len(cells)
+    a_eq = np.zeros((na + nb, k))
+    a_eq[cells // nb, np.arange(k)] = 1.0
+    a_eq[na + cells % nb, np.arange(k)] = 1.0
+    target = x0.ravel()[cells]
+    if integral:
+        res = linprog(-np.log(np.maximum(target, 1e-9)), A_eq=a_eq, b_eq=np.concatenate([rows, cols]),
+                      bounds=(0, None), method="highs-ds")
+        sol = res.x
+    else:
+        eye = np.eye(k)
+        a_ub = np.block([[eye, -eye], [-eye, -eye]])
+        res = linprog(np.concatenate([np.zeros(k), np.ones(k)]), A_ub=a_ub, b_ub=np.concatenate([target, -target]),
+                      A_eq=np.hstack([a_eq, np.zeros((na + nb, k))]), b_eq=np.concatenate([rows, cols]),
+                      bounds=(0, None), method="highs")
+        sol = None if res.x is None else res.x[:k]
+    if res.status != 0 or sol is None:
+        raise ConfigError(f"census structural zeros of table {','.join(s)}: its fixed margins cannot be met "
+                          f"with those cells zero (the zero rule contradicts the margins)")
+    out = np.zeros(na * nb)
+    out[cells] = np.maximum(sol, 0.0)
+    return out.reshape(na, nb)
+
+
+def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagnostics, floor: float,
+           tol: float, sweeps_3d: int) -> dict[AttrSet, np.ndarray]:
+    h = ts.hierarchy
+    t = ts.tables[level]
+    p, starts = h.parent_of(level), h.segment_starts(level)
+    if level in ts.fixed:
+        totals = ts.fixed[level].copy()
+    else:
+        totals = project_segments(t[()], p, up[()])
+    out: dict[AttrSet, np.ndarray] = {(): totals}
+    for s in ts.sets(level, 1):
+        x, info = rake(_start(t[s], ts.zero(s)[None], floor),
+                       [Margin(totals, axis=1), segment_margin(up[s], starts, p)], tol=tol)
+        diag.add(level, "oneway", info)
+        out[s] = x
+    for s in ts.sets(level, 2):
+        a, b = s
+        ca, cb = out[(a,)], out[(b,)]
+        parent = segment_margin(up[s], starts, p)
+        x, info = rake(_start(t[s], ts.zero(s)[None], floor),
+                       [Margin(ca, axis=2), Margin(cb, axis=1), parent], tol=tol, max_sweeps=sweeps_3d)
+        diag.add(level, "twoway_3d", info)
+        x, info = rake(x, [Margin(ca, axis=2), parent], tol=tol)
+        diag.add(level, "twoway_slices", info)
+        dev = np.abs(x.sum(axis=1) - cb)
+        diag.deviation(level, relative_error(x.sum(axis=1), cb), float(dev.max(initial=0.0)))
+        out[s] = x
+    return out

@@ -20,6 +20,7 @@ from privcube.census.measurement import LevelPlan
 from privcube.census.release import Release, release
 from privcube.census.residual_tables import decomp_units
 from privcube.census.spec import CensusGroup, CensusSpec
+from privcube.core.context import local_map
 
 
 def simulate_residuals(rel: Release, plans: Mapping[str, LevelPlan], draw: Callable[[Any, tuple[int, ...], float],
@@ -36,30 +37,44 @@ def simulate_residuals(rel: Release, plans: Mapping[str, LevelPlan], draw: Calla
     return out
 
 
-def bootstrap_intervals(spec: CensusSpec, hierarchy: Any, rel: Release, plans: Mapping[str, LevelPlan],
-                        invariants: Mapping[str, np.ndarray], groups: Sequence[CensusGroup], *, replicates: int,
-                        level: float, draw: Callable[[Any, tuple[int, ...], float], np.ndarray],
-                        progress: Callable[[str, float], None] | None = None
-                        ) -> dict[CensusGroup, tuple[np.ndarray, np.ndarray]]:
-    """``(ci_low, ci_high)`` of every group's published table (see the module docstring); memory: two running
-    moments per published cell."""
-    mean = {g: np.zeros_like(rel.real[g.level][g.attributes], dtype=float) for g in groups}
-    sq = {g: np.zeros_like(m) for g, m in mean.items()}
-    for b in range(replicates):
+def replicate_moments(task: tuple[Any, Sequence[int]]) -> dict[CensusGroup, tuple[np.ndarray, np.ndarray]]:
+    """Σ d and Σ d² of ``d = published* − published`` over the replicates ``task[1]`` (one task of the
+    bootstrap; ``task[0]`` holds what every replicate shares)."""
+    (spec, hierarchy, real, plans, invariants, groups, draw), reps = task
+    rel = Release(linear={}, variance={}, published=real, real=real)
+    acc = {g: (np.zeros(real[g.level][g.attributes].shape), np.zeros(real[g.level][g.attributes].shape))
+           for g in groups}
+    for b in reps:
         sim = simulate_residuals(rel, plans, draw, b)
         rep = release(spec, hierarchy, sim, plans, invariants, integer=False)
         for g in groups:
-            d = rep.published[g.level][g.attributes] - rel.real[g.level][g.attributes]
-            mean[g] += d
-            sq[g] += d * d
-        if progress is not None:
-            progress("intervals (bootstrap)", (b + 1) / replicates)
+            d = rep.published[g.level][g.attributes] - real[g.level][g.attributes]
+            acc[g][0].__iadd__(d)
+            acc[g][1].__iadd__(d * d)
+    return acc
+
+
+def bootstrap_intervals(spec: CensusSpec, hierarchy: Any, rel: Release, plans: Mapping[str, LevelPlan],
+                        invariants: Mapping[str, np.ndarray], groups: Sequence[CensusGroup], *, replicates: int,
+                        level: float, draw: Callable[[Any, tuple[int, ...], float], np.ndarray],
+                        map: Callable[..., list[Any]] = local_map, scatter: Callable[[Any], Any] = lambda x: x,
+                        tasks: int | None = None) -> dict[CensusGroup, tuple[np.ndarray, np.ndarray]]:
+    """``(ci_low, ci_high)`` of every group's published table (see the module docstring). The replicates run as
+    ``tasks`` independent tasks of ``map`` (the run context's: on the cluster when there is one; default one
+    task per replicate), each returning two running moments per published cell."""
+    shared = scatter((spec, hierarchy, rel.real, plans, dict(invariants), list(groups), draw))
+    n = max(1, min(tasks or replicates, replicates))
+    chunks = [list(range(replicates))[i::n] for i in range(n)]
+    parts = map(replicate_moments, [(shared, c) for c in chunks], label="census-bootstrap",
+                title=f"intervals: bootstrap of the estimator ({replicates} replicates)")
     z = NormalDist().inv_cdf(0.5 + level / 2.0)
     integer = bool(spec.output["integer"])
     out = {}
     for g in groups:
-        m = mean[g] / replicates
-        sd = np.sqrt(np.maximum(sq[g] / replicates - m * m, 0.0) * replicates / max(replicates - 1, 1))
+        total = sum(p[g][0] for p in parts)
+        total_sq = sum(p[g][1] for p in parts)
+        m = total / replicates
+        sd = np.sqrt(np.maximum(total_sq / replicates - m * m, 0.0) * replicates / max(replicates - 1, 1))
         centre = np.asarray(rel.published[g.level][g.attributes], dtype=float) - m
         lo, hi = np.maximum(centre - z * sd, 0.0), np.maximum(centre + z * sd, 0.0)
         if integer:
@@ -71,4 +86,4 @@ def bootstrap_intervals(spec: CensusSpec, hierarchy: Any, rel: Release, plans: M
     return out
 
 
-__all__ = ["bootstrap_intervals", "simulate_residuals"]
+__all__ = ["bootstrap_intervals", "replicate_moments", "simulate_residuals"]

@@ -90,14 +90,30 @@ def release(spec: CensusSpec, hierarchy: Any, residuals: Mapping[str, Mapping[tu
     linear, variance = build_tables(spec, est, var)
     zeros = {s: m for s in needed_sets(spec)[TOTAL] if (m := spec.zero_mask(s)) is not None}
     fixed = {lv: np.asarray(v, dtype=float) for lv, v in invariants.items()}
-    real, diag = nonnegative_tables(hierarchy, linear, zeros=zeros, fixed_totals=fixed)
+    real, diag = _by_sorted_names(nonnegative_tables, hierarchy, linear, zeros, fixed)
     published: Tables = real
     rounding_diag: dict[str, Any] = {}
     if spec.output["integer"] if integer is None else integer:
         from privcube.census.rounding import controlled_rounding
 
-        published, rounding_diag = controlled_rounding(hierarchy, real, zeros=zeros, fixed_totals=fixed)
+        published, rounding_diag = _by_sorted_names(controlled_rounding, hierarchy, real, zeros, fixed)
     return Release(linear, variance, published, real, {"nonnegative": diag, "rounding": rounding_diag})
+
+
+def _by_sorted_names(step: Any, hierarchy: Any, tables: Tables, zeros: Mapping[tuple[str, ...], np.ndarray],
+                     fixed: Mapping[str, np.ndarray]) -> tuple[Tables, dict[str, Any]]:
+    """Run a top-down step (``nonnegative_tables``, ``controlled_rounding``), which keys 2-way tables by their
+    names in alphabetical order, on tables keyed in domain order: transposed in, transposed back."""
+    def turn(key: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(key))
+
+    def axes(key: tuple[str, ...], a: np.ndarray, lead: int) -> np.ndarray:
+        return a if turn(key) == key else np.swapaxes(a, lead, lead + 1)
+
+    given = {lv: {turn(k): axes(k, a, 1) for k, a in t.items()} for lv, t in tables.items()}
+    masks = {turn(k): axes(k, m, 0) for k, m in zeros.items()}
+    done, diag = step(hierarchy, given, zeros=masks, fixed_totals=fixed)
+    return {lv: {k: axes(k, done[lv][turn(k)], 1) for k in t} for lv, t in tables.items()}, diag
 
 
 __all__ = ["Release", "Tables", "build_tables", "fit_residuals", "needed_sets", "release"]

@@ -31,6 +31,9 @@ from privcube.core.errors import ConfigError, DataError
 from privcube.jobs.kind import JobEnv
 
 CHECKPOINT_DIR = "checkpoint"
+#: the bootstrap's replicates run as this many tasks (each returns two moments per published cell, so the
+#: driver holds at most this many of them at once)
+BOOTSTRAP_TASKS = 4
 PUBLIC_FACTS_NOTE = ("invariants are published exactly from the data: they are not protected by the budget and are "
                      "stated here as public facts")
 
@@ -162,15 +165,15 @@ class CensusJobKind:
         from privcube.census.release import release
 
         residuals, invariants, _ = measured
-        spec, progress = self.spec, env.context.progress if env.context is not None else None
+        spec, ctx = self.spec, env.context
         t0 = time.perf_counter()
         rel = release(spec, self.hierarchy, residuals, self.plans, invariants)
         env.timings["fit_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        draw = env.noise.gaussian
         self.derived["intervals"] = bootstrap_intervals(
             spec, self.hierarchy, rel, self.plans, invariants, spec.groups, replicates=spec.output["bootstrap"],
-            level=spec.output["ci_level"], draw=draw, progress=progress)
+            level=spec.output["ci_level"], draw=env.noise.gaussian, map=ctx.map, scatter=ctx.scatter,
+            tasks=BOOTSTRAP_TASKS)
         env.timings["intervals_s"] = time.perf_counter() - t0
         self.derived["release"] = rel
 
@@ -322,8 +325,7 @@ def diagnostics_warnings(diag: Mapping[str, Any]) -> list[str]:
 def write_census_answers(folder: Path, spec: CensusSpec, hierarchy: Any, rel: Any,
                          intervals: Mapping[CensusGroup, tuple[np.ndarray, np.ndarray]]) -> list[dict[str, Any]]:
     """One Parquet file per table family (rows: unit x cell) and ``index.json``; each written atomically."""
-    from privcube.core.atomic import atomic_write_json
-    from privcube.storage.outputs import write_parquet_files
+    from privcube.storage.outputs import atomic_write_json, write_parquet_files
 
     folder.mkdir(exist_ok=True, mode=0o700)
     index, frames = [], []

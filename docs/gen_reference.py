@@ -2,7 +2,9 @@
 
 Config keys come from the :class:`privcube.core.params.Param` declarations of the layers that read them
 (``config``, ``core.workload``, ``storage.data_spec``, ``privacy.budget``, ``privacy.unit``, ``synth.spec``,
-``postprocess.spec``, every cluster kind's ``OPTIONS``), query types from ``core.query_types``, input
+``postprocess.spec``, every cluster kind's ``OPTIONS``; a relational job's from ``relational.config`` and
+``relational.spec``, its ``privacy.tables`` entries included), query types and their parameters from
+``core.query_types``, input
 formats from their registry, mechanism parameters from each registered class's ``PARAMS`` (defaults) and
 ``PARAM_HELP`` (meanings; ``relational``'s in ``privcube.relational.stages.parameters``), the command line from :func:`privcube.cli.build_parser`. ``docs/hooks.py``
 writes :func:`config_markdown` and :func:`cli_markdown` into the site at build time;
@@ -70,8 +72,13 @@ def config_sections() -> Iterator[tuple[str, str, Mapping[str, Param]]]:
     yield "Relational: `data.links`, a foreign key", "One-to-many: each child row points at one parent.", spec.FK_PARAMS
     yield "Relational: `data.links`, a link table", "Many-to-many (or self-referential) links in a file.", \
         spec.LINK_TABLE_PARAMS
-    yield ("Relational: `privacy.links.NAME`", "Beside a link's `epsilon`, `delta` (or `rho`): its own degree "
-           "bound.", spec.LINK_BOUND_PARAMS)
+    yield ("Relational: `privacy`", "A relational job's budgets: one per table and one per link; the run spends "
+           "their basic composition (the sum of the parts' epsilon and delta).", spec.PRIVACY_PARAMS)
+    yield ("Relational: `privacy.tables.NAME`", "One table's budget (Gaussian, so with a delta); in a list of links "
+           "the word `public` instead releases the table's rows as they are (nothing spent).",
+           spec.PART_BUDGET_PARAMS)
+    yield ("Relational: `privacy.links` (or `privacy.links.NAME`)", "A link's budget and, optionally, its own degree "
+           "bound (a key left out takes the mechanism's).", {**spec.PART_BUDGET_PARAMS, **spec.LINK_BOUND_PARAMS})
     from privcube.graphs.cluster.kind import SECURITY_OPTIONS
     from privcube.graphs.cluster.registry import CLUSTER_KINDS
 
@@ -135,6 +142,8 @@ def config_markdown() -> str:
         params = ", ".join(f"`{p}`" for p in TYPE_PARAMS.get(name, ())) or "—"
         out.append(f"| `{name}` | {params} | {'yes' if name in JOINT else ''} | {_cell(QUERY_TYPE_HELP.get(name, ''))} |")
     out += [""]
+    for name, params in TYPE_PARAMS.items():
+        out += [f"### `{{type: {name}, ...}}` parameters", ""] + _params_table(params)
     out += ["## Input formats (`data.format`)", "",
             "Without `data.format` the format is guessed from the file names, in this order.", "",
             "| name | files | abilities | what |", "|---|---|---|---|"]
@@ -207,6 +216,10 @@ def undocumented() -> list[str]:
     from privcube.core.query_types import JOINT, PER_ATTRIBUTE, QUERY_TYPE_HELP
 
     missing += [f"query type {t}" for t in PER_ATTRIBUTE + JOINT if not QUERY_TYPE_HELP.get(t, "").strip()]
+    from privcube.core.query_types import PARAMS as TYPE_PARAMS
+
+    missing += [f"query type {t}.{k}" for t, params in TYPE_PARAMS.items() for k, p in params.items()
+                if not p.help.strip()]
     for name, _, params, helps in mechanism_params():
         missing += [f"mechanism {name}.{k}" for k in params if not str(helps.get(k, "")).strip()]
         missing += [f"mechanism {name}.{k} (help for no parameter)" for k in set(helps) - set(params)]

@@ -1,4 +1,6 @@
-"""MkDocs hooks: add the generated reference pages (config keys, command line) to the site at build time.
+"""MkDocs hooks: add the generated reference pages (config keys, command line) to the site at build time,
+and the repository files the site shows as they are (deploy/README.md, the relational benchmark tables, the
+report picture), so each is kept in one place.
 
 The pages are written from the code by ``docs/gen_reference.py`` (which imports no MkDocs module, so the test
 suite can check it without MkDocs); nothing generated is committed.
@@ -17,6 +19,11 @@ from mkdocs.structure.files import File, Files
 
 #: site path -> the generator function of docs/gen_reference.py that writes it
 GENERATED = {"reference/config.md": "config_markdown", "reference/cli.md": "cli_markdown"}
+#: site path -> a repository file shown on the site as it is (kept in one place, where the code uses it)
+COPIED = {"guides/deploy-folder.md": "deploy/README.md",
+          "benchmarks/relational-quality.md": "benchmarks/relational-quality.md",
+          "assets/report-example.png": "benchmarks/report-example.png"}
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _generator() -> Any:
@@ -42,8 +49,10 @@ def on_config(config: Any) -> Any:
 
 
 def on_files(files: Files, config: Any) -> Files:
-    """Add each generated page to the files MkDocs builds."""
+    """Add each generated page, and each repository file shown as it is, to the files MkDocs builds."""
     gen = _generator()
     for path, function in GENERATED.items():
         files.append(File.generated(config, path, content=getattr(gen, function)()))
+    for path, source in COPIED.items():
+        files.append(File.generated(config, path, content=(ROOT / source).read_bytes()))
     return files

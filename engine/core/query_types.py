@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from privcube.core.errors import WorkloadError
+from privcube.core.params import REQUIRED, Param
 
 PER_ATTRIBUTE = ("identity", "total", "prefix", "allrange", "range", "circular", "explicit")
 JOINT = ("affine", "abs-diff", "random")
@@ -69,12 +70,26 @@ QUERY_TYPE_HELP: dict[str, str] = {
     "explicit": "{type: explicit, matrix: [[...], ...]}: your own matrix, one column per code",
     "affine": "joint over two attributes: row c counts A_i + A_j <= c",
     "abs-diff": "joint over two attributes: row c counts |A_i - A_j| <= c",
-    "random": "{type: random, seed, p, rows_per_cell}: seeded Bernoulli(p) rows over one attribute's codes or "
-              "two attributes' joint cells",
+    "random": "{type: random, seed, p, rows_per_cell, generator, offset}: seeded Bernoulli(p) rows over one "
+              "attribute's codes or two attributes' joint cells",
 }
-#: the parameters each type takes (every other type takes none)
-PARAMS = {"range": ("width",), "explicit": ("matrix",),
-          "random": ("seed", "p", "rows_per_cell", "generator", "offset")}
+#: the parameters each type takes, declared (every other type takes none); the reference is generated from them
+PARAMS: dict[str, dict[str, Param]] = {
+    "range": {"width": Param(REQUIRED, "int >= 1", "the number of consecutive codes in each interval (at most the "
+                                                   "attribute's size); without it, range means allrange")},
+    "explicit": {"matrix": Param(REQUIRED, "list of rows", "the query matrix: one row per query, one column per "
+                                                           "code (finite numbers)")},
+    "random": {
+        "seed": Param(0, "int >= 0", "the generator's seed (public: the queries are part of the config)"),
+        "p": Param(0.3, "number in (0, 1]", "the probability that a cell is in a query"),
+        "rows_per_cell": Param(3, "int >= 1", "queries per cell: rows_per_cell x K rows over the K cells"),
+        "generator": Param("pcg64", "pcg64 | mt19937", "pcg64: numpy default_rng(seed); mt19937: the legacy "
+                                                        "np.random.seed(seed); np.random.rand stream the "
+                                                        "QuerySmasher experiments use (seed below 2**32)"),
+        "offset": Param(0, "int >= 0", "uniform draws of the stream to skip first (e.g. the 1-way matrix drawn "
+                                       "before the 2-way one, to reproduce a paper's workload)"),
+    },
+}
 
 
 def parse_query_type(spec: Any, where: str) -> QueryType:
@@ -163,11 +178,12 @@ def check_size(qt: QueryType, n: int, where: str) -> None:
 
 def random_matrix(qt: QueryType, k: int) -> np.ndarray:
     """The seeded Bernoulli(p) matrix of a ``random`` query type over k cells (rows_per_cell·k rows)."""
-    rows = int(qt.param("rows_per_cell", 3)) * k
-    p = float(qt.param("p", 0.3))
-    seed = int(qt.param("seed", 0))
-    gen = str(qt.param("generator", "pcg64")).lower()
-    offset = int(qt.param("offset", 0))
+    default = {key: param.default for key, param in PARAMS["random"].items()}  # the declared defaults
+    rows = int(qt.param("rows_per_cell", default["rows_per_cell"])) * k
+    p = float(qt.param("p", default["p"]))
+    seed = int(qt.param("seed", default["seed"]))
+    gen = str(qt.param("generator", default["generator"])).lower()
+    offset = int(qt.param("offset", default["offset"]))
     if rows < 1 or not 0 < p <= 1 or offset < 0:
         raise WorkloadError(f"query type 'random': need rows_per_cell >= 1, 0 < p <= 1, offset >= 0; got {qt}")
     if gen == "pcg64":
@@ -278,7 +294,8 @@ def row_descriptions(qt: QueryType, names: tuple[str, ...], sizes: tuple[int, ..
                 for s, e in rows]
     if qt.name == "circular":
         return [f"{a} in [{v(s)}, {v((s + length - 1) % n)}] (circular)" for s in range(n) for length in range(1, n + 1)]
-    rows = int(qt.param("rows_per_cell", 3)) * n if qt.name == "random" else len(qt.param("matrix"))
+    rows = (int(qt.param("rows_per_cell", PARAMS["random"]["rows_per_cell"].default)) * n if qt.name == "random"
+            else len(qt.param("matrix")))
     return [f"{a}: {qt.name} row {r}" for r in range(rows)]
 
 

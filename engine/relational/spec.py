@@ -16,6 +16,23 @@ from privcube.core.errors import BudgetError, ConfigError
 from privcube.core.params import REQUIRED, Param
 from privcube.privacy.budget import PrivacyBudget
 
+#: a relational job's ``privacy`` section (``table_budgets`` refuses any other key)
+PRIVACY_PARAMS: dict[str, Param] = {
+    "tables": Param(REQUIRED, "{NAME: budget | public}", "one budget per table of data.tables "
+                                                         "(privacy.tables.NAME); in a list of links a table may be "
+                                                         "public instead: its rows released as they are, unlinkable, "
+                                                         "nothing spent"),
+    "links": Param(REQUIRED, "budget | {LINK: budget}", "the links' budget (two-table forms), or one per link named "
+                                                        "as a foreign key's from or a link table's left-right (a list "
+                                                        "of links), each optionally with its own d_max and truncate"),
+}
+#: one part's Gaussian budget: ``privacy.tables.NAME`` and the links' (beside ``LINK_BOUND_PARAMS``); no other key
+PART_BUDGET_PARAMS: dict[str, Param] = {
+    "epsilon": Param(None, "number > 0", "epsilon of this part's (epsilon, delta)-DP guarantee (or give rho)"),
+    "delta": Param(None, "number in (0, 0.1)", "delta of this part's guarantee, needed with epsilon (Gaussian "
+                                               "noise); with rho, the delta at which rho is read (default 1e-9)"),
+    "rho": Param(None, "number > 0", "this part's budget as zCDP rho, instead of epsilon"),
+}
 #: a one-to-many link through a foreign key (``data.links`` item); ``within`` only in a list of links
 FK_PARAMS: dict[str, Param] = {
     "from": Param(REQUIRED, "CHILD.fk", "the child table and its foreign-key column"),
@@ -85,6 +102,10 @@ def parse_budget(b: Any, what: str) -> PrivacyBudget:
     """One part's Gaussian budget, (epsilon, delta) or (rho, delta); a BudgetError naming ``what`` otherwise."""
     if not isinstance(b, Mapping):
         raise BudgetError(f"{what}: expected {{epsilon, delta}} or {{rho, delta}}, got {b!r}")
+    unknown = set(b) - set(PART_BUDGET_PARAMS)
+    if unknown:  # e.g. budget_file, which only a single-table job takes: refused, not silently ignored
+        raise BudgetError(f"{what}: unknown key(s) {sorted(map(str, unknown))}; a part's budget takes "
+                          f"{', '.join(PART_BUDGET_PARAMS)}")
     try:
         out = PrivacyBudget.from_config(b)
     except BudgetError as e:
@@ -100,7 +121,7 @@ def parse_link_budget(b: Any, what: str) -> tuple[PrivacyBudget, dict[str, Any]]
     name ``what`` and the key."""
     if not isinstance(b, Mapping):
         return parse_budget(b, what), {}
-    unknown = set(b) - {"epsilon", "delta", "rho", *LINK_BOUND_KEYS}
+    unknown = set(b) - {*PART_BUDGET_PARAMS, *LINK_BOUND_KEYS}
     if unknown:
         raise BudgetError(f"{what}: unknown key(s) {sorted(map(str, unknown))}; a link takes epsilon, delta or rho, "
                           "and optionally its own d_max and truncate")
@@ -119,7 +140,7 @@ def table_budgets(privacy: Any, tables: Mapping[str, Any], links_form: str) -> M
     of ``tables`` and ``links`` only, no unknown table); ``links_form`` shows the expected links budget."""
     if not isinstance(privacy, Mapping):
         raise ConfigError(f"privacy is missing: give {{tables: {{name: {{epsilon, delta}}}}, links: {links_form}}}")
-    bad = set(privacy) - {"tables", "links"}
+    bad = set(privacy) - set(PRIVACY_PARAMS)
     if bad:
         raise ConfigError(f"privacy: unknown key(s) {sorted(bad)}; a relational job takes 'tables' and 'links'")
     ptab = privacy.get("tables")

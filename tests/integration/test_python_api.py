@@ -2,7 +2,7 @@
 
 Checks that a seeded run from a DataFrame writes exactly what the CLI writes for the same rows in a
 Parquet file; that DataFrames (pandas, polars), lists of paths and numpy scalars are accepted; that bad
-arguments give one-line errors without data values; and that the README's examples run as doctests.
+arguments give one-line errors without data values; and that the README's and the Python API page's examples run as doctests.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from privcube import cli
 from privcube.core.errors import BudgetError, ConfigError, DataError, WorkloadError
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+PYTHON_API_PAGE = Path(__file__).resolve().parents[2] / "docs" / "pages" / "guides" / "python-api.md"
 DOMAIN = {"age": 5, "sex": 2, "region": 3}
 SECRET = 987_654_321  # a value planted in the data: it must never appear in an error message
 
@@ -195,18 +196,22 @@ def test_dataframe_in_config_is_never_copied_into_config_yaml(tmp_path: Path) ->
     assert "DataFrame given in Python" in text and len(text) < 5000
 
 
-def _readme_examples() -> str:
-    text = README.read_text()
+def _doctest_examples(path: Path) -> str:
+    text = path.read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     return "\n".join(b for b in blocks if ">>>" in b)
 
 
-def test_readme_examples_run_as_doctests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    source = _readme_examples()
-    assert source.count(">>>") >= 8, "the README's Python API section has no doctest examples"
+@pytest.mark.parametrize("path, at_least", [(README, 5), (PYTHON_API_PAGE, 8)], ids=["README", "python-api-page"])
+def test_documented_examples_run_as_doctests(path: Path, at_least: int, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's example and the Python API page's examples (docs/pages/guides/python-api.md, where the
+    README's Python API section now lives) run as written."""
+    source = _doctest_examples(path)
+    assert source.count(">>>") >= at_least, f"{path.name} has no doctest examples"
     monkeypatch.chdir(tmp_path)  # the examples write their run folders here
-    test = doctest.DocTestParser().get_doctest(source, {}, "README", str(README), 0)
+    test = doctest.DocTestParser().get_doctest(source, {}, path.name, str(path), 0)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     runner.run(test)
     result = runner.summarize(verbose=False)
-    assert result.attempted >= 8 and result.failed == 0
+    assert result.attempted >= at_least and result.failed == 0

@@ -107,7 +107,6 @@ def test_floors_and_ceilings_cannot_always_meet_given_margins() -> None:
 def test_a_thousand_unit_hierarchy_rounds_consistently_in_seconds() -> None:
     rng = np.random.default_rng(5)
     h = tree(rng, 10, 100, 1000)
-    sizes = {"a": 3, "b": 5}
     tables = {}
     for lv in ("", *h.levels):
         n = h.n_units(lv)

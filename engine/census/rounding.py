@@ -157,8 +157,8 @@ def flow_round(problems: list[Problem]) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def _round_tables(problems: dict, reraked: dict) -> tuple[dict, int, int]:
     """Round every problem, first on its own entries (floors / ceilings of the input); the groups (parents)
-    where those cannot meet the integer margins again on their entries re-raked to them. Returns ({key:
-    integers}, groups re-raked, groups)."""
+    where those cannot meet the integer margins again on their entries re-raked to them (``reraked[key]()``,
+    called only then). Returns ({key: integers}, groups re-raked, groups)."""
     first = _batched(problems)
     again = {}
     n_bad = n_groups = 0
@@ -168,7 +168,7 @@ def _round_tables(problems: dict, reraked: dict) -> tuple[dict, int, int]:
             n_bad += int(np.count_nonzero(~ok))
             p = problems[key]
             use = ~ok[p.row_group[p.row]]
-            again[key] = Problem(np.where(use, reraked[key], p.x), p.row, p.col, p.R, p.C, p.row_group, p.col_group)
+            again[key] = Problem(np.where(use, reraked[key](), p.x), p.row, p.col, p.R, p.C, p.row_group, p.col_group)
     second = _batched(again)
     out = {}
     for key, (ints, ok) in first.items():
@@ -224,7 +224,7 @@ def _root(ts: TableSet, diag: Diagnostics, tol: float) -> dict[AttrSet, np.ndarr
         row = np.repeat(np.arange(na), nb)
         problems[(ROOT, s)] = Problem(t[s][0].ravel(), row, np.tile(np.arange(nb), na), rows, cols,
                                       np.zeros(na, np.int64), np.zeros(nb, np.int64))
-        reraked[(ROOT, s)] = x[0].ravel()
+        reraked[(ROOT, s)] = (lambda x=x: x[0].ravel())
         shapes[(ROOT, s)] = (1, na, nb)
     _collect(problems, reraked, shapes, out, diag, ROOT)
     return out
@@ -235,6 +235,22 @@ def _collect(problems: dict, reraked: dict, shapes: dict, out: dict, diag: Diagn
     for key, r in ints.items():
         out[key[1]] = r.reshape(shapes[key])
     diag.reraked[level] = (diag.reraked.get(level, (0, 0))[0] + n_bad, diag.reraked.get(level, (0, 0))[1] + n_groups)
+
+
+def _solve(items: list, out: dict, diag: Diagnostics, level: str) -> None:
+    """Build and round the problems of ``items`` ((key, cells, builder)) in chunks of at most BATCH_EDGES
+    cells, so only one chunk's graphs and index arrays are alive at a time."""
+    chunk: list = []
+    size = 0
+    for i, (key, cells, build) in enumerate(items):
+        chunk.append((key, build))
+        size += cells
+        if size >= BATCH_EDGES or i == len(items) - 1:
+            problems, reraked, shapes = {}, {}, {}
+            for k, b in chunk:
+                problems[k], reraked[k], shapes[k] = b()
+            _collect(problems, reraked, shapes, out, diag, level)
+            chunk, size = [], 0
 
 
 def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagnostics, tol: float
@@ -248,33 +264,31 @@ def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagno
     else:
         totals = largest_remainder(t[()], p, up[()])
     out: dict[AttrSet, np.ndarray] = {(): totals}
-    problems, reraked, shapes = {}, {}, {}
-    for s in ts.sets(level, 1):
+
+    def rerake(x0: np.ndarray, rows: Margin, s: AttrSet, stage: str):
+        def run() -> np.ndarray:
+            x, info = rake(x0, [rows, segment_margin(up[s].astype(float), starts, p)], tol=tol)
+            diag.add(level, stage, info)
+            return x.ravel()
+        return run
+
+    def oneway(s: AttrSet):
         k = ts.sizes[s[0]]
         x0 = np.where(ts.zero(s)[None], 0.0, t[s])
-        x, info = rake(x0, [Margin(totals.astype(float), axis=1), segment_margin(up[s].astype(float), starts, p)],
-                       tol=tol)
-        diag.add(level, "oneway", info)
-        problems[(level, s)] = Problem(x0.ravel(), np.repeat(np.arange(n), k), (p[:, None] * k + np.arange(k)).ravel(),
-                                       totals, up[s].ravel(), p, np.repeat(np.arange(len(up[s])), k))
-        reraked[(level, s)] = x.ravel()
-        shapes[(level, s)] = (n, k)
-    _collect(problems, reraked, shapes, out, diag, level)
-    problems, reraked, shapes = {}, {}, {}
-    for s in ts.sets(level, 2):
+        prob = Problem(x0.ravel(), np.repeat(np.arange(n), k), (p[:, None] * k + np.arange(k)).ravel(),
+                       totals, up[s].ravel(), p, np.repeat(np.arange(len(up[s])), k))
+        return prob, rerake(x0, Margin(totals.astype(float), axis=1), s, "rerake_oneway"), (n, k)
+
+    def twoway(s: AttrSet):
         ka, kb = ts.sizes[s[0]], ts.sizes[s[1]]
         x0 = np.where(ts.zero(s)[None], 0.0, t[s])
-        x, info = rake(x0, [Margin(out[(s[0],)].astype(float), axis=2), segment_margin(up[s].astype(float), starts, p)],
-                       tol=tol)
-        diag.add(level, "twoway_slices", info)
-        cell = np.arange(n * ka * kb)
-        row = cell // kb
-        problems[(level, s)] = Problem(x0.ravel(), row, (p[row // ka] * ka + row % ka) * kb + cell % kb,
-                                       out[(s[0],)].ravel(), up[s].ravel(), np.repeat(p, ka),
-                                       np.repeat(np.arange(len(up[s])), ka * kb))
-        reraked[(level, s)] = x.ravel()
-        shapes[(level, s)] = (n, ka, kb)
-    _collect(problems, reraked, shapes, out, diag, level)
+        row = np.arange(n * ka * kb) // kb
+        prob = Problem(x0.ravel(), row, (p[row // ka] * ka + row % ka) * kb + np.arange(n * ka * kb) % kb,
+                       out[(s[0],)].ravel(), up[s].ravel(), np.repeat(p, ka), np.repeat(np.arange(len(up[s])), ka * kb))
+        return prob, rerake(x0, Margin(out[(s[0],)].astype(float), axis=2), s, "rerake_twoway"), (n, ka, kb)
+
+    _solve([((level, s), t[s].size, lambda s=s: oneway(s)) for s in ts.sets(level, 1)], out, diag, level)
+    _solve([((level, s), t[s].size, lambda s=s: twoway(s)) for s in ts.sets(level, 2)], out, diag, level)
     for s in ts.sets(level, 2):
         bm = out[s].sum(axis=1)
         diag.deviation(level, relative_error(bm, out[(s[1],)]), float(np.abs(bm - out[(s[1],)]).max(initial=0)))

@@ -7,11 +7,13 @@ cells matrix of a 1-way table (rows = children totals, columns = the parent's ce
 a-slice (rows = children's (c, a) cells, columns = the parent's (a, b) cells) — is zero-restricted controlled
 rounding: every entry becomes the floor or the ceiling of its value with the row and column sums (integers,
 rounded before) kept exactly: a maximum flow on the bipartite graph of the fractional entries (source → row:
-the row's missing units, row → column: capacity 1 per fractional entry, column → sink), one graph for every
-parent of a level and several tables at once. A fractional feasible flow exists when the entries' sums ARE the
-integer margins, so an integral one does; since the parent's integers differ from its fractional values by
-< 1, the children's entries are first re-raked to the integer margins (a small change, reported as
-"max_change"), then rounded. Post-processing of released noisy answers: spends no privacy budget.
+the row's missing units, row → column: capacity 1 per fractional entry, column → sink), all parents of a
+level and several tables in one graph (each parent an independent block). When the entries' sums ARE the integer margins a fractional feasible flow exists,
+so an integral one does; but the parent's integers differ from its fractional values by < 1, and floors and
+ceilings of the input cannot always meet them (rows 2.7, 0.4 -> 3, 0; columns 1.2, 0.95, 0.95 -> 2, 1, 0). So each
+block is first rounded on its own entries; only the parents whose flow falls short are re-raked to the
+integer margins (a small change) and rounded again ("reraked_groups", "max_change" in the diagnostics).
+Post-processing of released noisy answers: spends no privacy budget.
 """
 from __future__ import annotations
 

@@ -65,7 +65,8 @@ def reconstruct(res: dict[tuple[str, ...], np.ndarray], s: tuple[str, ...], size
 
 def all_subsets(sets: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
     """Every τ ⊆ some set of ``sets`` (sorted tuples)."""
-    return sorted({t for s in sets for k in range(len(s) + 1) for t in itertools.combinations(s, k)}, key=lambda t: (len(t), t))
+    subsets = {t for s in sets for k in range(len(s) + 1) for t in itertools.combinations(s, k)}
+    return sorted(subsets, key=lambda t: (len(t), t))
 
 
 def check_consistent(h: Hierarchy, out: dict, *, integer: bool, zeros: dict | None = None,

@@ -32,8 +32,8 @@ def test_gls_beats_each_level_alone_and_every_release_is_consistent() -> None:
         ints, rdiag = controlled_rounding(h, nn, zeros=ZEROS, fixed_totals=invariants)
         check_consistent(h, ints, integer=True, zeros=ZEROS, fixed=invariants)
         assert max(rdiag["max_change"].values()) < 2.0
-        off = sum(int(np.count_nonzero((ints[lv][s] != np.floor(nn[lv][s] + 1e-7)) & (ints[lv][s] != np.ceil(nn[lv][s] - 1e-7))))
-                  for lv in ints for s in ints[lv])
+        off = sum(int(np.count_nonzero((ints[lv][s] != np.floor(nn[lv][s] + 1e-7))
+                                       & (ints[lv][s] != np.ceil(nn[lv][s] - 1e-7)))) for lv in ints for s in ints[lv])
         assert off <= 2
         for lv in LEVELS:
             sets = [s for s in alone[lv] if s]

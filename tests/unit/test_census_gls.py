@@ -66,7 +66,8 @@ def _random_measurements(rng, h):
             v = np.full(n, rng.uniform(0.5, 9.0))
             if level in ("l2", "l3") and rng.random() < 0.7:
                 v[rng.random(n) < 0.3] = np.inf                         # some units not measured
-            items.append((truth[level] + rng.normal(size=truth[level].shape) * np.sqrt(np.where(np.isinf(v), 1, v))[:, None], v))
+            sd = np.sqrt(np.where(np.isinf(v), 1, v))[:, None]
+            items.append((truth[level] + rng.normal(size=truth[level].shape) * sd, v))
         measured[level] = items
     if rng.random() < 0.5:   # an exact level: each l0 unit's totals are invariants
         measured.setdefault("l0", []).append((truth["l0"], 0.0))

@@ -8,3 +8,9 @@
 
 All of it is post-processing of released noisy answers: it spends no privacy budget.
 """
+from .gls import hierarchical_gls
+from .hierarchy import Hierarchy
+from .nonnegative import nonnegative_tables
+from .rounding import controlled_rounding
+
+__all__ = ["Hierarchy", "controlled_rounding", "hierarchical_gls", "nonnegative_tables"]

@@ -18,10 +18,11 @@ from privcube.core.errors import ConfigError, DataError
 ROOT = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Hierarchy:
     """Levels coarse -> fine; ``codes[level]`` unit codes (unit index = position, ordered by (parent, code));
-    ``parent[level]`` the index of each unit's parent in the previous level (zeros for ``levels[0]``: the root)."""
+    ``parent[level]`` the index of each unit's parent in the previous level (zeros for ``levels[0]``: the root).
+    Compared by identity (its fields are arrays)."""
 
     levels: tuple[str, ...]
     codes: dict[str, np.ndarray]

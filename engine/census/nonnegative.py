@@ -53,6 +53,7 @@ class Diagnostics:
         self.b_margin: dict[str, float] = {}
         self.b_margin_abs: dict[str, float] = {}
         self.fallbacks: list[str] = []
+        self.reraked: dict[str, tuple[int, int]] = {}
 
     def add(self, level: str, stage: str, info: Mapping[str, Any]) -> None:
         """Fold one raking's info into its stage."""

@@ -14,6 +14,11 @@ import numpy as np
 
 #: stop when every margin's max relative error (|sum − target| / max(target, 1)) is at most this
 TOLERANCE = 1e-12
+#: a raking counts as converged at this error (the consistency bar of issue 35); below it, a raking that
+#: stops improving (targets consistent only to rounding, e.g. a parent's margins summed in another order)
+#: stops after STALL sweeps without halving its error
+ACCEPT = 1e-9
+STALL = 10
 
 
 @dataclass(frozen=True)
@@ -53,10 +58,12 @@ def relative_error(current: np.ndarray, target: np.ndarray) -> float:
 
 def rake(x: np.ndarray, margins: Sequence[Margin], *, tol: float = TOLERANCE, max_sweeps: int = 2000
          ) -> tuple[np.ndarray, dict[str, Any]]:
-    """Scale ``x`` (>= 0) to each margin in turn until every one holds to ``tol``; the LAST margin holds exactly
-    (to rounding) when the loop stops. Returns (x, {"iterations", "max_residual", "converged"})."""
+    """Scale ``x`` (>= 0) to each margin in turn until every one holds to ``tol`` (or, once within ACCEPT, stops
+    improving); the LAST margin holds exactly (to rounding) when the loop stops. Returns (x, {"iterations",
+    "max_residual", "converged"}), converged = every margin within ACCEPT."""
     x = np.array(x, dtype=np.float64)
     sweeps = 0
+    best, since = np.inf, 0
     for sweeps in range(1, max_sweeps + 1):
         err = 0.0
         for m in margins:
@@ -67,5 +74,8 @@ def rake(x: np.ndarray, margins: Sequence[Margin], *, tol: float = TOLERANCE, ma
             x *= m.spread(f)
         if err <= tol:
             break
+        best, since = (err, 0) if err < best / 2 else (best, since + 1)
+        if best <= ACCEPT and since >= STALL:
+            break
     residual = max(relative_error(m.of(x), m.target) for m in margins)
-    return x, {"iterations": sweeps, "max_residual": residual, "converged": residual <= max(tol, 1e-9)}
+    return x, {"iterations": sweeps, "max_residual": residual, "converged": residual <= max(tol, ACCEPT)}

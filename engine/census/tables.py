@@ -135,7 +135,8 @@ def _close_zeros(zeros: Mapping[AttrSet, np.ndarray], sizes: dict[str, int]) -> 
         for s, m in list(out.items()):
             if len(s) == 2:
                 a, b = s
-                out[s] = m | out.get((a,), np.zeros(sizes[a], bool))[:, None] | out.get((b,), np.zeros(sizes[b], bool))[None, :]
+                za, zb = out.get((a,), np.zeros(sizes[a], bool)), out.get((b,), np.zeros(sizes[b], bool))
+                out[s] = m | za[:, None] | zb[None, :]
     for a in sizes:
         if (a,) in out and out[(a,)].all():
             raise ConfigError(f"census structural zeros: every cell of attribute {a!r} is impossible")

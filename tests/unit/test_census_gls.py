@@ -58,17 +58,19 @@ def _random_measurements(rng, h):
     for up, lv in (("l2", "l3"), ("l1", "l2"), ("l0", "l1"), ("", "l0")):
         truth[up] = np.add.reduceat(truth[lv], h.segment_starts(lv), axis=0)
     measured = {}
-    for level in ("", "l0", "l2", "l3"):
+    coarse = [lv for lv in ("", "l0", "l1") if rng.random() < 0.5]        # levels above may go unmeasured
+    for level in (*coarse, "l2", "l3"):
         n = h.n_units(level)
         items = []
         for _ in range(1 if level != "l3" else 2):
             v = np.full(n, rng.uniform(0.5, 9.0))
             if level in ("l2", "l3") and rng.random() < 0.7:
                 v[rng.random(n) < 0.3] = np.inf                         # some units not measured
-            items.append((truth[level] + rng.normal(size=truth[level].shape) * np.sqrt(np.where(np.isinf(v), 1, v))[:, None], v))
+            sd = np.sqrt(np.where(np.isinf(v), 1, v))[:, None]
+            items.append((truth[level] + rng.normal(size=truth[level].shape) * sd, v))
         measured[level] = items
     if rng.random() < 0.5:   # an exact level: each l0 unit's totals are invariants
-        measured["l0"].append((truth["l0"], 0.0))
+        measured.setdefault("l0", []).append((truth["l0"], 0.0))
     return measured, truth
 
 
@@ -92,7 +94,7 @@ def test_equals_dense_brute_force_gls_on_random_trees() -> None:
             M = _members(h, level, "l3")
             assert np.allclose(est[level], M @ x, rtol=1e-9, atol=1e-9)
             assert np.allclose(var[level], np.einsum("ij,jk,ik->i", M, cov, M), rtol=1e-9, atol=1e-9)
-        if "l0" in measured and any(np.all(v == 0) for _, v in measured["l0"]):
+        if any(np.all(v == 0) for _, v in measured.get("l0", [])):
             assert np.allclose(est["l0"], truth["l0"], atol=1e-9) and np.all(var["l0"] == 0)
     assert compared >= 20
 

@@ -60,7 +60,28 @@ CENSUS_OUTPUT_PARAMS: dict[str, Param] = {
                                         "noise drawn from the public noise distribution)"),
     "labels": Param(True, "bool", "write each attribute's decoded <attr>_label column beside its codes"),
 }
-GEOGRAPHY_KEYS = ("attribute", "map", "levels")
+#: keys of the ``geography`` section
+GEOGRAPHY_PARAMS: dict[str, Param] = {
+    "attribute": Param(REQUIRED, "attribute name", "the finest geographic unit: an attribute of the data and of "
+                                                   "the domain (integer codes, one per unit)"),
+    "map": Param(REQUIRED, "path", "the public map: Parquet or CSV, one row per finest unit, one integer column per "
+                                   "level (a tree: every unit has one parent)"),
+    "levels": Param(REQUIRED, "list of names", "the levels, coarse to fine; the last is `attribute`"),
+}
+GEOGRAPHY_KEYS = tuple(GEOGRAPHY_PARAMS)
+#: keys of one census ``workload`` entry
+WORKLOAD_ENTRY_PARAMS: dict[str, Param] = {
+    "by": Param(REQUIRED, "level", "the level whose every unit gets the tables"),
+    "kway": Param(None, "0 | 1 | 2", "every k-way table of the non-geographic attributes (0: the unit totals)"),
+    "marginals": Param(None, "list of attribute lists", "a chosen set of tables, e.g. [[age, sex], [race]]"),
+    "attributes": Param(None, "list of attribute names", "with kway: only these attributes"),
+}
+#: what ``privacy`` takes in a census job besides the budget
+CENSUS_PRIVACY_PARAMS: dict[str, Param] = {
+    "levels": Param(None, "{level: share}", "each measured level's share of the budget, summing to 1 (default: the "
+                                            "planner's split, minimising the geometric mean of the levels' expected "
+                                            "cell variances after the hierarchical fit)"),
+}
 MAX_WAY = 2
 TOTAL = ""  # the root level (the nation): `invariants: [total]`
 
@@ -221,9 +242,9 @@ def _workload(entries: Any, levels: tuple[str, ...], domain: Domain, geo_attr: s
         where = f"workload[{i}]"
         if not isinstance(e, Mapping):
             raise ConfigError(f"{where}: expected a mapping such as {{kway: 2, by: county}}")
-        bad = set(e) - {"kway", "marginals", "attributes", "by"}
+        bad = set(e) - set(WORKLOAD_ENTRY_PARAMS)
         if bad:
-            raise ConfigError(f"{where}: unknown key(s) {sorted(bad)}; known: attributes, by, kway, marginals")
+            raise ConfigError(f"{where}: unknown key(s) {sorted(bad)}; known: {', '.join(sorted(WORKLOAD_ENTRY_PARAMS))}")
         level = e.get("by")
         if level is None:
             raise ConfigError(f"{where}.by is missing: name the level whose units the tables are within "
@@ -408,5 +429,5 @@ def _output(output: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["CENSUS_OUTPUT_PARAMS", "CENSUS_PARAMS", "CensusGroup", "CensusSpec", "TOTAL", "ZeroRule", "is_census",
+__all__ = ["CENSUS_OUTPUT_PARAMS", "CENSUS_PARAMS", "CENSUS_PRIVACY_PARAMS", "GEOGRAPHY_PARAMS", "WORKLOAD_ENTRY_PARAMS", "CensusGroup", "CensusSpec", "TOTAL", "ZeroRule", "is_census",
            "parse_census"]

@@ -76,12 +76,64 @@ def _check_domain(name: str, column: np.ndarray, size: int) -> None:
         raise DataError(f"column {name!r}: {bad} rows hold a code outside the domain [0, {size})")
 
 
+_FEW_RUNS = 64  # a level whose units form at most this many runs in a partition is counted run by run
+
+
+def _runs(unit: np.ndarray) -> np.ndarray | None:
+    """Start offsets (plus the end) of the runs of equal units when ``unit`` is sorted and has few runs, else None."""
+    if len(unit) < 2:
+        return np.array([0, len(unit)])
+    step = np.diff(unit)
+    if step.min() < 0:
+        return None
+    cuts = np.flatnonzero(step)
+    return None if len(cuts) >= _FEW_RUNS else np.concatenate([[0], cuts + 1, [len(unit)]])
+
+
+def _by_runs(columns: Mapping[str, np.ndarray], tables: list[LevelTable], shapes: list[tuple[int, ...]],
+             unit: np.ndarray, runs: np.ndarray, lo: int, width: int) -> dict[LevelTable, tuple[int, np.ndarray]]:
+    """A level with few units here (data grouped by geography): per run of one unit, keys of the attributes only,
+    in the narrowest integer type (a 2-way key of two small attributes is 16-bit), one bincount per table."""
+    out = {t: (lo, np.zeros((width, *shape), dtype=np.int64)) for t, shape in zip(tables, shapes)}
+    for a, b in zip(runs[:-1], runs[1:]):
+        u = int(unit[a]) - lo
+        for t, shape in zip(tables, shapes):
+            cells = math.prod(shape)
+            if not shape:
+                out[t][1][u] += b - a
+                continue
+            key = np.asarray(columns[t.attributes[0]])[a:b]
+            if len(shape) > 1:
+                dtype = np.uint16 if cells <= 1 << 16 else np.int64
+                key = np.multiply(key, math.prod(shape[1:]), dtype=dtype)
+                for i, name in enumerate(t.attributes[1:], start=1):
+                    col = np.asarray(columns[name])[a:b]
+                    key += col if i + 1 == len(shape) else np.multiply(col, math.prod(shape[i + 1:]), dtype=dtype)
+            out[t][1][u] += np.bincount(key, minlength=cells).reshape(shape)
+    return out
+
+
+def _by_key(columns: Mapping[str, np.ndarray], tables: list[LevelTable], shapes: list[tuple[int, ...]],
+            unit: np.ndarray, lo: int, width: int) -> dict[LevelTable, tuple[int, np.ndarray]]:
+    """Any layout: one composite key (unit, then the attributes) and one bincount per table; the unit key shared."""
+    out = {}
+    base = unit.astype(np.int64) - lo if lo else unit.astype(np.int64, copy=False)
+    for table, shape in zip(tables, shapes):
+        key = base
+        for i, (a, s) in enumerate(zip(table.attributes, shape)):
+            key = key * s if i == 0 else np.multiply(key, s, out=key)  # the first product is a new array
+            key += np.asarray(columns[a])
+        out[table] = (lo, np.bincount(key, minlength=width * math.prod(shape)).reshape((width, *shape)))
+    return out
+
+
 def count_partition(columns: Mapping[str, np.ndarray], unit_of: Mapping[str, np.ndarray], finest: str,
                     tables: Sequence[LevelTable], sizes: Mapping[str, int],
                     n_units: Mapping[str, int]) -> dict[LevelTable, tuple[int, np.ndarray]]:
     """Per table ``(first unit, counts)``: ``counts[u - first, *cell]`` rows of unit ``u`` in that cell, for the
     units ``first .. first + len(counts) - 1`` this partition holds (int64). ``columns[finest]`` holds finest-unit
-    indexes (:func:`finest_index`); one key and one bincount per table, the unit key shared by a level's tables."""
+    indexes (:func:`finest_index`). A level's unit keys are computed once for its tables; a level with few units
+    in the partition (sorted: data grouped by geography) is counted unit by unit with narrow keys."""
     fin = np.asarray(columns[finest])
     _check_domain(finest, fin, n_units[finest])
     for name in dict.fromkeys(a for t in tables for a in t.attributes):
@@ -89,17 +141,16 @@ def count_partition(columns: Mapping[str, np.ndarray], unit_of: Mapping[str, np.
     out: dict[LevelTable, tuple[int, np.ndarray]] = {}
     for level in dict.fromkeys(t.level for t in tables):
         unit = fin if level == finest else np.asarray(unit_of[level])[fin]
-        lo = int(unit.min()) if len(unit) else 0
-        width = int(unit.max()) - lo + 1 if len(unit) else 0
-        base = unit.astype(np.int64) - lo if lo else unit.astype(np.int64, copy=False)
-        for table in (t for t in tables if t.level == level):
-            shape = tuple(int(sizes[a]) for a in table.attributes)
-            key = base
-            for i, (a, s) in enumerate(zip(table.attributes, shape)):
-                key = key * s if i == 0 else np.multiply(key, s, out=key)  # the first product is a new array
-                key += np.asarray(columns[a])
-            cells = width * math.prod(shape)
-            out[table] = (lo, np.bincount(key, minlength=cells).reshape((width, *shape)))
+        mine = [t for t in tables if t.level == level]
+        shapes = [tuple(int(sizes[a]) for a in t.attributes) for t in mine]
+        if not len(unit):
+            out.update({t: (0, np.zeros((0, *shape), dtype=np.int64)) for t, shape in zip(mine, shapes)})
+            continue
+        lo = int(unit.min())
+        width = int(unit.max()) - lo + 1
+        runs = _runs(unit)
+        out.update(_by_runs(columns, mine, shapes, unit, runs, lo, width) if runs is not None
+                   else _by_key(columns, mine, shapes, unit, lo, width))
     return out
 
 

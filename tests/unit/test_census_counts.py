@@ -147,3 +147,32 @@ def test_an_empty_partition_counts_nothing() -> None:
     totals = empty_totals(tables, {"x": 3}, {"tract": 4, "county": 2})
     add_slices(totals, got)
     assert all(t.sum() == 0 for t in totals.values()) and totals[tables[0]].shape == (2, 3)
+
+
+def test_rows_in_any_order_count_the_same(data) -> None:
+    """Shuffled rows (no runs of units: the composite-key path at every level) give pandas' tables too."""
+    frame = data["frame"].sample(frac=1.0, random_state=3).reset_index(drop=True)
+    columns = {c: frame[c].to_numpy() for c in frame.columns if c not in ("county", "state")}
+    got = count_partition(columns, data["unit_of"], "tract", data["tables"], data["sizes"], data["n_units"])
+    for table in data["tables"]:
+        first, counts = got[table]
+        expected = _expected(frame, table, data["codes"][table.level], data["sizes"])
+        np.testing.assert_array_equal(counts, expected[first:first + len(counts)], err_msg=str(table))
+
+
+def test_three_attribute_tables_by_runs_and_by_key() -> None:
+    """A 3-way table per unit (16-bit keys on runs, 64-bit composite keys otherwise) against pandas."""
+    rng = np.random.default_rng(0)
+    n = 5_000
+    frame = pd.DataFrame({"tract": np.sort(rng.integers(0, 6, n)), "a": rng.integers(0, 40, n).astype(np.uint8),
+                          "b": rng.integers(0, 30, n).astype(np.uint8), "c": rng.integers(0, 50, n).astype(np.uint8)})
+    unit_of = {"tract": np.arange(6), "county": np.array([0, 0, 1, 1, 1, 2])}
+    sizes, n_units = {"a": 40, "b": 30, "c": 50}, {"tract": 6, "county": 3}
+    tables = [LevelTable("county", ("a", "b", "c")), LevelTable("tract", ("c", "a", "b")), LevelTable("county")]
+    frame["county"] = unit_of["county"][frame["tract"]]
+    for order in (frame, frame.sample(frac=1.0, random_state=1)):
+        got = count_partition({c: order[c].to_numpy() for c in ("tract", "a", "b", "c")}, unit_of, "tract", tables,
+                              sizes, n_units)
+        for t in tables:
+            expected = _expected(frame, t, np.arange(n_units[t.level]), sizes)
+            np.testing.assert_array_equal(got[t][1], expected[got[t][0]:], err_msg=str(t))

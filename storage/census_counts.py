@@ -90,39 +90,54 @@ def _runs(unit: np.ndarray) -> np.ndarray | None:
     return None if len(cuts) >= _FEW_RUNS else np.concatenate([[0], cuts + 1, [len(unit)]])
 
 
+def _key_into(buf: np.ndarray, columns: Mapping[str, np.ndarray], attributes: tuple[str, ...],
+              shape: tuple[int, ...], rows: slice, base: np.ndarray | None = None) -> np.ndarray:
+    """The composite key ``(base, *attributes)`` of ``rows``, written into the int64 buffer ``buf`` (reused: dask's
+    workers set ``MALLOC_TRIM_THRESHOLD_``, under which every fresh large array costs page faults)."""
+    key = buf[: rows.stop - rows.start]
+    cols = [np.asarray(columns[a])[rows] for a in attributes]
+    if base is not None:
+        np.multiply(base, math.prod(shape), out=key)
+    elif len(cols) > 1:
+        np.multiply(cols[0], math.prod(shape[1:]), out=key, dtype=np.int64)  # one pass: widen and scale
+        cols, shape = cols[1:], shape[1:]
+    else:
+        np.copyto(key, cols[0], casting="unsafe")
+        return key
+    for i, col in enumerate(cols):
+        stride = math.prod(shape[i + 1:])
+        if stride == 1:
+            np.add(key, col, out=key, casting="unsafe")
+        else:  # a middle attribute of a 3-way key: the only temporary
+            np.add(key, np.multiply(col, stride, dtype=np.int64), out=key)
+    return key
+
+
 def _by_runs(columns: Mapping[str, np.ndarray], tables: list[LevelTable], shapes: list[tuple[int, ...]],
-             unit: np.ndarray, runs: np.ndarray, lo: int, width: int) -> dict[LevelTable, tuple[int, np.ndarray]]:
-    """A level with few units here (data grouped by geography): per run of one unit, keys of the attributes only,
-    in the narrowest integer type (a 2-way key of two small attributes is 16-bit), one bincount per table."""
+             unit: np.ndarray, runs: np.ndarray, lo: int, width: int,
+             buf: np.ndarray) -> dict[LevelTable, tuple[int, np.ndarray]]:
+    """A level with few units here (data grouped by geography): per run of one unit, keys of the attributes only
+    (no unit part), one bincount per table."""
     out = {t: (lo, np.zeros((width, *shape), dtype=np.int64)) for t, shape in zip(tables, shapes)}
     for a, b in zip(runs[:-1], runs[1:]):
         u = int(unit[a]) - lo
         for t, shape in zip(tables, shapes):
-            cells = math.prod(shape)
             if not shape:
                 out[t][1][u] += b - a
                 continue
-            key = np.asarray(columns[t.attributes[0]])[a:b]
-            if len(shape) > 1:
-                dtype = np.uint16 if cells <= 1 << 16 else np.int64
-                key = np.multiply(key, math.prod(shape[1:]), dtype=dtype)
-                for i, name in enumerate(t.attributes[1:], start=1):
-                    col = np.asarray(columns[name])[a:b]
-                    key += col if i + 1 == len(shape) else np.multiply(col, math.prod(shape[i + 1:]), dtype=dtype)
-            out[t][1][u] += np.bincount(key, minlength=cells).reshape(shape)
+            key = _key_into(buf, columns, t.attributes, shape, slice(int(a), int(b)))
+            out[t][1][u] += np.bincount(key, minlength=math.prod(shape)).reshape(shape)
     return out
 
 
 def _by_key(columns: Mapping[str, np.ndarray], tables: list[LevelTable], shapes: list[tuple[int, ...]],
-            unit: np.ndarray, lo: int, width: int) -> dict[LevelTable, tuple[int, np.ndarray]]:
+            unit: np.ndarray, lo: int, width: int, buf: np.ndarray) -> dict[LevelTable, tuple[int, np.ndarray]]:
     """Any layout: one composite key (unit, then the attributes) and one bincount per table; the unit key shared."""
     out = {}
-    base = unit.astype(np.int64) - lo if lo else unit.astype(np.int64, copy=False)
+    base = unit.astype(np.int64) - lo
+    rows = slice(0, len(unit))
     for table, shape in zip(tables, shapes):
-        key = base
-        for i, (a, s) in enumerate(zip(table.attributes, shape)):
-            key = key * s if i == 0 else np.multiply(key, s, out=key)  # the first product is a new array
-            key += np.asarray(columns[a])
+        key = _key_into(buf, columns, table.attributes, shape, rows, base)
         out[table] = (lo, np.bincount(key, minlength=width * math.prod(shape)).reshape((width, *shape)))
     return out
 
@@ -133,12 +148,13 @@ def count_partition(columns: Mapping[str, np.ndarray], unit_of: Mapping[str, np.
     """Per table ``(first unit, counts)``: ``counts[u - first, *cell]`` rows of unit ``u`` in that cell, for the
     units ``first .. first + len(counts) - 1`` this partition holds (int64). ``columns[finest]`` holds finest-unit
     indexes (:func:`finest_index`). A level's unit keys are computed once for its tables; a level with few units
-    in the partition (sorted: data grouped by geography) is counted unit by unit with narrow keys."""
+    in the partition (sorted: data grouped by geography) is counted unit by unit, without the unit in the key."""
     fin = np.asarray(columns[finest])
     _check_domain(finest, fin, n_units[finest])
     for name in dict.fromkeys(a for t in tables for a in t.attributes):
         _check_domain(name, np.asarray(columns[name]), sizes[name])
     out: dict[LevelTable, tuple[int, np.ndarray]] = {}
+    buf = np.empty(len(fin), dtype=np.int64)  # every table's key is written here
     for level in dict.fromkeys(t.level for t in tables):
         unit = fin if level == finest else np.asarray(unit_of[level])[fin]
         mine = [t for t in tables if t.level == level]
@@ -149,8 +165,8 @@ def count_partition(columns: Mapping[str, np.ndarray], unit_of: Mapping[str, np.
         lo = int(unit.min())
         width = int(unit.max()) - lo + 1
         runs = _runs(unit)
-        out.update(_by_runs(columns, mine, shapes, unit, runs, lo, width) if runs is not None
-                   else _by_key(columns, mine, shapes, unit, lo, width))
+        out.update(_by_runs(columns, mine, shapes, unit, runs, lo, width, buf) if runs is not None
+                   else _by_key(columns, mine, shapes, unit, lo, width, buf))
     return out
 
 
@@ -179,7 +195,7 @@ class CodeReader:
     storage_options: Mapping[str, Any] | None = None
     finest: str | None = None
     finest_codes: np.ndarray | None = field(default=None, repr=False)
-    rows: int = 1 << 20  # rows per chunk read and encoded at once
+    rows: int = 1 << 22  # rows per chunk read and encoded at once
 
     def __call__(self, file: str) -> dict[str, np.ndarray]:
         """The schema's columns of ``file`` as code arrays."""
@@ -187,8 +203,11 @@ class CodeReader:
         names = list(self.schema.names)
         parts = [encode_frame(chunk, self.schema, parse_text=fmt.text_values, source=f"file {file!r}")
                  for chunk in fmt.chunks(file, names, self.storage_options, self.rows)]
-        cols = {n: (np.concatenate([p[n].to_numpy() for p in parts]) if parts
-                    else np.zeros(0, dtype=self.schema[n].dtype)) for n in names}
+        if len(parts) == 1:
+            cols = {n: parts[0][n].to_numpy() for n in names}
+        else:
+            cols = {n: (np.concatenate([p[n].to_numpy() for p in parts]) if parts
+                        else np.zeros(0, dtype=self.schema[n].dtype)) for n in names}
         if self.finest is not None and self.finest_codes is not None:
             cols[self.finest] = finest_index(cols[self.finest], self.finest_codes, self.finest, f"file {file!r}")
         return cols

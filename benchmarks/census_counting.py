@@ -182,8 +182,8 @@ def polars_stage(py: Path, work: Path, files: list[str], geo: dict, tables: list
     env = {**os.environ, "POLARS_MAX_THREADS": str(threads)}
     before = load()
     start = time.perf_counter()
-    subprocess.run([str(py), str(work / "polars-run.py"), str(work / "polars-spec.json"), str(work / "polars-out.json")],
-                   check=True, env=env)
+    subprocess.run([str(py), str(work / "polars-run.py"), str(work / "polars-spec.json"),
+                    str(work / "polars-out.json")], check=True, env=env)
     wall = time.perf_counter() - start
     res = json.loads((work / "polars-out.json").read_text())
     return {"seconds": res["seconds"], "wall": wall, "load": (before, load()), "checksums": res["tables"],
@@ -269,7 +269,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rows", type=float, default=1e7, help="persons per seed")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="data seeds (one dataset each)")
     p.add_argument("--attributes", type=int, default=30, help="census generator attributes (state is dropped)")
-    p.add_argument("--rows-per-file", type=float, default=2e6, help="rows per Parquet file")
+    p.add_argument("--rows-per-file", type=float, default=1e6,
+                   help="rows per Parquet file (10 files per 10^7 rows: 5 per worker)")
     p.add_argument("--county-pairs", type=int, default=20, help="2-way tables by county")
     p.add_argument("--workers", type=int, default=2, help="LocalCluster workers (1 thread each) and generator threads")
     p.add_argument("--memory-limit", default="4GiB", help="LocalCluster memory limit per worker")

@@ -65,7 +65,8 @@ def count_tables(context: RunContext, partitions: Sequence[Any], read: Callable[
                  window: int | None = None) -> dict[LevelTable, np.ndarray]:
     """The exact tables ``(n_units[level], *sizes)`` (int64) of every :class:`LevelTable`, summed over
     ``partitions`` (each read by ``read`` into the columns :func:`count_partition` takes). ``window`` caps the
-    partitions in flight (default: twice the cluster's threads); ``title`` draws a progress line (partitions done, rows/s)."""
+    partitions in flight (default: twice the cluster's threads); ``title`` draws a progress line (partitions
+    done, rows/s)."""
     tables = list(dict.fromkeys(tables))
     total = empty_totals(tables, sizes, n_units)
     client = context.client

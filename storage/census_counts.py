@@ -224,7 +224,8 @@ def open_partitions(path: Any, schema: Schema | Domain | Mapping[str, Any] | str
     info = open_input(path, storage_options, columns=names, fmt=fmt)
     absent = [n for n in names if n not in info.available]
     if absent:
-        raise DataError(f"column {absent[0]!r} is missing from {info.label}; the data has columns {info.available[:30]}")
+        raise DataError(f"column {absent[0]!r} is missing from {info.label}; the data has columns "
+                        f"{info.available[:30]}")
     files = info.format.files(info.target, info.storage_options)
     return files, CodeReader(info.fmt, schema, info.storage_options, finest, finest_codes)
 

@@ -26,7 +26,8 @@ def census(tmp_path_factory: pytest.TempPathFactory) -> dict:
                                 tracts=90)
     geo = read_geography_map(paths["map"], LEVELS, "tract")
     unit_of, n_units, codes = unit_indexes(geo, "tract")
-    return dict(paths=paths, unit_of=unit_of, n_units=n_units, codes=codes, sizes=Domain.load(paths["domain"]).to_dict())
+    return dict(paths=paths, unit_of=unit_of, n_units=n_units, codes=codes,
+                sizes=Domain.load(paths["domain"]).to_dict())
 
 
 def _tables(sizes: dict) -> list[LevelTable]:

@@ -52,7 +52,8 @@ def _expected(frame: pd.DataFrame, table: LevelTable, codes: np.ndarray, sizes: 
 
 
 def test_unit_indexes_of_a_small_map() -> None:
-    geo = {"tract": np.array([0, 1, 2, 3]), "county": np.array([1003, 1001, 1003, 2001]), "state": np.array([1, 1, 1, 2])}
+    geo = {"tract": np.array([0, 1, 2, 3]), "county": np.array([1003, 1001, 1003, 2001]),
+           "state": np.array([1, 1, 1, 2])}
     unit_of, n_units, codes = unit_indexes(geo, "tract")
     assert n_units == {"tract": 4, "county": 3, "state": 2}
     assert unit_of["county"].tolist() == [1, 0, 1, 2] and unit_of["state"].tolist() == [0, 0, 0, 1]

@@ -38,7 +38,8 @@ def test_only_the_named_levels(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("frame, pattern", [
-    (GOOD.drop(columns="county"), r"no column 'county' for level 'county'; its columns are \['tract', 'state', 'name'\]"),
+    (GOOD.drop(columns="county"),
+     r"no column 'county' for level 'county'; its columns are \['tract', 'state', 'name'\]"),
     (GOOD.assign(tract=[10, 10, 11, 13]), r"tract 10 has more than one row \(1 duplicated rows\)"),
     (GOOD.assign(state=[5, -1, 5, 7]), r"column 'state' has negative codes"),
     (GOOD.assign(county=[501.0, None, 503.0, 701.0]), r"column 'county' has 1 missing codes"),

@@ -187,8 +187,9 @@ def add_slices(total: dict[LevelTable, np.ndarray], part: Mapping[LevelTable, tu
 @dataclass(frozen=True)
 class CodeReader:
     """Reads one file of an input as integer code columns (numpy), through the input format's chunk reader and
-    the ingest encoder; with ``finest``, that column becomes finest-unit indexes (:func:`finest_index`).
-    Picklable: a cluster's workers read their files themselves."""
+    the ingest encoder (skipped for a chunk whose columns are all integer codes inside the domain already: the
+    encoder would only copy them); with ``finest``, that column becomes finest-unit indexes
+    (:func:`finest_index`). Picklable: a cluster's workers read their files themselves."""
 
     fmt: str
     schema: Schema
@@ -197,16 +198,30 @@ class CodeReader:
     finest_codes: np.ndarray | None = field(default=None, repr=False)
     rows: int = 1 << 22  # rows per chunk read and encoded at once
 
+    def _codes(self, chunk: Any) -> dict[str, np.ndarray] | None:
+        """The chunk's columns as they are when every one is already integer codes inside its domain (checked by
+        min and max, no copy), else None: ``encode_frame`` then encodes the chunk, or raises its one-line error."""
+        out = {}
+        for a in self.schema:
+            if a.kind != "integer" or a.missing != "error" or a.clip:
+                return None
+            v = chunk[a.name].to_numpy()
+            if v.dtype.kind not in "iu" or (len(v) and (v.min() < 0 or v.max() >= a.n_values)):
+                return None
+            out[a.name] = v if v.dtype == a.dtype else v.astype(a.dtype)
+        return out
+
     def __call__(self, file: str) -> dict[str, np.ndarray]:
         """The schema's columns of ``file`` as code arrays."""
         fmt = get_format(self.fmt)
         names = list(self.schema.names)
-        parts = [encode_frame(chunk, self.schema, parse_text=fmt.text_values, source=f"file {file!r}")
+        parts = [self._codes(chunk) or encode_frame(chunk, self.schema, parse_text=fmt.text_values,
+                                                    source=f"file {file!r}")
                  for chunk in fmt.chunks(file, names, self.storage_options, self.rows)]
         if len(parts) == 1:
-            cols = {n: parts[0][n].to_numpy() for n in names}
+            cols = {n: np.asarray(parts[0][n]) for n in names}
         else:
-            cols = {n: (np.concatenate([p[n].to_numpy() for p in parts]) if parts
+            cols = {n: (np.concatenate([np.asarray(p[n]) for p in parts]) if parts
                         else np.zeros(0, dtype=self.schema[n].dtype)) for n in names}
         if self.finest is not None and self.finest_codes is not None:
             cols[self.finest] = finest_index(cols[self.finest], self.finest_codes, self.finest, f"file {file!r}")

@@ -177,3 +177,20 @@ def test_three_attribute_tables_by_runs_and_by_key() -> None:
         for t in tables:
             expected = _expected(frame, t, np.arange(n_units[t.level]), sizes)
             np.testing.assert_array_equal(got[t][1], expected[got[t][0]:], err_msg=str(t))
+
+
+def test_reader_checks_codes_like_the_encoder(tmp_path: Path) -> None:
+    """Integer codes inside the domain pass as they are; a code outside it, or a float column, goes through the
+    ingest encoder: its one-line error (column, file, rule; no value), or its encoding."""
+    good = pd.DataFrame({"tract": np.array([0, 1, 1], np.int64), "a": np.array([0, 2, 1], np.int16)})
+    good.to_parquet(tmp_path / "good.parquet", index=False)
+    good.assign(a=np.array([0, 3, 1], np.int16)).to_parquet(tmp_path / "bad.parquet", index=False)
+    good.assign(a=[0.0, 2.0, 1.0]).to_parquet(tmp_path / "float.parquet", index=False)
+    files, read = open_partitions(tmp_path / "good.parquet", {"tract": 2, "a": 3}, ["tract", "a"])
+    cols = read(files[0])
+    assert cols["a"].tolist() == [0, 2, 1] and cols["a"].dtype == np.uint8
+    assert read(str(tmp_path / "float.parquet"))["a"].tolist() == [0, 2, 1]
+    with pytest.raises(DataError, match=r"^column 'a' of file '.*bad.parquet'.*: a value is outside the domain "
+                                        r"\[0, 3\)") as e:
+        read(str(tmp_path / "bad.parquet"))
+    assert "\n" not in str(e.value)

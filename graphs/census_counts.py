@@ -22,12 +22,23 @@ from privcube.storage.census_counts import LevelTable, add_slices, count_partiti
 Slices = dict[LevelTable, tuple[int, np.ndarray]]
 
 
+def _narrow(counts: np.ndarray) -> np.ndarray:
+    """The counts in the smallest unsigned type that holds them (the slices travel to the driver: 4x fewer bytes
+    for most partitions; the driver adds them into int64 totals)."""
+    top = int(counts.max()) if counts.size else 0
+    for dtype in (np.uint16, np.uint32):
+        if top <= np.iinfo(dtype).max:
+            return counts.astype(dtype)
+    return counts
+
+
 def _count_one(item: tuple[Any, Callable[[Any], Mapping[str, np.ndarray]], Any, tuple]) -> tuple[int, Slices]:
     """One task: read a partition, count its tables; returns (rows, slices)."""
     partition, read, unit_of, (finest, tables, sizes, n_units) = item
     columns = read(partition)
     rows = len(columns[finest])
-    return rows, count_partition(columns, unit_of, finest, tables, sizes, n_units)
+    slices = count_partition(columns, unit_of, finest, tables, sizes, n_units)
+    return rows, {t: (first, _narrow(counts)) for t, (first, counts) in slices.items()}
 
 
 def _streamed(client: Any, items: list[Any], window: int) -> Iterator[tuple[int, Slices]]:
@@ -65,7 +76,8 @@ def count_tables(context: RunContext, partitions: Sequence[Any], read: Callable[
                  window: int | None = None) -> dict[LevelTable, np.ndarray]:
     """The exact tables ``(n_units[level], *sizes)`` (int64) of every :class:`LevelTable`, summed over
     ``partitions`` (each read by ``read`` into the columns :func:`count_partition` takes). ``window`` caps the
-    partitions in flight (default: twice the cluster's threads); ``title`` draws a progress line (partitions done, rows/s)."""
+    partitions in flight (default: twice the cluster's threads); ``title`` draws a progress line (partitions
+    done, rows/s)."""
     tables = list(dict.fromkeys(tables))
     total = empty_totals(tables, sizes, n_units)
     client = context.client

@@ -76,30 +76,97 @@ def _check_domain(name: str, column: np.ndarray, size: int) -> None:
         raise DataError(f"column {name!r}: {bad} rows hold a code outside the domain [0, {size})")
 
 
+_FEW_RUNS = 64  # a level whose units form at most this many runs in a partition is counted run by run
+
+
+def _runs(unit: np.ndarray) -> np.ndarray | None:
+    """Start offsets (plus the end) of the runs of equal units when ``unit`` is sorted and has few runs, else None."""
+    if len(unit) < 2:
+        return np.array([0, len(unit)])
+    step = np.diff(unit)
+    if step.min() < 0:
+        return None
+    cuts = np.flatnonzero(step)
+    return None if len(cuts) >= _FEW_RUNS else np.concatenate([[0], cuts + 1, [len(unit)]])
+
+
+def _key_into(buf: np.ndarray, columns: Mapping[str, np.ndarray], attributes: tuple[str, ...],
+              shape: tuple[int, ...], rows: slice, base: np.ndarray | None = None) -> np.ndarray:
+    """The composite key ``(base, *attributes)`` of ``rows``, written into the int64 buffer ``buf`` (reused: dask's
+    workers set ``MALLOC_TRIM_THRESHOLD_``, under which every fresh large array costs page faults)."""
+    key = buf[: rows.stop - rows.start]
+    cols = [np.asarray(columns[a])[rows] for a in attributes]
+    if base is not None:
+        np.multiply(base, math.prod(shape), out=key)
+    elif len(cols) > 1:
+        np.multiply(cols[0], math.prod(shape[1:]), out=key, dtype=np.int64)  # one pass: widen and scale
+        cols, shape = cols[1:], shape[1:]
+    else:
+        np.copyto(key, cols[0], casting="unsafe")
+        return key
+    for i, col in enumerate(cols):
+        stride = math.prod(shape[i + 1:])
+        if stride == 1:
+            np.add(key, col, out=key, casting="unsafe")
+        else:  # a middle attribute of a 3-way key: the only temporary
+            np.add(key, np.multiply(col, stride, dtype=np.int64), out=key)
+    return key
+
+
+def _by_runs(columns: Mapping[str, np.ndarray], tables: list[LevelTable], shapes: list[tuple[int, ...]],
+             unit: np.ndarray, runs: np.ndarray, lo: int, width: int,
+             buf: np.ndarray) -> dict[LevelTable, tuple[int, np.ndarray]]:
+    """A level with few units here (data grouped by geography): per run of one unit, keys of the attributes only
+    (no unit part), one bincount per table."""
+    out = {t: (lo, np.zeros((width, *shape), dtype=np.int64)) for t, shape in zip(tables, shapes)}
+    for a, b in zip(runs[:-1], runs[1:]):
+        u = int(unit[a]) - lo
+        for t, shape in zip(tables, shapes):
+            if not shape:
+                out[t][1][u] += b - a
+                continue
+            key = _key_into(buf, columns, t.attributes, shape, slice(int(a), int(b)))
+            out[t][1][u] += np.bincount(key, minlength=math.prod(shape)).reshape(shape)
+    return out
+
+
+def _by_key(columns: Mapping[str, np.ndarray], tables: list[LevelTable], shapes: list[tuple[int, ...]],
+            unit: np.ndarray, lo: int, width: int, buf: np.ndarray) -> dict[LevelTable, tuple[int, np.ndarray]]:
+    """Any layout: one composite key (unit, then the attributes) and one bincount per table; the unit key shared."""
+    out = {}
+    base = unit.astype(np.int64) - lo
+    rows = slice(0, len(unit))
+    for table, shape in zip(tables, shapes):
+        key = _key_into(buf, columns, table.attributes, shape, rows, base)
+        out[table] = (lo, np.bincount(key, minlength=width * math.prod(shape)).reshape((width, *shape)))
+    return out
+
+
 def count_partition(columns: Mapping[str, np.ndarray], unit_of: Mapping[str, np.ndarray], finest: str,
                     tables: Sequence[LevelTable], sizes: Mapping[str, int],
                     n_units: Mapping[str, int]) -> dict[LevelTable, tuple[int, np.ndarray]]:
     """Per table ``(first unit, counts)``: ``counts[u - first, *cell]`` rows of unit ``u`` in that cell, for the
     units ``first .. first + len(counts) - 1`` this partition holds (int64). ``columns[finest]`` holds finest-unit
-    indexes (:func:`finest_index`); one key and one bincount per table, the unit key shared by a level's tables."""
+    indexes (:func:`finest_index`). A level's unit keys are computed once for its tables; a level with few units
+    in the partition (sorted: data grouped by geography) is counted unit by unit, without the unit in the key."""
     fin = np.asarray(columns[finest])
     _check_domain(finest, fin, n_units[finest])
     for name in dict.fromkeys(a for t in tables for a in t.attributes):
         _check_domain(name, np.asarray(columns[name]), sizes[name])
     out: dict[LevelTable, tuple[int, np.ndarray]] = {}
+    buf = np.empty(len(fin), dtype=np.int64)  # every table's key is written here
     for level in dict.fromkeys(t.level for t in tables):
         unit = np.asarray(unit_of[level])[fin] if level in unit_of else fin  # a map may reorder the finest units
-        lo = int(unit.min()) if len(unit) else 0
-        width = int(unit.max()) - lo + 1 if len(unit) else 0
-        base = unit.astype(np.int64) - lo if lo else unit.astype(np.int64, copy=False)
-        for table in (t for t in tables if t.level == level):
-            shape = tuple(int(sizes[a]) for a in table.attributes)
-            key = base
-            for i, (a, s) in enumerate(zip(table.attributes, shape)):
-                key = key * s if i == 0 else np.multiply(key, s, out=key)  # the first product is a new array
-                key += np.asarray(columns[a])
-            cells = width * math.prod(shape)
-            out[table] = (lo, np.bincount(key, minlength=cells).reshape((width, *shape)))
+        mine = [t for t in tables if t.level == level]
+        shapes = [tuple(int(sizes[a]) for a in t.attributes) for t in mine]
+        if not len(unit):
+            out.update({t: (0, np.zeros((0, *shape), dtype=np.int64)) for t, shape in zip(mine, shapes)})
+            continue
+        lo = int(unit.min())
+        width = int(unit.max()) - lo + 1
+        runs = _runs(unit)
+        out.update(_by_runs(columns, mine, shapes, unit, runs, lo, width, buf) if runs is not None
+                   else _by_key(columns, mine, shapes, unit, lo, width, buf))
     return out
 
 
@@ -120,24 +187,42 @@ def add_slices(total: dict[LevelTable, np.ndarray], part: Mapping[LevelTable, tu
 @dataclass(frozen=True)
 class CodeReader:
     """Reads one file of an input as integer code columns (numpy), through the input format's chunk reader and
-    the ingest encoder; with ``finest``, that column becomes finest-unit indexes (:func:`finest_index`).
-    Picklable: a cluster's workers read their files themselves."""
+    the ingest encoder (skipped for a chunk whose columns are all integer codes inside the domain already: the
+    encoder would only copy them); with ``finest``, that column becomes finest-unit indexes
+    (:func:`finest_index`). Picklable: a cluster's workers read their files themselves."""
 
     fmt: str
     schema: Schema
     storage_options: Mapping[str, Any] | None = None
     finest: str | None = None
     finest_codes: np.ndarray | None = field(default=None, repr=False)
-    rows: int = 1 << 20  # rows per chunk read and encoded at once
+    rows: int = 1 << 22  # rows per chunk read and encoded at once
+
+    def _codes(self, chunk: Any) -> dict[str, np.ndarray] | None:
+        """The chunk's columns as they are when every one is already integer codes inside its domain (checked by
+        min and max, no copy), else None: ``encode_frame`` then encodes the chunk, or raises its one-line error."""
+        out = {}
+        for a in self.schema:
+            if a.kind != "integer" or a.missing != "error" or a.clip:
+                return None
+            v = chunk[a.name].to_numpy()
+            if v.dtype.kind not in "iu" or (len(v) and (v.min() < 0 or v.max() >= a.n_values)):
+                return None
+            out[a.name] = v if v.dtype == a.dtype else v.astype(a.dtype)
+        return out
 
     def __call__(self, file: str) -> dict[str, np.ndarray]:
         """The schema's columns of ``file`` as code arrays."""
         fmt = get_format(self.fmt)
         names = list(self.schema.names)
-        parts = [encode_frame(chunk, self.schema, parse_text=fmt.text_values, source=f"file {file!r}")
+        parts = [self._codes(chunk) or encode_frame(chunk, self.schema, parse_text=fmt.text_values,
+                                                    source=f"file {file!r}")
                  for chunk in fmt.chunks(file, names, self.storage_options, self.rows)]
-        cols = {n: (np.concatenate([p[n].to_numpy() for p in parts]) if parts
-                    else np.zeros(0, dtype=self.schema[n].dtype)) for n in names}
+        if len(parts) == 1:
+            cols = {n: np.asarray(parts[0][n]) for n in names}
+        else:
+            cols = {n: (np.concatenate([np.asarray(p[n]) for p in parts]) if parts
+                        else np.zeros(0, dtype=self.schema[n].dtype)) for n in names}
         if self.finest is not None and self.finest_codes is not None:
             cols[self.finest] = finest_index(cols[self.finest], self.finest_codes, self.finest, f"file {file!r}")
         return cols
@@ -154,7 +239,8 @@ def open_partitions(path: Any, schema: Schema | Domain | Mapping[str, Any] | str
     info = open_input(path, storage_options, columns=names, fmt=fmt)
     absent = [n for n in names if n not in info.available]
     if absent:
-        raise DataError(f"column {absent[0]!r} is missing from {info.label}; the data has columns {info.available[:30]}")
+        raise DataError(f"column {absent[0]!r} is missing from {info.label}; the data has columns "
+                        f"{info.available[:30]}")
     files = info.format.files(info.target, info.storage_options)
     return files, CodeReader(info.fmt, schema, info.storage_options, finest, finest_codes)
 

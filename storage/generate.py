@@ -298,15 +298,38 @@ class Tilt:
     accept: np.ndarray  # (groups, size) acceptance probabilities
 
 
-def _tilted(t: _Table, row: np.ndarray | None, rng: np.random.Generator, n: int, tilt: Tilt) -> np.ndarray:
-    """Codes of ``t`` drawn under ``tilt``: draw, keep with probability ``accept[group, code]``, redraw the rest."""
+_REJECTION_ROUNDS = 3  # then the rows still rejected (those whose likely codes are tilted away) are drawn exactly
+_PROBABILITIES: dict[str, np.ndarray] = {}
+
+
+def _probabilities(t: _Table) -> np.ndarray:
+    """``P(code | parents' flat index)`` of a compiled table, rebuilt from its alias tables: (rows, size)."""
+    if t.name not in _PROBABILITIES:
+        k = t.size
+        prob, alias = t.prob.reshape(-1, k), t.alias.reshape(-1, k).astype(np.int64)
+        p = prob.copy()
+        np.add.at(p, (np.repeat(np.arange(len(prob)), k), alias.ravel()), (1.0 - prob).ravel())
+        _PROBABILITIES[t.name] = p / k
+    return _PROBABILITIES[t.name]
+
+
+def _tilted(t: _Table, row: np.ndarray, rng: np.random.Generator, n: int, tilt: Tilt) -> np.ndarray:
+    """Codes of ``t`` drawn under ``tilt``: draw, keep with probability ``accept[group, code]``, redraw the rest a
+    few rounds, then draw the rows still rejected from their reweighted rows by inverse CDF (exact either way)."""
     codes = _alias_draw(t, row, rng, n)
-    todo = np.arange(n)
-    while todo.size:
-        keep = rng.random(todo.size) < tilt.accept[tilt.group[todo], codes[todo]]
-        todo = todo[~keep]
-        if todo.size:
-            codes[todo] = _alias_draw(t, row[todo] if t.parents else None, rng, todo.size)
+    accept = tilt.accept.ravel()
+    todo = np.flatnonzero(rng.random(n) >= accept[tilt.group * t.size + codes])
+    for _ in range(_REJECTION_ROUNDS):
+        if not todo.size:
+            return codes
+        codes[todo] = _alias_draw(t, row[todo], rng, todo.size)
+        todo = todo[rng.random(todo.size) >= accept[tilt.group[todo] * t.size + codes[todo]]]
+    if not todo.size:
+        return codes
+    weight = _probabilities(t)[row[todo] if t.parents else np.zeros(todo.size, np.int64)]
+    cdf = np.cumsum(weight * tilt.accept[tilt.group[todo]], axis=1)
+    u = rng.random(todo.size) * cdf[:, -1]
+    codes[todo] = np.minimum((cdf <= u[:, None]).sum(axis=1), t.size - 1)
     return codes
 
 

@@ -18,21 +18,22 @@ from privcube.core.errors import ConfigError
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".txt")
 
 
-def _read(path: Path, levels: Sequence[str]) -> pd.DataFrame:
-    """The file's columns (the levels among them), as pandas; unreadable files are one ConfigError line."""
+def _read(path: Path, levels: Sequence[str]) -> tuple[pd.DataFrame, list[str]]:
+    """(the levels' columns as pandas, every column name); an unreadable file is one ConfigError line."""
     try:
         if path.name.lower().endswith(_CSV_SUFFIXES):
             frame = pd.read_csv(path)
+            names = [str(c) for c in frame.columns]
         else:
             import pyarrow.parquet as pq
 
-            names = pq.read_schema(path).names
-            frame = pq.read_table(path, columns=[c for c in levels if c in names] or None).to_pandas()
+            names = [str(c) for c in pq.read_schema(path).names if not str(c).startswith("__index_level_")]
+            frame = pq.read_table(path, columns=[c for c in levels if c in names]).to_pandas()
     except (OSError, ValueError, pd.errors.ParserError) as e:  # pyarrow.ArrowInvalid is a ValueError
         raise ConfigError(f"geography.map {str(path)!r} is not a readable Parquet or CSV file: "
                           f"{' '.join(str(e).split())[:200]}") from None
     frame.columns = [str(c) for c in frame.columns]
-    return frame
+    return frame, names
 
 
 def _codes(frame: pd.DataFrame, level: str, path: Path) -> np.ndarray:
@@ -67,11 +68,11 @@ def read_geography_map(path: str | Path, levels: Sequence[str], attribute: str) 
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"geography.map {str(p)!r} does not exist or is not a file")
-    frame = _read(p, levels)
-    missing = [v for v in levels if v not in frame.columns]
+    frame, names = _read(p, levels)
+    missing = [v for v in levels if v not in names]
     if missing:
         raise ConfigError(f"geography.map {str(p)!r} has no column {missing[0]!r} for level {missing[0]!r}; its "
-                          f"columns are {list(frame.columns)[:30]}")
+                          f"columns are {names[:30]}")
     if frame.empty:
         raise ConfigError(f"geography.map {str(p)!r} has no rows")
     out = {v: _codes(frame, v, p) for v in levels}

@@ -153,3 +153,12 @@ def test_bad_input_one_line_nothing_written(tmp_path: Path, change, error: type,
 def _as_file(folder: Path, raw: dict) -> Path:
     (folder / "job.json").write_text(json.dumps(raw))
     return folder / "job.json"
+
+
+def test_the_report_page_shows_the_levels(census_run: tuple[Path, Path]) -> None:
+    from privcube.report.page import render_report
+
+    _, run = census_run
+    html = render_report(run, replan=api.plan)
+    assert '<section id="levels"><h2>Levels</h2>' in html and "Expected error per cell by level" in html
+    assert "tract: age" in html  # groups named with their level

@@ -35,13 +35,16 @@ def _load() -> float:
     return os.getloadavg()[0]
 
 
-def build(folder: Path, rows: int, attributes: int, seed: int, pairs: int) -> tuple[Any, Any, pd.DataFrame]:
+def build(folder: Path, rows: int, attributes: int, seed: int, pairs: int, units: tuple[int, int, int],
+          rho: float = 1.0) -> tuple[Any, Any, pd.DataFrame]:
     """Generate the data (once) and the census spec + hierarchy for it."""
     from privcube.census.plan import read_hierarchy
     from privcube.census.spec import parse_census
     from privcube.storage.census_geography import generate_census_geo
 
-    paths = generate_census_geo(folder, rows, seed=seed, n_attributes=attributes)
+    states, counties, tracts = units
+    paths = generate_census_geo(folder, rows, seed=seed, n_attributes=attributes, states=states, counties=counties,
+                                tracts=tracts)
     persons = pd.read_parquet(paths["persons"])
     attrs = [c for c in persons.columns if c != "tract"]
     chosen = list(itertools.combinations(attrs, 2))[:: max(1, len(attrs) * (len(attrs) - 1) // 2 // pairs)][:pairs]
@@ -49,7 +52,7 @@ def build(folder: Path, rows: int, attributes: int, seed: int, pairs: int) -> tu
            "geography": {"attribute": "tract", "map": str(paths["map"]), "levels": ["state", "county", "tract"]},
            "workload": [{"kway": 1, "by": "tract"}, {"marginals": [list(p) for p in chosen], "by": "county"},
                         {"kway": 2, "by": "state"}],
-           "invariants": [{"by": "state"}], "privacy": {"rho": 1.0}}
+           "invariants": [{"by": "state"}], "privacy": {"rho": rho}}
     spec = parse_census(raw, folder)
     return spec, read_hierarchy(spec), persons
 
@@ -83,7 +86,7 @@ def rmse_by_level(spec: Any, published: Any, truth: dict) -> dict[str, float]:
 def independent(spec: Any, hierarchy: Any, residuals: dict, plans: dict, invariants: dict) -> dict:
     """Each level alone: its own residuals, its tables, non-negative within the level (a one-level tree)."""
     from privcube.census.hierarchy import Hierarchy
-    from privcube.census.nonnegative import nonnegative_tables
+    from privcube.census.release import make_nonnegative
     from privcube.census.release import needed_sets
     from privcube.census.residual_tables import subsets, table_from_residuals
 
@@ -98,7 +101,7 @@ def independent(spec: Any, hierarchy: Any, residuals: dict, plans: dict, invaria
         tables[""] = {s: t.sum(axis=0, keepdims=True) for s, t in tables[lv].items()}
         zeros = {s: m for s in sets if (m := spec.zero_mask(s)) is not None}
         fixed = {lv: np.asarray(invariants[lv], float)} if lv in invariants else None
-        done, _ = nonnegative_tables(flat, tables, zeros=zeros, fixed_totals=fixed)
+        done, _ = make_nonnegative(flat, tables, zeros, fixed or {})
         out[lv] = done[lv]
     return out
 
@@ -107,7 +110,7 @@ def top_down(spec: Any, hierarchy: Any, residuals: dict, plans: dict, invariants
     """Level by level from the top: the level's own residuals shifted so its units sum to the parent's fixed,
     published residuals (GLS on a two-level tree with the parent exact), then made non-negative."""
     from privcube.census.gls import hierarchical_gls
-    from privcube.census.nonnegative import nonnegative_tables
+    from privcube.census.release import make_nonnegative
     from privcube.census.release import needed_sets
     from privcube.census.residual_tables import decomp_units, subsets, table_from_residuals
 
@@ -129,9 +132,8 @@ def top_down(spec: Any, hierarchy: Any, residuals: dict, plans: dict, invariants
         tables[lv] = {s: table_from_residuals(fitted[lv], s, spec.sizes) for s in sets}
         tables[""] = {s: tables[spec.levels[0]][s].sum(axis=0, keepdims=True) for s in tables[spec.levels[0]]}
         zeros = {s: m for s in sets if (m := spec.zero_mask(s)) is not None}
-        sub = hierarchy.truncated(spec.levels[: k + 1]) if hasattr(hierarchy, "truncated") else hierarchy
-        done, _ = nonnegative_tables(sub, {key: tables[key] for key in ("", *spec.levels[: k + 1])}, zeros=zeros,
-                                     fixed_totals={p: np.asarray(v, float) for p, v in invariants.items()})
+        done, _ = make_nonnegative(hierarchy, {key: tables[key] for key in ("", *spec.levels[: k + 1])}, zeros,
+                                   {p: np.asarray(v, float) for p, v in invariants.items()})
         final[lv] = done[lv]
     return final
 
@@ -172,15 +174,18 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=8, help="2-way tables by county")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--data-seed", type=int, default=0)
+    ap.add_argument("--rho", type=float, default=1.0, help="zCDP budget (eps 1, delta 1e-9 is rho 0.0150)")
+    ap.add_argument("--units", type=int, nargs=3, default=[51, 3100, 70_000], metavar=("STATES", "COUNTIES", "TRACTS"))
     args = ap.parse_args()
     from privcube.census.plan import plan_census
 
     with tempfile.TemporaryDirectory(prefix="census-acc-") as tmp:
-        spec, hierarchy, persons = build(Path(tmp), args.rows, args.attributes, args.data_seed, args.pairs)
+        spec, hierarchy, persons = build(Path(tmp), args.rows, args.attributes, args.data_seed, args.pairs,
+                                         tuple(args.units), args.rho)
         truth = true_tables(spec, hierarchy, persons)
         plan = plan_census(spec, hierarchy).details["levels"]
         print(f"rows {args.rows:,}, attributes {args.attributes}, units " +
-              ", ".join(f"{lv} {hierarchy.n_units(lv):,}" for lv in spec.levels) + f", rho 1, load {_load():.1f}")
+              ", ".join(f"{lv} {hierarchy.n_units(lv):,}" for lv in spec.levels) + f", rho {args.rho:g}, load {_load():.1f}")
         print("plan split: " + ", ".join(f"{lv} {p['share']:.2f}" for lv, p in plan.items()) +
               "; expected linear-fit ratio (fitted/alone RMSE, the oracle bound of the hierarchy): " +
               ", ".join(f"{lv} {p['rmse'] / p['rmse_alone']:.3f}" for lv, p in plan.items()))

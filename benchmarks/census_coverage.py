@@ -54,6 +54,11 @@ def exact(spec: Any, h: Any, cols: dict[str, np.ndarray], level: str, attrs: tup
     return np.bincount(key, minlength=int(np.prod(shape))).reshape(shape).astype(float)
 
 
+def _quiet_map(fn: Any, items: Any, **_: Any) -> list[Any]:
+    """The run context's local map without its progress line (one line per repetition would flood the terminal)."""
+    return [fn(x) for x in items]
+
+
 def coverage(repetitions: int, replicates: int = 50, integer: bool = True, seed: int = 0) -> dict[str, float]:
     """Share of published cells whose interval holds the truth, per level, over ``repetitions`` runs."""
     from privcube.census.intervals import bootstrap_intervals
@@ -73,7 +78,7 @@ def coverage(repetitions: int, replicates: int = 50, integer: bool = True, seed:
         residuals = {lv: measure_level(counts[lv], p, noise) for lv, p in plans.items()}
         rel = release(spec, h, residuals, plans, invariants)
         ci = bootstrap_intervals(spec, h, rel, plans, invariants, spec.groups, replicates=replicates,
-                                 level=0.95, draw=noise.gaussian)
+                                 level=0.95, draw=noise.gaussian, map=_quiet_map)
         for g, (lo, hi) in ci.items():
             hits[g.level].append(float(np.mean((lo <= truth[g]) & (truth[g] <= hi))))
     return {lv: float(np.mean(v)) for lv, v in hits.items()}

@@ -84,20 +84,32 @@ def release(spec: CensusSpec, hierarchy: Any, residuals: Mapping[str, Mapping[tu
             plans: Mapping[str, LevelPlan], invariants: Mapping[str, np.ndarray], *, integer: bool | None = None
             ) -> Release:
     """The whole estimator (steps 1-4 of the module docstring) on one set of measurements."""
-    from privcube.census.nonnegative import nonnegative_tables
-
     est, var = fit_residuals(spec, hierarchy, residuals, plans, invariants)
     linear, variance = build_tables(spec, est, var)
     zeros = {s: m for s in needed_sets(spec)[TOTAL] if (m := spec.zero_mask(s)) is not None}
     fixed = {lv: np.asarray(v, dtype=float) for lv, v in invariants.items()}
-    real, diag = _by_sorted_names(nonnegative_tables, hierarchy, linear, zeros, fixed)
+    real, diag = make_nonnegative(hierarchy, linear, zeros, fixed)
     published: Tables = real
     rounding_diag: dict[str, Any] = {}
     if spec.output["integer"] if integer is None else integer:
-        from privcube.census.rounding import controlled_rounding
-
-        published, rounding_diag = _by_sorted_names(controlled_rounding, hierarchy, real, zeros, fixed)
+        published, rounding_diag = make_integer(hierarchy, real, zeros, fixed)
     return Release(linear, variance, published, real, {"nonnegative": diag, "rounding": rounding_diag})
+
+
+def make_nonnegative(hierarchy: Any, tables: Tables, zeros: Mapping[tuple[str, ...], np.ndarray],
+                     fixed: Mapping[str, np.ndarray]) -> tuple[Tables, dict[str, Any]]:
+    """``privcube.census.nonnegative.nonnegative_tables`` on tables keyed in domain order."""
+    from privcube.census.nonnegative import nonnegative_tables
+
+    return _by_sorted_names(nonnegative_tables, hierarchy, tables, zeros, fixed)
+
+
+def make_integer(hierarchy: Any, tables: Tables, zeros: Mapping[tuple[str, ...], np.ndarray],
+                 fixed: Mapping[str, np.ndarray]) -> tuple[Tables, dict[str, Any]]:
+    """``privcube.census.rounding.controlled_rounding`` on tables keyed in domain order."""
+    from privcube.census.rounding import controlled_rounding
+
+    return _by_sorted_names(controlled_rounding, hierarchy, tables, zeros, fixed)
 
 
 def _by_sorted_names(step: Any, hierarchy: Any, tables: Tables, zeros: Mapping[tuple[str, ...], np.ndarray],
@@ -116,4 +128,5 @@ def _by_sorted_names(step: Any, hierarchy: Any, tables: Tables, zeros: Mapping[t
     return {lv: {k: axes(k, done[lv][turn(k)], 1) for k in t} for lv, t in tables.items()}, diag
 
 
-__all__ = ["Release", "Tables", "build_tables", "fit_residuals", "needed_sets", "release"]
+__all__ = ["Release", "Tables", "build_tables", "fit_residuals", "make_integer", "make_nonnegative", "needed_sets",
+           "release"]

@@ -13,6 +13,7 @@ feasible. Post-processing of released noisy answers: spends no privacy budget.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping
 
 import numpy as np
@@ -21,27 +22,31 @@ from scipy.optimize import linprog
 from privcube.core.errors import ConfigError
 
 from .hierarchy import ROOT, Hierarchy
-from .raking import TOLERANCE, Margin, rake, relative_error, segment_margin
+from .raking import ACCEPT, TOLERANCE, Margin, rake, relative_error, segment_margin
 from .tables import AttrSet, Tables, TableSet, prepare
+from .transport import finish_matrix, finish_transport
 
 #: sweeps of the 3-margin raking of a 2-way table before the final per-a-slice raking
 SWEEPS_3D = 50
+#: sweeps of raking of each 2-D transportation problem before its exact finish
+SWEEPS_2D = 30
 
 
 def nonnegative_tables(hierarchy: Hierarchy, tables: Mapping[str, Mapping[AttrSet, np.ndarray]], *,
                        zeros: Mapping[AttrSet, np.ndarray] | None = None,
                        fixed_totals: Mapping[str, np.ndarray] | None = None,
                        floor: float = 1e-3, tol: float = TOLERANCE, sweeps_3d: int = SWEEPS_3D,
+                       sweeps: int = SWEEPS_2D,
                        ) -> tuple[dict[str, dict[AttrSet, np.ndarray]], dict[str, Any]]:
     """Every cell >= 0, structural zeros 0, children summing to their parent for every table, 1-way tables
     summing to the unit total, 2-way a-margins equal to the 1-way a table; returns (tables, diagnostics) with
     the keys of ``tables`` (derived sub-margins are used, not returned)."""
     ts = prepare(hierarchy, tables, zeros, fixed_totals)
     diag = Diagnostics()
-    out: Tables = {ROOT: _root(ts, diag, floor, tol)}
+    out: Tables = {ROOT: _root(ts, diag, floor, tol, sweeps)}
     for depth in range(1, len(ts.chain)):
         level = ts.chain[depth]
-        out[level] = _level(ts, level, out[ts.chain[depth - 1]], diag, floor, tol, sweeps_3d)
+        out[level] = _level(ts, level, out[ts.chain[depth - 1]], diag, floor, tol, sweeps, sweeps_3d)
     return {lv: {s: out[lv][s] for s in tables[lv]} for lv in tables}, diag.summary()
 
 
@@ -55,14 +60,17 @@ class Diagnostics:
         self.fallbacks: list[str] = []
         self.reraked: dict[str, tuple[int, int]] = {}
 
-    def add(self, level: str, stage: str, info: Mapping[str, Any]) -> None:
-        """Fold one raking's info into its stage."""
+    def add(self, level: str, stage: str, info: Mapping[str, Any], seconds: float = 0.0) -> None:
+        """Fold one raking's info (and its wall time) into its stage."""
         s = self.stages.setdefault((level, stage), {"level": level, "stage": stage, "tables": 0, "iterations": 0,
-                                                    "max_residual": 0.0, "converged": True})
+                                                    "max_residual": 0.0, "converged": True, "seconds": 0.0,
+                                                    "finish_max_change": 0.0})
         s["tables"] += 1
         s["iterations"] = max(s["iterations"], int(info.get("iterations", 0)))
         s["max_residual"] = max(s["max_residual"], float(info.get("max_residual", 0.0)))
         s["converged"] = s["converged"] and bool(info.get("converged", True))
+        s["seconds"] += seconds
+        s["finish_max_change"] = max(s["finish_max_change"], float(info.get("finish_max_change", 0.0)))
 
     def deviation(self, level: str, rel: float, absolute: float) -> None:
         """A 2-way table's b-margin against the unit's 1-way b table."""
@@ -106,14 +114,15 @@ def project_segments(values: np.ndarray, segment: np.ndarray, targets: np.ndarra
     theta = np.where(kmax > 0, (csum[np.minimum(pick, len(u) - 1)] - targets) / np.maximum(kmax, 1), np.inf)
     out = np.zeros_like(v)
     out[order] = np.maximum(u - theta[s], 0.0)
-    return out
+    sums = np.bincount(segment, weights=out, minlength=n_seg)      # the global cumsum's rounding, per segment
+    return out * np.divide(targets, sums, out=np.ones(n_seg), where=sums > 0)[segment]
 
 
 def _start(x: np.ndarray, zero: np.ndarray, floor: float) -> np.ndarray:
     return np.where(zero, 0.0, np.maximum(x, floor))
 
 
-def _root(ts: TableSet, diag: Diagnostics, floor: float, tol: float) -> dict[AttrSet, np.ndarray]:
+def _root(ts: TableSet, diag: Diagnostics, floor: float, tol: float, sweeps: int) -> dict[AttrSet, np.ndarray]:
     t = ts.tables[ROOT]
     total = ts.fixed[ROOT] if ROOT in ts.fixed else np.maximum(t[()], 0.0)
     out: dict[AttrSet, np.ndarray] = {(): total.copy()}
@@ -123,14 +132,16 @@ def _root(ts: TableSet, diag: Diagnostics, floor: float, tol: float) -> dict[Att
     for s in ts.sets(ROOT, 2):
         a, b = s
         zero = ts.zero(s)
+        started = time.perf_counter()
         margins = [Margin(out[(a,)], axis=2), Margin(out[(b,)], axis=1)]
-        x, info = rake(_start(t[s], zero[None], floor), margins, tol=tol)
-        if not info["converged"]:
+        x, info = rake(_start(t[s], zero[None], floor), margins, tol=tol, max_sweeps=sweeps)
+        x = finish_matrix(x[0], out[(a,)][0], out[(b,)][0])[None]
+        if np.any(x[0][zero] > 0):
             x = transport_lp(t[s][0], zero, out[(a,)][0], out[(b,)][0], s)[None]
-            info = {"iterations": info["iterations"], "converged": True,
-                    "max_residual": max(relative_error(m.of(x), m.target) for m in margins)}
             diag.fallbacks.append(f"root {','.join(s)}")
-        diag.add(ROOT, "root_twoway", info)
+        info = {**info, "max_residual": max(relative_error(m.of(x), m.target) for m in margins)}
+        info["converged"] = info["max_residual"] <= ACCEPT
+        diag.add(ROOT, "root_twoway", info, time.perf_counter() - started)
         out[s] = x
     return out
 
@@ -166,7 +177,7 @@ def transport_lp(x0: np.ndarray, zero: np.ndarray, rows: np.ndarray, cols: np.nd
 
 
 def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagnostics, floor: float,
-           tol: float, sweeps_3d: int) -> dict[AttrSet, np.ndarray]:
+           tol: float, sweeps: int, sweeps_3d: int) -> dict[AttrSet, np.ndarray]:
     h = ts.hierarchy
     t = ts.tables[level]
     p, starts = h.parent_of(level), h.segment_starts(level)
@@ -176,20 +187,49 @@ def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagno
         totals = project_segments(t[()], p, up[()])
     out: dict[AttrSet, np.ndarray] = {(): totals}
     for s in ts.sets(level, 1):
-        x, info = rake(_start(t[s], ts.zero(s)[None], floor),
-                       [Margin(totals, axis=1), segment_margin(up[s], starts, p)], tol=tol)
-        diag.add(level, "oneway", info)
-        out[s] = x
+        started = time.perf_counter()
+        x, info = fit_transport(_start(t[s], ts.zero(s)[None], floor)[:, None, :], totals[:, None],
+                                up[s][:, None, :], starts, p, tol=tol, sweeps=sweeps)
+        diag.add(level, "oneway", info, time.perf_counter() - started)
+        out[s] = x[:, 0, :]
     for s in ts.sets(level, 2):
-        a, b = s
-        ca, cb = out[(a,)], out[(b,)]
-        parent = segment_margin(up[s], starts, p)
-        x, info = rake(_start(t[s], ts.zero(s)[None], floor),
-                       [Margin(ca, axis=2), Margin(cb, axis=1), parent], tol=tol, max_sweeps=sweeps_3d)
-        diag.add(level, "twoway_3d", info)
-        x, info = rake(x, [Margin(ca, axis=2), parent], tol=tol)
-        diag.add(level, "twoway_slices", info)
-        dev = np.abs(x.sum(axis=1) - cb)
-        diag.deviation(level, relative_error(x.sum(axis=1), cb), float(dev.max(initial=0.0)))
-        out[s] = x
+        out[s] = _twoway(ts, level, s, out, up[s], diag, floor, tol, sweeps, sweeps_3d)
     return out
+
+
+def _twoway(ts: TableSet, level: str, s: AttrSet, out: dict[AttrSet, np.ndarray], up: np.ndarray,
+            diag: Diagnostics, floor: float, tol: float, sweeps: int, sweeps_3d: int) -> np.ndarray:
+    """A level's 2-way table: the b target made consistent with the parent's b-margin, 3-margin raking
+    (bounded), then each a-slice fitted exactly to (c, a) and the parent's (a, b)."""
+    h = ts.hierarchy
+    p, starts = h.parent_of(level), h.segment_starts(level)
+    a, b = s
+    ca, cb = out[(a,)], out[(b,)]
+    started = time.perf_counter()
+    cb_fit, _ = fit_transport(cb[:, None, :], out[()][:, None], up.sum(axis=1)[:, None, :], starts, p,
+                              tol=tol, sweeps=sweeps)
+    parent = segment_margin(up, starts, p)
+    x, info = rake(_start(ts.tables[level][s], ts.zero(s)[None], floor),
+                   [Margin(ca, axis=2), Margin(cb_fit[:, 0, :], axis=1), parent], tol=tol, max_sweeps=sweeps_3d)
+    diag.add(level, "twoway_3d", info, time.perf_counter() - started)
+    started = time.perf_counter()
+    x, info = fit_transport(x, ca, up, starts, p, tol=tol, sweeps=sweeps)
+    diag.add(level, "twoway_slices", info, time.perf_counter() - started)
+    dev = np.abs(x.sum(axis=1) - cb)
+    diag.deviation(level, relative_error(x.sum(axis=1), cb), float(dev.max(initial=0.0)))
+    return x
+
+
+def fit_transport(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, starts: np.ndarray, parent: np.ndarray,
+                  *, tol: float = TOLERANCE, sweeps: int = SWEEPS_2D) -> tuple[np.ndarray, dict[str, Any]]:
+    """``x`` (children, K, J) >= 0 raked (at most ``sweeps``) to row sums ``rows`` (children, K) and column sums
+    ``cols`` (parents, K, J) over each parent's children, then finished exactly (:func:`finish_transport`).
+    Info: raking "iterations", "max_residual" after the finish, "converged", "finish_max_change"."""
+    margins = [Margin(rows, axis=2), segment_margin(cols, starts, parent)]
+    x, info = rake(x, margins, tol=tol, max_sweeps=sweeps)
+    done = finish_transport(x, rows, cols, starts, parent)
+    change = float(np.max(np.abs(done - x), initial=0.0))
+    x = done
+    residual = max(relative_error(m.of(x), m.target) for m in margins)
+    return x, {"iterations": info["iterations"], "max_residual": residual, "converged": residual <= ACCEPT,
+               "finish_max_change": change}

@@ -4,17 +4,18 @@ The noise distribution is public (each level's σ_τ), so the estimator can be r
 around the published tables: ``y* = published_τ + N(0, σ_τ²)`` at every level, the invariants as they are, then the
 same fit, non-negativity and (not) rounding. The spread of ``published* − published`` is the error of the whole
 pipeline, clipping and sums included, which the mechanism's own variance does not describe. Interval: the
-published value minus the bootstrap's mean shift (bias correction), ± z·sd of the shift, clipped at 0; with
-integer output widened to whole counts (rounding moves a cell by less than 1). It reads no data and spends no
+published value minus the bootstrap's mean shift (bias correction), ± t·sd of the shift (Student's t with B − 1
+degrees of freedom: the sd is estimated from B replicates), clipped at 0; with integer output, the whole counts
+inside that interval (an integer truth is in one exactly when it is in the other). It reads no data and spends no
 budget: the draws come from the run's noise source under keys of their own.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
+from scipy.stats import t as student_t
 
 from privcube.census.measurement import LevelPlan
 from privcube.census.release import Release, release
@@ -67,7 +68,7 @@ def bootstrap_intervals(spec: CensusSpec, hierarchy: Any, rel: Release, plans: M
     chunks = [list(range(replicates))[i::n] for i in range(n)]
     parts = map(replicate_moments, [(shared, c) for c in chunks], label="census-bootstrap",
                 title=f"intervals: bootstrap of the estimator ({replicates} replicates)")
-    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    z = float(student_t.ppf(0.5 + level / 2.0, max(replicates - 1, 1)))  # the sd is estimated from the replicates
     integer = bool(spec.output["integer"])
     out = {}
     for g in groups:
@@ -77,8 +78,10 @@ def bootstrap_intervals(spec: CensusSpec, hierarchy: Any, rel: Release, plans: M
         sd = np.sqrt(np.maximum(total_sq / replicates - m * m, 0.0) * replicates / max(replicates - 1, 1))
         centre = np.asarray(rel.published[g.level][g.attributes], dtype=float) - m
         lo, hi = np.maximum(centre - z * sd, 0.0), np.maximum(centre + z * sd, 0.0)
-        if integer:
-            lo, hi = np.floor(lo), np.ceil(hi)
+        if integer:  # whole counts: the integers inside [lo, hi] (the truth is one), never an empty interval
+            lo, hi = np.ceil(lo - 1e-9), np.floor(hi + 1e-9)
+            empty = lo > hi
+            lo[empty] = hi[empty] = np.maximum(np.round(centre[empty]), 0.0)
         zero = spec.zero_mask(g.attributes)
         if zero is not None:
             lo[..., zero], hi[..., zero] = 0.0, 0.0

@@ -162,3 +162,18 @@ def test_the_report_page_shows_the_levels(census_run: tuple[Path, Path]) -> None
     html = render_report(run, replan=api.plan)
     assert '<section id="levels"><h2>Levels</h2>' in html and "Expected error per cell by level" in html
     assert "tract: age" in html  # groups named with their level
+
+
+def test_discrete_noise_and_a_given_split(tmp_path: Path) -> None:
+    """Exact discrete Gaussian noise on the integer counts (lattice accounting), the split as configured."""
+    raw = write_inputs(tmp_path, rows=1500)
+    raw["noise_sampler"] = "discrete"
+    raw["privacy"]["levels"] = {"state": 0.2, "county": 0.3, "tract": 0.5}
+    api.run(_as_file(tmp_path, raw), tmp_path / "run", seed=2, quiet=True)
+    ledger = json.loads((tmp_path / "run" / "ledger.json").read_text())
+    assert ledger["noise"]["sampler"] == "discrete"
+    rho = {c["label"].split(":")[1]: c["rho"] for c in ledger["charges"]}
+    total = ledger["budget"]["rho"]
+    assert {k: round(v / total, 6) for k, v in rho.items()} == {"state": 0.2, "county": 0.3, "tract": 0.5}
+    _, frames = _answers(tmp_path / "run")
+    assert all((f["published"] >= 0).all() for f in frames.values())

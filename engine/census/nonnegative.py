@@ -35,18 +35,20 @@ SWEEPS_2D = 30
 def nonnegative_tables(hierarchy: Hierarchy, tables: Mapping[str, Mapping[AttrSet, np.ndarray]], *,
                        zeros: Mapping[AttrSet, np.ndarray] | None = None,
                        fixed_totals: Mapping[str, np.ndarray] | None = None,
-                       floor: float = 1e-3, tol: float = TOLERANCE, sweeps_3d: int = SWEEPS_3D,
-                       sweeps: int = SWEEPS_2D,
+                       floor: float | Mapping[str, float] = 1e-3, tol: float = TOLERANCE, sweeps_3d: int = SWEEPS_3D,
+                       sweeps: int = SWEEPS_2D, prior: float = 0.0,
                        ) -> tuple[dict[str, dict[AttrSet, np.ndarray]], dict[str, Any]]:
     """Every cell >= 0, structural zeros 0, children summing to their parent for every table, 1-way tables
     summing to the unit total, 2-way a-margins equal to the 1-way a table; returns (tables, diagnostics) with
     the keys of ``tables`` (derived sub-margins are used, not returned)."""
     ts = prepare(hierarchy, tables, zeros, fixed_totals)
+    floors = floor if isinstance(floor, Mapping) else {lv: floor for lv in ts.chain}
     diag = Diagnostics()
-    out: Tables = {ROOT: _root(ts, diag, floor, tol, sweeps)}
+    out: Tables = {ROOT: _root(ts, diag, float(floors.get(ROOT, 1e-3)), tol, sweeps)}
     for depth in range(1, len(ts.chain)):
         level = ts.chain[depth]
-        out[level] = _level(ts, level, out[ts.chain[depth - 1]], diag, floor, tol, sweeps, sweeps_3d)
+        out[level] = _level(ts, level, out[ts.chain[depth - 1]], diag, float(floors.get(level, 1e-3)), tol, sweeps,
+                            sweeps_3d, prior)
     return {lv: {s: out[lv][s] for s in tables[lv]} for lv in tables}, diag.summary()
 
 
@@ -122,6 +124,18 @@ def _start(x: np.ndarray, zero: np.ndarray, floor: float) -> np.ndarray:
     return np.where(zero, 0.0, np.maximum(x, floor))
 
 
+def _prior_start(ts: TableSet, level: str, s: AttrSet, totals: np.ndarray, up: dict[AttrSet, np.ndarray],
+                 floor: float, prior: float) -> np.ndarray:
+    """max(estimate, floor), plus ``prior`` times the child's total spread as its parent's table (a
+    shrinkage towards the parent's distribution, for units whose cells are mostly noise)."""
+    x = _start(ts.tables[level][s], ts.zero(s)[None], floor)
+    if prior > 0:
+        p = ts.hierarchy.parent_of(level)
+        share = up[s] / np.maximum(up[()], 1e-300).reshape((-1,) + (1,) * len(s))
+        x = x + prior * totals.reshape((-1,) + (1,) * len(s)) * share[p]
+    return x
+
+
 def _root(ts: TableSet, diag: Diagnostics, floor: float, tol: float, sweeps: int) -> dict[AttrSet, np.ndarray]:
     t = ts.tables[ROOT]
     total = ts.fixed[ROOT] if ROOT in ts.fixed else np.maximum(t[()], 0.0)
@@ -177,7 +191,7 @@ def transport_lp(x0: np.ndarray, zero: np.ndarray, rows: np.ndarray, cols: np.nd
 
 
 def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagnostics, floor: float,
-           tol: float, sweeps: int, sweeps_3d: int) -> dict[AttrSet, np.ndarray]:
+           tol: float, sweeps: int, sweeps_3d: int, prior: float) -> dict[AttrSet, np.ndarray]:
     h = ts.hierarchy
     t = ts.tables[level]
     p, starts = h.parent_of(level), h.segment_starts(level)
@@ -188,17 +202,18 @@ def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagno
     out: dict[AttrSet, np.ndarray] = {(): totals}
     for s in ts.sets(level, 1):
         started = time.perf_counter()
-        x, info = fit_transport(_start(t[s], ts.zero(s)[None], floor)[:, None, :], totals[:, None],
+        x, info = fit_transport(_prior_start(ts, level, s, totals, up, floor, prior)[:, None, :], totals[:, None],
                                 up[s][:, None, :], starts, p, tol=tol, sweeps=sweeps)
         diag.add(level, "oneway", info, time.perf_counter() - started)
         out[s] = x[:, 0, :]
     for s in ts.sets(level, 2):
-        out[s] = _twoway(ts, level, s, out, up[s], diag, floor, tol, sweeps, sweeps_3d)
+        start = _prior_start(ts, level, s, totals, up, floor, prior)
+        out[s] = _twoway(ts, level, s, out, up[s], start, diag, tol, sweeps, sweeps_3d)
     return out
 
 
-def _twoway(ts: TableSet, level: str, s: AttrSet, out: dict[AttrSet, np.ndarray], up: np.ndarray,
-            diag: Diagnostics, floor: float, tol: float, sweeps: int, sweeps_3d: int) -> np.ndarray:
+def _twoway(ts: TableSet, level: str, s: AttrSet, out: dict[AttrSet, np.ndarray], up: np.ndarray, start: np.ndarray,
+            diag: Diagnostics, tol: float, sweeps: int, sweeps_3d: int) -> np.ndarray:
     """A level's 2-way table: the b target made consistent with the parent's b-margin, 3-margin raking
     (bounded), then each a-slice fitted exactly to (c, a) and the parent's (a, b)."""
     h = ts.hierarchy
@@ -209,7 +224,7 @@ def _twoway(ts: TableSet, level: str, s: AttrSet, out: dict[AttrSet, np.ndarray]
     cb_fit, _ = fit_transport(cb[:, None, :], out[()][:, None], up.sum(axis=1)[:, None, :], starts, p,
                               tol=tol, sweeps=sweeps)
     parent = segment_margin(up, starts, p)
-    x, info = rake(_start(ts.tables[level][s], ts.zero(s)[None], floor),
+    x, info = rake(start,
                    [Margin(ca, axis=2), Margin(cb_fit[:, 0, :], axis=1), parent], tol=tol, max_sweeps=sweeps_3d)
     diag.add(level, "twoway_3d", info, time.perf_counter() - started)
     started = time.perf_counter()

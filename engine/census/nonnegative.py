@@ -14,6 +14,7 @@ feasible. Post-processing of released noisy answers: spends no privacy budget.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -36,19 +37,20 @@ def nonnegative_tables(hierarchy: Hierarchy, tables: Mapping[str, Mapping[AttrSe
                        zeros: Mapping[AttrSet, np.ndarray] | None = None,
                        fixed_totals: Mapping[str, np.ndarray] | None = None,
                        floor: float | Mapping[str, float] = 1e-3, tol: float = TOLERANCE, sweeps_3d: int = SWEEPS_3D,
-                       sweeps: int = SWEEPS_2D, prior: float = 0.0,
+                       sweeps: int = SWEEPS_2D,
+                       prior: float | Mapping[str, float] = 0.0, project: bool | Mapping[str, bool] = False,
                        ) -> tuple[dict[str, dict[AttrSet, np.ndarray]], dict[str, Any]]:
     """Every cell >= 0, structural zeros 0, children summing to their parent for every table, 1-way tables
     summing to the unit total, 2-way a-margins equal to the 1-way a table; returns (tables, diagnostics) with
     the keys of ``tables`` (derived sub-margins are used, not returned)."""
     ts = prepare(hierarchy, tables, zeros, fixed_totals)
-    floors = floor if isinstance(floor, Mapping) else {lv: floor for lv in ts.chain}
+    rules = {lv: Start(float(_per_level(floor, lv, 1e-3)), float(_per_level(prior, lv, 0.0)),
+                       bool(_per_level(project, lv, False))) for lv in ts.chain}
     diag = Diagnostics()
-    out: Tables = {ROOT: _root(ts, diag, float(floors.get(ROOT, 1e-3)), tol, sweeps)}
+    out: Tables = {ROOT: _root(ts, diag, rules[ROOT], tol, sweeps)}
     for depth in range(1, len(ts.chain)):
         level = ts.chain[depth]
-        out[level] = _level(ts, level, out[ts.chain[depth - 1]], diag, float(floors.get(level, 1e-3)), tol, sweeps,
-                            sweeps_3d, prior)
+        out[level] = _level(ts, level, out[ts.chain[depth - 1]], diag, rules[level], tol, sweeps, sweeps_3d)
     return {lv: {s: out[lv][s] for s in tables[lv]} for lv in tables}, diag.summary()
 
 
@@ -124,19 +126,39 @@ def _start(x: np.ndarray, zero: np.ndarray, floor: float) -> np.ndarray:
     return np.where(zero, 0.0, np.maximum(x, floor))
 
 
-def _prior_start(ts: TableSet, level: str, s: AttrSet, totals: np.ndarray, up: dict[AttrSet, np.ndarray],
-                 floor: float, prior: float) -> np.ndarray:
-    """max(estimate, floor), plus ``prior`` times the child's total spread as its parent's table (a
-    shrinkage towards the parent's distribution, for units whose cells are mostly noise)."""
-    x = _start(ts.tables[level][s], ts.zero(s)[None], floor)
-    if prior > 0:
+@dataclass(frozen=True)
+class Start:
+    """Where a level's raking starts: max(estimate, ``floor``) off the structural zeros; with ``project``, the
+    estimate is first projected (Euclidean) onto {>= 0, sums = the unit's already fitted margin} row by row,
+    which removes the mass clipping adds where many cells are truly zero; ``prior`` pseudo-counts per cell,
+    spread as the parent's table, shrink units whose cells are mostly noise towards their parent."""
+
+    floor: float = 1e-3
+    prior: float = 0.0
+    project: bool = False
+
+
+def _per_level(value: Any, level: str, default: Any) -> Any:
+    return value.get(level, default) if isinstance(value, Mapping) else value
+
+
+def _begin(ts: TableSet, level: str, s: AttrSet, rows: np.ndarray, up: dict[AttrSet, np.ndarray] | None,
+           rule: Start) -> np.ndarray:
+    """The start of table ``s`` of ``level`` whose sums over its last axis must be ``rows``."""
+    x, zero = ts.tables[level][s], ts.zero(s)
+    if rule.project:
+        width = x.shape[-1]
+        free = np.broadcast_to(~zero[None], x.shape).ravel()
+        x = project_segments(x.ravel(), np.repeat(np.arange(rows.size), width), rows.ravel(), free).reshape(x.shape)
+    x = _start(x, zero[None], rule.floor)
+    if rule.prior > 0 and up is not None:
         p = ts.hierarchy.parent_of(level)
         share = up[s] / np.maximum(up[()], 1e-300).reshape((-1,) + (1,) * len(s))
-        x = x + prior * totals.reshape((-1,) + (1,) * len(s)) * share[p]
+        x = x + (rule.prior * int(np.prod(up[s].shape[1:]))) * share[p]
     return x
 
 
-def _root(ts: TableSet, diag: Diagnostics, floor: float, tol: float, sweeps: int) -> dict[AttrSet, np.ndarray]:
+def _root(ts: TableSet, diag: Diagnostics, rule: "Start", tol: float, sweeps: int) -> dict[AttrSet, np.ndarray]:
     t = ts.tables[ROOT]
     total = ts.fixed[ROOT] if ROOT in ts.fixed else np.maximum(t[()], 0.0)
     out: dict[AttrSet, np.ndarray] = {(): total.copy()}
@@ -148,7 +170,7 @@ def _root(ts: TableSet, diag: Diagnostics, floor: float, tol: float, sweeps: int
         zero = ts.zero(s)
         started = time.perf_counter()
         margins = [Margin(out[(a,)], axis=2), Margin(out[(b,)], axis=1)]
-        x, info = rake(_start(t[s], zero[None], floor), margins, tol=tol, max_sweeps=sweeps)
+        x, info = rake(_begin(ts, ROOT, s, out[(a,)], None, rule), margins, tol=tol, max_sweeps=sweeps)
         x = finish_matrix(x[0], out[(a,)][0], out[(b,)][0])[None]
         if np.any(x[0][zero] > 0):
             x = transport_lp(t[s][0], zero, out[(a,)][0], out[(b,)][0], s)[None]
@@ -190,8 +212,8 @@ def transport_lp(x0: np.ndarray, zero: np.ndarray, rows: np.ndarray, cols: np.nd
     return out.reshape(na, nb)
 
 
-def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagnostics, floor: float,
-           tol: float, sweeps: int, sweeps_3d: int, prior: float) -> dict[AttrSet, np.ndarray]:
+def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagnostics, rule: "Start",
+           tol: float, sweeps: int, sweeps_3d: int) -> dict[AttrSet, np.ndarray]:
     h = ts.hierarchy
     t = ts.tables[level]
     p, starts = h.parent_of(level), h.segment_starts(level)
@@ -202,12 +224,12 @@ def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagno
     out: dict[AttrSet, np.ndarray] = {(): totals}
     for s in ts.sets(level, 1):
         started = time.perf_counter()
-        x, info = fit_transport(_prior_start(ts, level, s, totals, up, floor, prior)[:, None, :], totals[:, None],
+        x, info = fit_transport(_begin(ts, level, s, totals, up, rule)[:, None, :], totals[:, None],
                                 up[s][:, None, :], starts, p, tol=tol, sweeps=sweeps)
         diag.add(level, "oneway", info, time.perf_counter() - started)
         out[s] = x[:, 0, :]
     for s in ts.sets(level, 2):
-        start = _prior_start(ts, level, s, totals, up, floor, prior)
+        start = _begin(ts, level, s, out[(s[0],)], up, rule)
         out[s] = _twoway(ts, level, s, out, up[s], start, diag, tol, sweeps, sweeps_3d)
     return out
 

@@ -1,15 +1,21 @@
 """Non-negative census tables that add up exactly, top-down over the geography tree (after GLS).
 
 Root: the total is fixed (an invariant, or the estimate clipped at 0); each 1-way table is the Euclidean
-projection onto {x >= 0, structural zeros 0, sum = total}; each 2-way table is raked (2-D IPF) from its
-clipped-and-floored estimate to its two fixed 1-way margins (an LP when raking cannot reach them).
+projection onto {x >= 0, structural zeros 0, sum = total}; each 2-way table is raked (2-D IPF) to its two
+fixed 1-way margins, then finished exactly (an LP only when the finish would fill a structural zero).
 Each level, all parents at once: children totals are projected onto {>= 0, sum = parent's total} (or are the
-invariants); each 1-way table a is the children x a matrix raked to row sums = children totals and column
-sums = parent's table (a 2-D transportation problem: always feasible); each 2-way table (a, b) is the
-children x a x b array raked to (c, a), (c, b) and (a, b) for a bounded number of sweeps, then per a-slice to
-(c, a) and the parent's (a, b) only, so those hold exactly and (c, b) as well as raking allows (reported).
-Raking starts from max(estimate, floor) with a small positive floor off the structural zeros, so it is
-feasible. Post-processing of released noisy answers: spends no privacy budget.
+invariants); each 1-way table a is the children x a matrix fitted to row sums = children totals and column
+sums = parent's table; each 2-way table (a, b) is the children x a x b array raked to (c, a), (c, b) and the
+parent's (a, b) for a bounded number of sweeps ((c, b) first made consistent with the parent's b-margin), then
+each a-slice fitted to (c, a) and the parent's (a, b) only, so those hold exactly and (c, b) as well as the
+3-margin problem allows (reported: with noisy margins it is often infeasible). "Fitted" = a 2-D
+transportation problem per parent: raked for at most ``sweeps`` (IPF converges only sublinearly when the fit has
+cells near 0, i.e. small counts under large noise), then finished exactly by one non-negative step
+(:mod:`.transport`). So every level's output is exactly consistent before the next level uses it, and the
+work is bounded whatever the input. Raking starts (:class:`Start`) from max(estimate, floor) off the
+structural zeros; optionally from the estimate projected onto the unit's fitted margin (better where many
+cells are truly 0) and with prior pseudo-counts spread as the parent's table (better for units whose cells
+are mostly noise). Post-processing of released noisy answers: spends no privacy budget.
 """
 from __future__ import annotations
 
@@ -42,7 +48,9 @@ def nonnegative_tables(hierarchy: Hierarchy, tables: Mapping[str, Mapping[AttrSe
                        ) -> tuple[dict[str, dict[AttrSet, np.ndarray]], dict[str, Any]]:
     """Every cell >= 0, structural zeros 0, children summing to their parent for every table, 1-way tables
     summing to the unit total, 2-way a-margins equal to the 1-way a table; returns (tables, diagnostics) with
-    the keys of ``tables`` (derived sub-margins are used, not returned)."""
+    the keys of ``tables`` (derived sub-margins are used, not returned). ``floor``, ``prior`` (pseudo-counts
+    per cell, ~ the noise sd of a level whose units are small) and ``project`` are per level when mappings
+    (level "" = the root); ``sweeps`` / ``sweeps_3d`` bound the raking before each exact finish."""
     ts = prepare(hierarchy, tables, zeros, fixed_totals)
     rules = {lv: Start(float(_per_level(floor, lv, 1e-3)), float(_per_level(prior, lv, 0.0)),
                        bool(_per_level(project, lv, False))) for lv in ts.chain}
@@ -68,13 +76,14 @@ class Diagnostics:
         """Fold one raking's info (and its wall time) into its stage."""
         s = self.stages.setdefault((level, stage), {"level": level, "stage": stage, "tables": 0, "iterations": 0,
                                                     "max_residual": 0.0, "converged": True, "seconds": 0.0,
-                                                    "finish_max_change": 0.0})
+                                                    "finish_max_change": 0.0, "input_gap": 0.0})
         s["tables"] += 1
         s["iterations"] = max(s["iterations"], int(info.get("iterations", 0)))
         s["max_residual"] = max(s["max_residual"], float(info.get("max_residual", 0.0)))
         s["converged"] = s["converged"] and bool(info.get("converged", True))
         s["seconds"] += seconds
         s["finish_max_change"] = max(s["finish_max_change"], float(info.get("finish_max_change", 0.0)))
+        s["input_gap"] = max(s["input_gap"], float(info.get("input_gap", 0.0)))
 
     def deviation(self, level: str, rel: float, absolute: float) -> None:
         """A 2-way table's b-margin against the unit's 1-way b table."""
@@ -82,12 +91,17 @@ class Diagnostics:
         self.b_margin_abs[level] = max(self.b_margin_abs.get(level, 0.0), absolute)
 
     def summary(self) -> dict[str, Any]:
-        """The dict handed back: "stages" (list), "converged", "max_residual" (over the exact stages),
-        "b_margin_max_deviation" / "b_margin_max_abs_deviation" per level, "lp_fallbacks"."""
+        """The dict handed back: "stages" (list: per level and stage, tables, max raking "iterations",
+        "max_residual" after the finish, "converged", "seconds", "finish_max_change" (largest cell change of the
+        exact finish), "input_gap" (largest relative mismatch of a problem's row and column totals: > 1e-9
+        means inconsistent inputs, which no fitting can meet)), "converged", "max_residual" (over the exact
+        stages), "max_input_gap", "b_margin_max_deviation" / "b_margin_max_abs_deviation" per level,
+        "lp_fallbacks"."""
         stages = list(self.stages.values())
         final = [s for s in stages if s["stage"] != "twoway_3d"]
         return {"stages": stages, "converged": all(s["converged"] for s in final),
                 "max_residual": max((s["max_residual"] for s in final), default=0.0),
+                "max_input_gap": max((s["input_gap"] for s in stages), default=0.0),
                 "b_margin_max_deviation": dict(self.b_margin), "b_margin_max_abs_deviation": dict(self.b_margin_abs),
                 "lp_fallbacks": list(self.fallbacks)}
 
@@ -261,12 +275,13 @@ def fit_transport(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, starts: np.
                   *, tol: float = TOLERANCE, sweeps: int = SWEEPS_2D) -> tuple[np.ndarray, dict[str, Any]]:
     """``x`` (children, K, J) >= 0 raked (at most ``sweeps``) to row sums ``rows`` (children, K) and column sums
     ``cols`` (parents, K, J) over each parent's children, then finished exactly (:func:`finish_transport`).
-    Info: raking "iterations", "max_residual" after the finish, "converged", "finish_max_change"."""
+    Info: raking "iterations", "max_residual" after the finish, "converged", "finish_max_change", "input_gap"."""
     margins = [Margin(rows, axis=2), segment_margin(cols, starts, parent)]
+    gap = relative_error(np.add.reduceat(rows, starts, axis=0), cols.sum(axis=2))
     x, info = rake(x, margins, tol=tol, max_sweeps=sweeps)
     done = finish_transport(x, rows, cols, starts, parent)
     change = float(np.max(np.abs(done - x), initial=0.0))
     x = done
     residual = max(relative_error(m.of(x), m.target) for m in margins)
     return x, {"iterations": info["iterations"], "max_residual": residual, "converged": residual <= ACCEPT,
-               "finish_max_change": change}
+               "finish_max_change": change, "input_gap": gap}

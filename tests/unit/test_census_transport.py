@@ -50,6 +50,7 @@ def test_tiny_units_under_large_noise_come_out_exactly_consistent_after_bounded_
         out, diag = nonnegative_tables(h, noisy, zeros=ZEROS, fixed_totals=fixed, sweeps=10, sweeps_3d=5, **kw)
         check_consistent(h, out, integer=False, zeros=ZEROS, fixed=fixed, rtol=1e-9)
         assert diag["converged"] and diag["max_residual"] <= 1e-9, diag["max_residual"]
+        assert diag["max_input_gap"] <= 1e-12                        # each level exact before the next uses it
         assert all(s["iterations"] <= 10 for s in diag["stages"]), diag["stages"]
         assert set(diag["b_margin_max_deviation"]) == {"state", "county"}
 

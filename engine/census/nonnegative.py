@@ -1,19 +1,26 @@
 """Non-negative census tables that add up exactly, top-down over the geography tree (after GLS).
 
 Root: the total is fixed (an invariant, or the estimate clipped at 0); each 1-way table is the Euclidean
-projection onto {x >= 0, structural zeros 0, sum = total}; each 2-way table is raked (2-D IPF) from its
-clipped-and-floored estimate to its two fixed 1-way margins (an LP when raking cannot reach them).
+projection onto {x >= 0, structural zeros 0, sum = total}; each 2-way table is raked (2-D IPF) to its two
+fixed 1-way margins, then finished exactly (an LP only when the finish would fill a structural zero).
 Each level, all parents at once: children totals are projected onto {>= 0, sum = parent's total} (or are the
-invariants); each 1-way table a is the children x a matrix raked to row sums = children totals and column
-sums = parent's table (a 2-D transportation problem: always feasible); each 2-way table (a, b) is the
-children x a x b array raked to (c, a), (c, b) and (a, b) for a bounded number of sweeps, then per a-slice to
-(c, a) and the parent's (a, b) only, so those hold exactly and (c, b) as well as raking allows (reported).
-Raking starts from max(estimate, floor) with a small positive floor off the structural zeros, so it is
-feasible. Post-processing of released noisy answers: spends no privacy budget.
+invariants); each 1-way table a is the children x a matrix fitted to row sums = children totals and column
+sums = parent's table; each 2-way table (a, b) is the children x a x b array raked to (c, a), (c, b) and the
+parent's (a, b) for a bounded number of sweeps ((c, b) first made consistent with the parent's b-margin), then
+each a-slice fitted to (c, a) and the parent's (a, b) only, so those hold exactly and (c, b) as well as the
+3-margin problem allows (reported: with noisy margins it is often infeasible). "Fitted" = a 2-D
+transportation problem per parent: raked for at most ``sweeps`` (IPF converges only sublinearly when the fit has
+cells near 0, i.e. small counts under large noise), then finished exactly by one non-negative step
+(:mod:`.transport`). So every level's output is exactly consistent before the next level uses it, and the
+work is bounded whatever the input. Raking starts (:class:`Start`) from max(estimate, floor) off the
+structural zeros; optionally from the estimate projected onto the unit's fitted margin (better where many
+cells are truly 0) and with prior pseudo-counts spread as the parent's table (better for units whose cells
+are mostly noise). Post-processing of released noisy answers: spends no privacy budget.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -35,18 +42,23 @@ SWEEPS_2D = 30
 def nonnegative_tables(hierarchy: Hierarchy, tables: Mapping[str, Mapping[AttrSet, np.ndarray]], *,
                        zeros: Mapping[AttrSet, np.ndarray] | None = None,
                        fixed_totals: Mapping[str, np.ndarray] | None = None,
-                       floor: float = 1e-3, tol: float = TOLERANCE, sweeps_3d: int = SWEEPS_3D,
+                       floor: float | Mapping[str, float] = 1e-3, tol: float = TOLERANCE, sweeps_3d: int = SWEEPS_3D,
                        sweeps: int = SWEEPS_2D,
+                       prior: float | Mapping[str, float] = 0.0, project: bool | Mapping[str, bool] = False,
                        ) -> tuple[dict[str, dict[AttrSet, np.ndarray]], dict[str, Any]]:
     """Every cell >= 0, structural zeros 0, children summing to their parent for every table, 1-way tables
     summing to the unit total, 2-way a-margins equal to the 1-way a table; returns (tables, diagnostics) with
-    the keys of ``tables`` (derived sub-margins are used, not returned)."""
+    the keys of ``tables`` (derived sub-margins are used, not returned). ``floor``, ``prior`` (pseudo-counts
+    per cell, ~ the noise sd of a level whose units are small) and ``project`` are per level when mappings
+    (level "" = the root); ``sweeps`` / ``sweeps_3d`` bound the raking before each exact finish."""
     ts = prepare(hierarchy, tables, zeros, fixed_totals)
+    rules = {lv: Start(float(_per_level(floor, lv, 1e-3)), float(_per_level(prior, lv, 0.0)),
+                       bool(_per_level(project, lv, False))) for lv in ts.chain}
     diag = Diagnostics()
-    out: Tables = {ROOT: _root(ts, diag, floor, tol, sweeps)}
+    out: Tables = {ROOT: _root(ts, diag, rules[ROOT], tol, sweeps)}
     for depth in range(1, len(ts.chain)):
         level = ts.chain[depth]
-        out[level] = _level(ts, level, out[ts.chain[depth - 1]], diag, floor, tol, sweeps, sweeps_3d)
+        out[level] = _level(ts, level, out[ts.chain[depth - 1]], diag, rules[level], tol, sweeps, sweeps_3d)
     return {lv: {s: out[lv][s] for s in tables[lv]} for lv in tables}, diag.summary()
 
 
@@ -64,13 +76,14 @@ class Diagnostics:
         """Fold one raking's info (and its wall time) into its stage."""
         s = self.stages.setdefault((level, stage), {"level": level, "stage": stage, "tables": 0, "iterations": 0,
                                                     "max_residual": 0.0, "converged": True, "seconds": 0.0,
-                                                    "finish_max_change": 0.0})
+                                                    "finish_max_change": 0.0, "input_gap": 0.0})
         s["tables"] += 1
         s["iterations"] = max(s["iterations"], int(info.get("iterations", 0)))
         s["max_residual"] = max(s["max_residual"], float(info.get("max_residual", 0.0)))
         s["converged"] = s["converged"] and bool(info.get("converged", True))
         s["seconds"] += seconds
         s["finish_max_change"] = max(s["finish_max_change"], float(info.get("finish_max_change", 0.0)))
+        s["input_gap"] = max(s["input_gap"], float(info.get("input_gap", 0.0)))
 
     def deviation(self, level: str, rel: float, absolute: float) -> None:
         """A 2-way table's b-margin against the unit's 1-way b table."""
@@ -78,12 +91,17 @@ class Diagnostics:
         self.b_margin_abs[level] = max(self.b_margin_abs.get(level, 0.0), absolute)
 
     def summary(self) -> dict[str, Any]:
-        """The dict handed back: "stages" (list), "converged", "max_residual" (over the exact stages),
-        "b_margin_max_deviation" / "b_margin_max_abs_deviation" per level, "lp_fallbacks"."""
+        """The dict handed back: "stages" (list: per level and stage, tables, max raking "iterations",
+        "max_residual" after the finish, "converged", "seconds", "finish_max_change" (largest cell change of the
+        exact finish), "input_gap" (largest relative mismatch of a problem's row and column totals: > 1e-9
+        means inconsistent inputs, which no fitting can meet)), "converged", "max_residual" (over the exact
+        stages), "max_input_gap", "b_margin_max_deviation" / "b_margin_max_abs_deviation" per level,
+        "lp_fallbacks"."""
         stages = list(self.stages.values())
         final = [s for s in stages if s["stage"] != "twoway_3d"]
         return {"stages": stages, "converged": all(s["converged"] for s in final),
                 "max_residual": max((s["max_residual"] for s in final), default=0.0),
+                "max_input_gap": max((s["input_gap"] for s in stages), default=0.0),
                 "b_margin_max_deviation": dict(self.b_margin), "b_margin_max_abs_deviation": dict(self.b_margin_abs),
                 "lp_fallbacks": list(self.fallbacks)}
 
@@ -122,7 +140,39 @@ def _start(x: np.ndarray, zero: np.ndarray, floor: float) -> np.ndarray:
     return np.where(zero, 0.0, np.maximum(x, floor))
 
 
-def _root(ts: TableSet, diag: Diagnostics, floor: float, tol: float, sweeps: int) -> dict[AttrSet, np.ndarray]:
+@dataclass(frozen=True)
+class Start:
+    """Where a level's raking starts: max(estimate, ``floor``) off the structural zeros; with ``project``, the
+    estimate is first projected (Euclidean) onto {>= 0, sums = the unit's already fitted margin} row by row,
+    which removes the mass clipping adds where many cells are truly zero; ``prior`` pseudo-counts per cell,
+    spread as the parent's table, shrink units whose cells are mostly noise towards their parent."""
+
+    floor: float = 1e-3
+    prior: float = 0.0
+    project: bool = False
+
+
+def _per_level(value: Any, level: str, default: Any) -> Any:
+    return value.get(level, default) if isinstance(value, Mapping) else value
+
+
+def _begin(ts: TableSet, level: str, s: AttrSet, rows: np.ndarray, up: dict[AttrSet, np.ndarray] | None,
+           rule: Start) -> np.ndarray:
+    """The start of table ``s`` of ``level`` whose sums over its last axis must be ``rows``."""
+    x, zero = ts.tables[level][s], ts.zero(s)
+    if rule.project:
+        width = x.shape[-1]
+        free = np.broadcast_to(~zero[None], x.shape).ravel()
+        x = project_segments(x.ravel(), np.repeat(np.arange(rows.size), width), rows.ravel(), free).reshape(x.shape)
+    x = _start(x, zero[None], rule.floor)
+    if rule.prior > 0 and up is not None:
+        p = ts.hierarchy.parent_of(level)
+        share = up[s] / np.maximum(up[()], 1e-300).reshape((-1,) + (1,) * len(s))
+        x = x + (rule.prior * int(np.prod(up[s].shape[1:]))) * share[p]
+    return x
+
+
+def _root(ts: TableSet, diag: Diagnostics, rule: "Start", tol: float, sweeps: int) -> dict[AttrSet, np.ndarray]:
     t = ts.tables[ROOT]
     total = ts.fixed[ROOT] if ROOT in ts.fixed else np.maximum(t[()], 0.0)
     out: dict[AttrSet, np.ndarray] = {(): total.copy()}
@@ -134,7 +184,7 @@ def _root(ts: TableSet, diag: Diagnostics, floor: float, tol: float, sweeps: int
         zero = ts.zero(s)
         started = time.perf_counter()
         margins = [Margin(out[(a,)], axis=2), Margin(out[(b,)], axis=1)]
-        x, info = rake(_start(t[s], zero[None], floor), margins, tol=tol, max_sweeps=sweeps)
+        x, info = rake(_begin(ts, ROOT, s, out[(a,)], None, rule), margins, tol=tol, max_sweeps=sweeps)
         x = finish_matrix(x[0], out[(a,)][0], out[(b,)][0])[None]
         if np.any(x[0][zero] > 0):
             x = transport_lp(t[s][0], zero, out[(a,)][0], out[(b,)][0], s)[None]
@@ -176,7 +226,7 @@ def transport_lp(x0: np.ndarray, zero: np.ndarray, rows: np.ndarray, cols: np.nd
     return out.reshape(na, nb)
 
 
-def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagnostics, floor: float,
+def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagnostics, rule: "Start",
            tol: float, sweeps: int, sweeps_3d: int) -> dict[AttrSet, np.ndarray]:
     h = ts.hierarchy
     t = ts.tables[level]
@@ -188,17 +238,18 @@ def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagno
     out: dict[AttrSet, np.ndarray] = {(): totals}
     for s in ts.sets(level, 1):
         started = time.perf_counter()
-        x, info = fit_transport(_start(t[s], ts.zero(s)[None], floor)[:, None, :], totals[:, None],
+        x, info = fit_transport(_begin(ts, level, s, totals, up, rule)[:, None, :], totals[:, None],
                                 up[s][:, None, :], starts, p, tol=tol, sweeps=sweeps)
         diag.add(level, "oneway", info, time.perf_counter() - started)
         out[s] = x[:, 0, :]
     for s in ts.sets(level, 2):
-        out[s] = _twoway(ts, level, s, out, up[s], diag, floor, tol, sweeps, sweeps_3d)
+        start = _begin(ts, level, s, out[(s[0],)], up, rule)
+        out[s] = _twoway(ts, level, s, out, up[s], start, diag, tol, sweeps, sweeps_3d)
     return out
 
 
-def _twoway(ts: TableSet, level: str, s: AttrSet, out: dict[AttrSet, np.ndarray], up: np.ndarray,
-            diag: Diagnostics, floor: float, tol: float, sweeps: int, sweeps_3d: int) -> np.ndarray:
+def _twoway(ts: TableSet, level: str, s: AttrSet, out: dict[AttrSet, np.ndarray], up: np.ndarray, start: np.ndarray,
+            diag: Diagnostics, tol: float, sweeps: int, sweeps_3d: int) -> np.ndarray:
     """A level's 2-way table: the b target made consistent with the parent's b-margin, 3-margin raking
     (bounded), then each a-slice fitted exactly to (c, a) and the parent's (a, b)."""
     h = ts.hierarchy
@@ -209,7 +260,7 @@ def _twoway(ts: TableSet, level: str, s: AttrSet, out: dict[AttrSet, np.ndarray]
     cb_fit, _ = fit_transport(cb[:, None, :], out[()][:, None], up.sum(axis=1)[:, None, :], starts, p,
                               tol=tol, sweeps=sweeps)
     parent = segment_margin(up, starts, p)
-    x, info = rake(_start(ts.tables[level][s], ts.zero(s)[None], floor),
+    x, info = rake(start,
                    [Margin(ca, axis=2), Margin(cb_fit[:, 0, :], axis=1), parent], tol=tol, max_sweeps=sweeps_3d)
     diag.add(level, "twoway_3d", info, time.perf_counter() - started)
     started = time.perf_counter()
@@ -224,12 +275,13 @@ def fit_transport(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, starts: np.
                   *, tol: float = TOLERANCE, sweeps: int = SWEEPS_2D) -> tuple[np.ndarray, dict[str, Any]]:
     """``x`` (children, K, J) >= 0 raked (at most ``sweeps``) to row sums ``rows`` (children, K) and column sums
     ``cols`` (parents, K, J) over each parent's children, then finished exactly (:func:`finish_transport`).
-    Info: raking "iterations", "max_residual" after the finish, "converged", "finish_max_change"."""
+    Info: raking "iterations", "max_residual" after the finish, "converged", "finish_max_change", "input_gap"."""
     margins = [Margin(rows, axis=2), segment_margin(cols, starts, parent)]
+    gap = relative_error(np.add.reduceat(rows, starts, axis=0), cols.sum(axis=2))
     x, info = rake(x, margins, tol=tol, max_sweeps=sweeps)
     done = finish_transport(x, rows, cols, starts, parent)
     change = float(np.max(np.abs(done - x), initial=0.0))
     x = done
     residual = max(relative_error(m.of(x), m.target) for m in margins)
     return x, {"iterations": info["iterations"], "max_residual": residual, "converged": residual <= ACCEPT,
-               "finish_max_change": change}
+               "finish_max_change": change, "input_gap": gap}

@@ -19,6 +19,8 @@ TOLERANCE = 1e-12
 #: stops after STALL sweeps without halving its error
 ACCEPT = 1e-9
 STALL = 10
+#: largest factor of one step (a margin summing to a denormal would otherwise overflow to inf, then nan)
+MAX_FACTOR = 1e100
 
 
 @dataclass(frozen=True)
@@ -69,9 +71,9 @@ def rake(x: np.ndarray, margins: Sequence[Margin], *, tol: float = TOLERANCE, ma
         for m in margins:
             cur = m.of(x)
             err = max(err, relative_error(cur, m.target))
-            with np.errstate(divide="ignore", invalid="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 f = np.where(cur > 0, m.target / np.where(cur > 0, cur, 1.0), 0.0)
-            x *= m.spread(f)
+            x *= m.spread(np.minimum(f, MAX_FACTOR))
         if err <= tol:
             break
         best, since = (err, 0) if err < best / 2 else (best, since + 1)

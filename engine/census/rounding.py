@@ -17,6 +17,7 @@ Post-processing of released noisy answers: spends no privacy budget.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -27,8 +28,8 @@ from scipy.sparse.csgraph import maximum_flow
 from privcube.core.errors import ConfigError
 
 from .hierarchy import ROOT, Hierarchy
-from .nonnegative import Diagnostics, transport_lp
-from .raking import TOLERANCE, Margin, rake, relative_error, segment_margin
+from .nonnegative import Diagnostics, fit_transport, transport_lp
+from .raking import TOLERANCE, Margin, rake, relative_error
 from .tables import AttrSet, TableSet, prepare
 
 #: values within this of an integer are that integer (not a fractional entry)
@@ -267,10 +268,13 @@ def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagno
         totals = largest_remainder(t[()], p, up[()])
     out: dict[AttrSet, np.ndarray] = {(): totals}
 
-    def rerake(x0: np.ndarray, rows: Margin, s: AttrSet, stage: str):
+    def rerake(x0: np.ndarray, rows: np.ndarray, s: AttrSet, stage: str):
         def run() -> np.ndarray:
-            x, info = rake(x0, [rows, segment_margin(up[s].astype(float), starts, p)], tol=tol)
-            diag.add(level, stage, info)
+            started = time.perf_counter()
+            shape = (len(x0), -1, x0.shape[-1])
+            x, info = fit_transport(x0.reshape(shape), rows.astype(float).reshape(shape[:2]),
+                                    up[s].astype(float).reshape((len(up[s]), -1, x0.shape[-1])), starts, p, tol=tol)
+            diag.add(level, stage, info, time.perf_counter() - started)
             return x.ravel()
         return run
 
@@ -279,7 +283,7 @@ def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagno
         x0 = np.where(ts.zero(s)[None], 0.0, t[s])
         prob = Problem(x0.ravel(), np.repeat(np.arange(n), k), (p[:, None] * k + np.arange(k)).ravel(),
                        totals, up[s].ravel(), p, np.repeat(np.arange(len(up[s])), k))
-        return prob, rerake(x0, Margin(totals.astype(float), axis=1), s, "rerake_oneway"), (n, k)
+        return prob, rerake(x0, totals, s, "rerake_oneway"), (n, k)
 
     def twoway(s: AttrSet):
         ka, kb = ts.sizes[s[0]], ts.sizes[s[1]]
@@ -287,7 +291,7 @@ def _level(ts: TableSet, level: str, up: dict[AttrSet, np.ndarray], diag: Diagno
         row = np.arange(n * ka * kb) // kb
         prob = Problem(x0.ravel(), row, (p[row // ka] * ka + row % ka) * kb + np.arange(n * ka * kb) % kb,
                        out[(s[0],)].ravel(), up[s].ravel(), np.repeat(p, ka), np.repeat(np.arange(len(up[s])), ka * kb))
-        return prob, rerake(x0, Margin(out[(s[0],)].astype(float), axis=2), s, "rerake_twoway"), (n, ka, kb)
+        return prob, rerake(x0, out[(s[0],)], s, "rerake_twoway"), (n, ka, kb)
 
     _solve([((level, s), t[s].size, lambda s=s: oneway(s)) for s in ts.sets(level, 1)], out, diag, level)
     _solve([((level, s), t[s].size, lambda s=s: twoway(s)) for s in ts.sets(level, 2)], out, diag, level)

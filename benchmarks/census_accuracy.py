@@ -9,7 +9,9 @@ noisy residuals:
 * **hierarchical** (privcube): every residual fitted over the whole tree by generalised least squares, then
   non-negativity top-down (``privcube.census.release``);
 * **independent**: each level from its own measurements only, post-processed alone (non-negative, each unit's
-  tables agreeing, the level's units summing to their own total);
+  tables agreeing, the level's units summing to their own total; started from the projected estimate as
+  privcube's is; no prior: without a parent it would pull every unit to the national table, which measured
+  worse, 3.76 against 2.20 tract RMSE on a 400-tract case);
 * **top-down** (TopDown-like): the state level from its own measurements, then each level fitted to its parent's
   already-fixed published tables (children's residuals shifted to sum to the parent's), then made non-negative.
 
@@ -83,6 +85,20 @@ def rmse_by_level(spec: Any, published: Any, truth: dict) -> dict[str, float]:
     return out
 
 
+def noise_sd(spec: Any, plan: Any) -> float:
+    """A level's typical cell noise sd from its own measurements (the prior the estimator's start uses)."""
+    from privcube.census.residual_tables import cell_variance, subsets
+
+    v = [float(np.median(np.ravel(cell_variance({t: plan.sigma2[t] for t in subsets(s)}, s, spec.sizes))))
+         for s in plan.sets]
+    return float(np.sqrt(np.median(v)))
+
+
+def options(spec: Any, plans: dict, levels: list[str]) -> dict:
+    """The same start as privcube's (projected, a noise-sized prior below the top level) for a baseline."""
+    return {"project": True, "prior": {lv: noise_sd(spec, plans[lv]) for lv in levels if lv != spec.levels[0]}}
+
+
 def independent(spec: Any, hierarchy: Any, residuals: dict, plans: dict, invariants: dict) -> dict:
     """Each level alone: its own residuals, its tables, non-negative within the level (a one-level tree)."""
     from privcube.census.hierarchy import Hierarchy
@@ -101,7 +117,7 @@ def independent(spec: Any, hierarchy: Any, residuals: dict, plans: dict, invaria
         tables[""] = {s: t.sum(axis=0, keepdims=True) for s, t in tables[lv].items()}
         zeros = {s: m for s in sets if (m := spec.zero_mask(s)) is not None}
         fixed = {lv: np.asarray(invariants[lv], float)} if lv in invariants else None
-        done, _ = make_nonnegative(flat, tables, zeros, fixed or {})
+        done, _ = make_nonnegative(flat, tables, zeros, fixed or {}, {"project": True})
         out[lv] = done[lv]
     return out
 
@@ -133,7 +149,8 @@ def top_down(spec: Any, hierarchy: Any, residuals: dict, plans: dict, invariants
         tables[""] = {s: tables[spec.levels[0]][s].sum(axis=0, keepdims=True) for s in tables[spec.levels[0]]}
         zeros = {s: m for s in sets if (m := spec.zero_mask(s)) is not None}
         done, _ = make_nonnegative(hierarchy, {key: tables[key] for key in ("", *spec.levels[: k + 1])}, zeros,
-                                   {p: np.asarray(v, float) for p, v in invariants.items()})
+                                   {p: np.asarray(v, float) for p, v in invariants.items()},
+                                   options(spec, plans, list(spec.levels[: k + 1])))
         final[lv] = done[lv]
     return final
 

@@ -88,7 +88,7 @@ def release(spec: CensusSpec, hierarchy: Any, residuals: Mapping[str, Mapping[tu
     linear, variance = build_tables(spec, est, var)
     zeros = {s: m for s in needed_sets(spec)[TOTAL] if (m := spec.zero_mask(s)) is not None}
     fixed = {lv: np.asarray(v, dtype=float) for lv, v in invariants.items()}
-    real, diag = make_nonnegative(hierarchy, linear, zeros, fixed)
+    real, diag = make_nonnegative(hierarchy, linear, zeros, fixed, start_options(spec, variance))
     published: Tables = real
     rounding_diag: dict[str, Any] = {}
     if spec.output["integer"] if integer is None else integer:
@@ -96,12 +96,27 @@ def release(spec: CensusSpec, hierarchy: Any, residuals: Mapping[str, Mapping[tu
     return Release(linear, variance, published, real, {"nonnegative": diag, "rounding": rounding_diag})
 
 
+def start_options(spec: CensusSpec, variance: Tables) -> dict[str, Any]:
+    """Where the non-negative fit starts: every level's estimate projected onto its unit's already-fitted margin
+    (clipping alone biases cells that are truly zero), and, below the top level, a prior of one typical noise
+    standard deviation per cell spread as the parent's table (a unit made mostly of noise leans on its parent).
+    Measured on 10^6 persons in 70,000 tracts (issue 35): county 1-/2-way RMSE 20.7/8.41 -> 16.6/5.30, tract
+    6.25 -> 5.08; a prior at the top level made it worse (state 1-way 69 -> 80), so it has none."""
+    prior = {}
+    for lv in spec.levels[1:]:
+        cells = np.concatenate([np.ravel(v) for v in variance[lv].values()])
+        prior[lv] = float(np.sqrt(np.median(cells))) if cells.size else 0.0
+    return {"project": True, "prior": prior}
+
+
 def make_nonnegative(hierarchy: Any, tables: Tables, zeros: Mapping[tuple[str, ...], np.ndarray],
-                     fixed: Mapping[str, np.ndarray]) -> tuple[Tables, dict[str, Any]]:
-    """``privcube.census.nonnegative.nonnegative_tables`` on tables keyed in domain order."""
+                     fixed: Mapping[str, np.ndarray], options: Mapping[str, Any] | None = None
+                     ) -> tuple[Tables, dict[str, Any]]:
+    """``privcube.census.nonnegative.nonnegative_tables`` on tables keyed in domain order (``options``: its
+    keyword arguments, e.g. :func:`start_options`)."""
     from privcube.census.nonnegative import nonnegative_tables
 
-    return _by_sorted_names(nonnegative_tables, hierarchy, tables, zeros, fixed)
+    return _by_sorted_names(nonnegative_tables, hierarchy, tables, zeros, fixed, **(options or {}))
 
 
 def make_integer(hierarchy: Any, tables: Tables, zeros: Mapping[tuple[str, ...], np.ndarray],
@@ -113,7 +128,7 @@ def make_integer(hierarchy: Any, tables: Tables, zeros: Mapping[tuple[str, ...],
 
 
 def _by_sorted_names(step: Any, hierarchy: Any, tables: Tables, zeros: Mapping[tuple[str, ...], np.ndarray],
-                     fixed: Mapping[str, np.ndarray]) -> tuple[Tables, dict[str, Any]]:
+                     fixed: Mapping[str, np.ndarray], **options: Any) -> tuple[Tables, dict[str, Any]]:
     """Run a top-down step (``nonnegative_tables``, ``controlled_rounding``), which keys 2-way tables by their
     names in alphabetical order, on tables keyed in domain order: transposed in, transposed back."""
     def turn(key: tuple[str, ...]) -> tuple[str, ...]:
@@ -124,9 +139,9 @@ def _by_sorted_names(step: Any, hierarchy: Any, tables: Tables, zeros: Mapping[t
 
     given = {lv: {turn(k): axes(k, a, 1) for k, a in t.items()} for lv, t in tables.items()}
     masks = {turn(k): axes(k, m, 0) for k, m in zeros.items()}
-    done, diag = step(hierarchy, given, zeros=masks, fixed_totals=fixed)
+    done, diag = step(hierarchy, given, zeros=masks, fixed_totals=fixed, **options)
     return {lv: {k: axes(k, done[lv][turn(k)], 1) for k in t} for lv, t in tables.items()}, diag
 
 
 __all__ = ["Release", "Tables", "build_tables", "fit_residuals", "make_integer", "make_nonnegative", "needed_sets",
-           "release"]
+           "release", "start_options"]

@@ -81,18 +81,25 @@ def build_tables(spec: CensusSpec, est: Mapping[tuple[str, ...], Mapping[str, np
 
 
 def release(spec: CensusSpec, hierarchy: Any, residuals: Mapping[str, Mapping[tuple[str, ...], np.ndarray]],
-            plans: Mapping[str, LevelPlan], invariants: Mapping[str, np.ndarray], *, integer: bool | None = None
-            ) -> Release:
-    """The whole estimator (steps 1-4 of the module docstring) on one set of measurements."""
+            plans: Mapping[str, LevelPlan], invariants: Mapping[str, np.ndarray], *, integer: bool | None = None,
+            progress: Any = None) -> Release:
+    """The whole estimator (steps 1-4 of the module docstring) on one set of measurements; ``progress(message,
+    fraction)`` hears of each step."""
+    say = progress or (lambda message, fraction: None)
+    integer = spec.output["integer"] if integer is None else integer
+    say("census fit: hierarchical least squares", 0.0)
     est, var = fit_residuals(spec, hierarchy, residuals, plans, invariants)
     linear, variance = build_tables(spec, est, var)
+    say("census fit: non-negative, top-down", 0.3)
     zeros = {s: m for s in needed_sets(spec)[TOTAL] if (m := spec.zero_mask(s)) is not None}
     fixed = {lv: np.asarray(v, dtype=float) for lv, v in invariants.items()}
     real, diag = make_nonnegative(hierarchy, linear, zeros, fixed, start_options(spec, variance))
     published: Tables = real
     rounding_diag: dict[str, Any] = {}
-    if spec.output["integer"] if integer is None else integer:
+    if integer:
+        say("census fit: controlled rounding", 0.6)
         published, rounding_diag = make_integer(hierarchy, real, zeros, fixed)
+    say("census fit: done", 1.0)
     return Release(linear, variance, published, real, {"nonnegative": diag, "rounding": rounding_diag})
 
 

@@ -167,7 +167,7 @@ class CensusJobKind:
         residuals, invariants, _ = measured
         spec, ctx = self.spec, env.context
         t0 = time.perf_counter()
-        rel = release(spec, self.hierarchy, residuals, self.plans, invariants)
+        rel = release(spec, self.hierarchy, residuals, self.plans, invariants, progress=ctx.progress)
         env.timings["fit_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         self.derived["intervals"] = bootstrap_intervals(

@@ -177,3 +177,27 @@ def test_discrete_noise_and_a_given_split(tmp_path: Path) -> None:
     assert {k: round(v / total, 6) for k, v in rho.items()} == {"state": 0.2, "county": 0.3, "tract": 0.5}
     _, frames = _answers(tmp_path / "run")
     assert all((f["published"] >= 0).all() for f in frames.values())
+
+
+def test_a_crash_after_measuring_resumes_without_spending_twice(tmp_path: Path, monkeypatch) -> None:
+    """The measured residuals are committed before the fit: a run that dies in the fit resumes from them (the
+    same charges, once; the same answers as an uninterrupted run with that seed)."""
+    import privcube.census.release as release_module
+
+    config = _as_file(tmp_path, write_inputs(tmp_path, rows=1500))
+    real = release_module.fit_residuals
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed in the fit")
+
+    monkeypatch.setattr(release_module, "fit_residuals", crash)
+    with pytest.raises(RuntimeError, match="killed in the fit"):
+        api.run(config, tmp_path / "run", seed=4, quiet=True)
+    assert (tmp_path / "run" / "checkpoint").exists() and not (tmp_path / "run" / ".complete").exists()
+    monkeypatch.setattr(release_module, "fit_residuals", real)
+    api.run(config, tmp_path / "run", seed=4, resume=True, quiet=True)
+    api.run(config, tmp_path / "straight", seed=4, quiet=True)
+    resumed, straight = (json.loads((tmp_path / r / "ledger.json").read_text()) for r in ("run", "straight"))
+    assert resumed["charges"] == straight["charges"] and resumed["spent"] == straight["spent"]
+    for name in sorted((tmp_path / "straight" / "answers").glob("*.parquet")):
+        assert pd.read_parquet(name).equals(pd.read_parquet(tmp_path / "run" / "answers" / name.name))

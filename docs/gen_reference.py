@@ -79,6 +79,17 @@ def config_sections() -> Iterator[tuple[str, str, Mapping[str, Param]]]:
            spec.PART_BUDGET_PARAMS)
     yield ("Relational: `privacy.links` (or `privacy.links.NAME`)", "A link's budget and, optionally, its own degree "
            "bound (a key left out takes the mechanism's).", {**spec.PART_BUDGET_PARAMS, **spec.LINK_BOUND_PARAMS})
+    from privcube.census import spec as census
+
+    yield ("Census jobs: top-level keys", "A config with a `geography` section is a census job "
+           "(`privcube.census`): tables by geographic level that add up, invariants, structural zeros, integer "
+           "output.", census.CENSUS_PARAMS)
+    yield "Census: `geography`", "The hierarchy of units.", census.GEOGRAPHY_PARAMS
+    yield "Census: `workload` entries", "Tables published within every unit of a level (at most 2-way).", \
+        census.WORKLOAD_ENTRY_PARAMS
+    yield ("Census: `privacy`", "The budget as for any job (epsilon + delta, or rho), and optionally its split.",
+           census.CENSUS_PRIVACY_PARAMS)
+    yield "Census: `output`", "What the answer tables hold.", census.CENSUS_OUTPUT_PARAMS
     from privcube.graphs.cluster.kind import SECURITY_OPTIONS
     from privcube.graphs.cluster.registry import CLUSTER_KINDS
 

@@ -35,6 +35,7 @@ from privcube.core.errors import (
 from privcube.jobs import JobEnv, JobKind, load_job
 from privcube.jobs.single_table import add_plan_intervals, build_mechanism, plan_of
 from privcube.mechanisms.base import PlanSummary
+from privcube.census.report_section import RUN_SECTIONS as CENSUS_RUN
 from privcube.relational.report_section import RUN_SECTIONS as RELATIONAL_RUN
 from privcube.report.rundata import register_kind, register_planner
 from privcube.result import Result, RunSummary
@@ -57,6 +58,16 @@ def plan(config: str | Path | Mapping[str, Any] | JobConfig, *,
         from privcube.jobs import mechanism_name
 
         raw, folder = (dict(config), Path(".").resolve()) if isinstance(config, Mapping) else read_config_file(config)
+        from privcube.census.spec import is_census
+
+        if is_census(raw):  # tables by geographic level: the plan reads the public map, never the data
+            from privcube.census.plan import plan_census
+            from privcube.census.spec import parse_census
+
+            if links is not None:
+                raise ConfigError("plan: 'links' (the public number of links) applies to relational jobs only")
+            raw.pop("resolved", None)
+            return plan_census(parse_census(raw, folder, need_data=False))
         if mechanism_name(raw) == "relational":
             from privcube.relational.plan import plan_relational
             from privcube.relational.report_json import schema_warnings
@@ -353,6 +364,7 @@ def _progress_callback(quiet: bool) -> Any:
 
 
 register_planner(plan)  # ``privcube report`` recomputes a plan a run did not store through the driver
+register_kind("census", CENSUS_RUN)  # a census run's plan note and levels section (privcube.census)
 register_kind("relational", RELATIONAL_RUN)  # a relational run's plan note and links sections (privcube.relational)
 
 __all__ = ["INPUT_ERRORS", "RunSummary", "add_plan_intervals", "build_mechanism", "exact_marginals", "plan", "run",

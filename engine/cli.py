@@ -1,4 +1,4 @@
-"""Command line: ``privcube marginals | plan | run | report | schema | demo``. Thin: parse, call the API, print.
+"""Command line: ``privcube marginals | plan | run | report | schema | generate-census | demo``. Thin: parse, call the API, print.
 
 Any ``PrivcubeError`` becomes one line on stderr and exit code 2.
 """
@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     _audit_parser(sub)
     _budget_parser(sub)
 
+    _generate_parser(sub)
+
     d = sub.add_parser("demo", help="generate a seeded census-like table and run the main job on it")
     d.add_argument("--out", help="folder for the demo data and run (default: ./privcube-demo); refused if it holds "
                                  "files the demo did not write")
@@ -85,6 +87,34 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workers", type=int, default=None, help="LocalCluster workers")
     d.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
+
+
+def _generate_parser(sub: Any) -> None:
+    """``privcube generate-census OUT --rows N [--geography [--states S --counties C --tracts T]]``."""
+    g = sub.add_parser("generate-census", help="write seeded census-like test data (integer-coded Parquet, no "
+                                               "download), optionally placed in a state > county > tract geography",
+                       description="Write seeded, census-like synthetic persons as integer-coded Parquet files with "
+                                   "domain.json and schema.yaml. With --geography: OUT/persons/ (a tract column, rows "
+                                   "grouped by tract), the public map OUT/geo-map.parquet (tract, county, state) and "
+                                   "attributes whose distribution varies by state, county and tract.")
+    g.add_argument("out", metavar="OUT", help="output folder (existing generated files are refused unless --overwrite)")
+    g.add_argument("--rows", type=int, required=True, help="number of persons")
+    g.add_argument("--seed", type=int, default=0, help="data seed: the same seed writes the same files (default 0)")
+    g.add_argument("--attributes", type=int, default=12, metavar="K",
+                   help="the first K of the generator's 30 census attributes (default 12; with --geography, "
+                        "'state' among them is dropped: the map gives it)")
+    g.add_argument("--rows-per-file", type=int, default=None, metavar="R",
+                   help="rows per Parquet file (default 1000000, with --geography 2000000)")
+    g.add_argument("--geography", action="store_true", help="place persons in tracts of a generated state > county "
+                                                            "> tract map (writes persons/, geo-map.parquet)")
+    g.add_argument("--states", type=int, default=None, metavar="S", help="with --geography: number of states (default 51)")
+    g.add_argument("--counties", type=int, default=None, metavar="C",
+                   help="with --geography: number of counties (default 3100)")
+    g.add_argument("--tracts", type=int, default=None, metavar="T",
+                   help="with --geography: number of tracts, the finest unit (default 70000)")
+    g.add_argument("--workers", type=int, default=None, metavar="N", help="threads writing files in parallel "
+                                                                          "(default: the machine's cores, at most 8)")
+    g.add_argument("--overwrite", action="store_true", help="replace files an earlier generate-census wrote in OUT")
 
 
 def _audit_parser(sub: Any) -> None:
@@ -307,6 +337,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _audit(args)
     if args.command == "budget":
         return _budget(args)
+    if args.command == "generate-census":
+        return _generate_census(args)
     if args.command == "demo":
         from privcube.demo import run_demo
 
@@ -343,6 +375,37 @@ def _audit(args: argparse.Namespace) -> int:
     else:
         print(format_table(rows))
     return 0 if all(r.passed for r in rows) else 1
+
+
+def _generate_census(args: argparse.Namespace) -> int:
+    """``privcube generate-census``: the flat generator, or the geography-aware one with ``--geography``."""
+    import os
+    import time
+
+    units = {"states": args.states, "counties": args.counties, "tracts": args.tracts}
+    given = [k for k, v in units.items() if v is not None]
+    if given and not args.geography:
+        raise ConfigError(f"generate-census: --{given[0]} needs --geography")
+    start = time.perf_counter()
+    if args.geography:
+        from privcube.storage.census_geography import generate_census_geo
+
+        sizes = {k: v for k, v in units.items() if v is not None}
+        paths = generate_census_geo(args.out, args.rows, seed=args.seed, n_attributes=args.attributes,
+                                    rows_per_file=args.rows_per_file or 2_000_000, workers=args.workers,
+                                    overwrite=args.overwrite, **sizes)
+        shown = [paths["persons"], paths["map"], paths["domain"], paths["schema"]]
+    else:
+        from privcube.storage.generate import generate_census
+
+        files, _ = generate_census(args.out, args.rows, seed=args.seed, n_attributes=args.attributes,
+                                   rows_per_file=args.rows_per_file or 1_000_000, overwrite=args.overwrite,
+                                   workers=args.workers or min(os.cpu_count() or 1, 8))
+        shown = [Path(args.out) / f"part-*.parquet ({len(files)} files)", Path(args.out) / "domain.json"]
+    seconds = time.perf_counter() - start
+    print(f"generated {args.rows} rows in {seconds:.1f} s ({args.rows / max(seconds, 1e-9):.3g} rows/s): "
+          + ", ".join(str(p) for p in shown))
+    return 0
 
 
 def _budget(args: argparse.Namespace) -> int:
@@ -447,6 +510,9 @@ def _print_plan(summary) -> None:  # noqa: ANN001
     if summary.mechanism == "relational":
         _print_relational_plan(summary)
         return
+    if summary.mechanism == "census":
+        _print_census_plan(summary)
+        return
     print(f"expected RMSE (all queries): {summary.rmse:.6g}")
     print("privacy: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
                                   for k, v in summary.privacy.items() if not isinstance(v, dict)))
@@ -503,6 +569,24 @@ def _print_memory(mem: dict) -> None:
           f"{there}{verdict}")
     for note in mem.get("notes") or []:
         print(f"  note: {note}")
+
+
+def _print_census_plan(summary) -> None:  # noqa: ANN001
+    """The census plan: the budget, its split over levels, each level's expected error fitted and alone."""
+    pr, d = summary.privacy, summary.details
+    print("privacy: " + ", ".join(f"{k}={pr[k]:.6g}" for k in ("epsilon", "delta", "rho") if pr.get(k) is not None)
+          + f"; split over levels by the {pr['split_chosen_by']}")
+    for lv, info in d["levels"].items():
+        print(f"level {lv}: {info['units']} units, share {info['share']:.3g} (rho {info['rho']:.6g}), expected "
+              f"RMSE per cell {info['rmse']:.6g} (measured alone: {info['rmse_alone']:.6g}); tables: "
+              + ", ".join(",".join(t) or "(total)" for t in info["tables"][:6])
+              + (f" and {len(info['tables']) - 6} more" if len(info["tables"]) > 6 else ""))
+    if d["invariants"]:
+        print("invariants (published exactly, not protected: public facts): " + ", ".join(d["invariants"]))
+    if d["structural_zeros"]:
+        print(f"structural zeros: {len(d['structural_zeros'])} rule(s), zero in every output")
+    print(f"output: {'whole counts (controlled rounding)' if d['integer'] else 'real counts'}, non-negative, "
+          "children summing exactly to their parent")
 
 
 def _print_relational_plan(summary) -> None:  # noqa: ANN001

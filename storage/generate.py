@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -265,7 +265,7 @@ def _model() -> tuple[list[_Spec], list[_Table]]:
     return specs, _compile(specs)
 
 
-def _check_n_attributes(n_attributes: int) -> None:
+def check_n_attributes(n_attributes: int) -> None:
     """Reject attribute counts the generator cannot produce."""
     if isinstance(n_attributes, bool) or not isinstance(n_attributes, int) or not 1 <= n_attributes <= MAX_ATTRIBUTES:
         raise ConfigError(f"n_attributes={n_attributes!r} must be an integer in 1..{MAX_ATTRIBUTES}")
@@ -273,34 +273,100 @@ def _check_n_attributes(n_attributes: int) -> None:
 
 def census_schema(n_attributes: int = 12) -> Schema:
     """Rich schema (integer codes with labels) of the first ``n_attributes`` census attributes."""
-    _check_n_attributes(n_attributes)
+    check_n_attributes(n_attributes)
     specs, _ = _model()
     return Schema(tuple(Attribute(s.name, "integer", len(s.labels), labels_=s.labels) for s in specs[:n_attributes]))
 
 
-def generate_part(index: int, n_rows: int, *, seed: int = 0, n_attributes: int = 12) -> pd.DataFrame:
-    """Rows of file ``index`` (depends only on ``(seed, index)``; a prefix of a longer part)."""
-    _check_n_attributes(n_attributes)
-    if n_rows < 0:
-        raise ConfigError(f"n_rows={n_rows!r} must be >= 0")
-    specs, tables = _model()
-    part = np.random.SeedSequence(seed, spawn_key=(int(index),))
+def _alias_draw(t: _Table, row: np.ndarray | None, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` codes of table ``t`` (alias method), row ``i`` drawn given the parents' flat index ``row[i]``."""
+    x = rng.random(n) * t.size
+    k = x.astype(np.int64)
+    np.minimum(k, t.size - 1, out=k)
+    flat = row * t.size + k if t.parents else k
+    accept = (x - k) < t.prob[flat]
+    return np.where(accept, k, t.alias[flat])
+
+
+@dataclass(frozen=True)
+class Tilt:
+    """A per-row reweighting of one attribute's conditional table: row ``i`` draws code ``k`` with probability
+    proportional to ``P(k | parents) * accept[group[i], k]`` (rejection sampling; ``accept`` in (0, 1], each row
+    of it with a 1 somewhere). The geography-aware generator uses it to shift tables by state, county and tract."""
+
+    group: np.ndarray  # (n_rows,) index into the rows of ``accept``
+    accept: np.ndarray  # (groups, size) acceptance probabilities
+
+
+_REJECTION_ROUNDS = 3  # then the rows still rejected (those whose likely codes are tilted away) are drawn exactly
+_PROBABILITIES: dict[str, np.ndarray] = {}
+
+
+def _probabilities(t: _Table) -> np.ndarray:
+    """``P(code | parents' flat index)`` of a compiled table, rebuilt from its alias tables: (rows, size)."""
+    if t.name not in _PROBABILITIES:
+        k = t.size
+        prob, alias = t.prob.reshape(-1, k), t.alias.reshape(-1, k).astype(np.int64)
+        p = prob.copy()
+        np.add.at(p, (np.repeat(np.arange(len(prob)), k), alias.ravel()), (1.0 - prob).ravel())
+        _PROBABILITIES[t.name] = p / k
+    return _PROBABILITIES[t.name]
+
+
+def _tilted(t: _Table, row: np.ndarray, rng: np.random.Generator, n: int, tilt: Tilt) -> np.ndarray:
+    """Codes of ``t`` drawn under ``tilt``: draw, keep with probability ``accept[group, code]``, redraw the rest a
+    few rounds, then draw the rows still rejected from their reweighted rows by inverse CDF (exact either way)."""
+    codes = _alias_draw(t, row, rng, n)
+    accept = tilt.accept.ravel()
+    todo = np.flatnonzero(rng.random(n) >= accept[tilt.group * t.size + codes])
+    for _ in range(_REJECTION_ROUNDS):
+        if not todo.size:
+            return codes
+        codes[todo] = _alias_draw(t, row[todo], rng, todo.size)
+        todo = todo[rng.random(todo.size) >= accept[tilt.group[todo] * t.size + codes[todo]]]
+    if not todo.size:
+        return codes
+    weight = _probabilities(t)[row[todo] if t.parents else np.zeros(todo.size, np.int64)]
+    cdf = np.cumsum(weight * tilt.accept[tilt.group[todo]], axis=1)
+    u = rng.random(todo.size) * cdf[:, -1]
+    codes[todo] = np.minimum((cdf <= u[:, None]).sum(axis=1), t.size - 1)
+    return codes
+
+
+def draw_codes(streams: Sequence[np.random.SeedSequence], n_rows: int, n_attributes: int, *,
+               fixed: Mapping[str, np.ndarray] | None = None,
+               tilts: Mapping[str, Tilt] | None = None) -> dict[str, np.ndarray]:
+    """Codes of the first ``n_attributes`` attributes, one random stream each (a prefix of a longer draw).
+
+    ``fixed`` supplies an attribute's codes instead of drawing them (its children are drawn given them);
+    ``tilts`` reweights an attribute's table row by row (:class:`Tilt`). Without either, this is the flat
+    generator's draw (:func:`generate_part`)."""
+    _, tables = _model()
+    fixed, tilts = fixed or {}, tilts or {}
     codes: list[np.ndarray] = []
-    for t, child in zip(tables[:n_attributes], part.spawn(n_attributes)):
+    for t, child in zip(tables[:n_attributes], streams):
+        if t.name in fixed:
+            codes.append(np.asarray(fixed[t.name]).astype(code_dtype(t.size), copy=False))
+            continue
         rng = np.random.default_rng(child)  # one stream per attribute: shorter parts are prefixes
         row = np.zeros(n_rows, dtype=np.int64)
         for j, stride in zip(t.parents, t.strides):
             row += codes[j].astype(np.int64) * stride
-        x = rng.random(n_rows) * t.size
-        k = x.astype(np.int64)
-        np.minimum(k, t.size - 1, out=k)
-        flat = row * t.size + k if t.parents else k
-        accept = (x - k) < t.prob[flat]
-        codes.append(np.where(accept, k, t.alias[flat]).astype(code_dtype(t.size)))
-    return pd.DataFrame({t.name: c for t, c in zip(tables, codes)}, copy=False)
+        drawn = _tilted(t, row, rng, n_rows, tilts[t.name]) if t.name in tilts else _alias_draw(t, row, rng, n_rows)
+        codes.append(drawn.astype(code_dtype(t.size)))
+    return {t.name: c for t, c in zip(tables, codes)}
 
 
-def _write_part(path: Path, frame: pd.DataFrame) -> Path:
+def generate_part(index: int, n_rows: int, *, seed: int = 0, n_attributes: int = 12) -> pd.DataFrame:
+    """Rows of file ``index`` (depends only on ``(seed, index)``; a prefix of a longer part)."""
+    check_n_attributes(n_attributes)
+    if n_rows < 0:
+        raise ConfigError(f"n_rows={n_rows!r} must be >= 0")
+    part = np.random.SeedSequence(seed, spawn_key=(int(index),))
+    return pd.DataFrame(draw_codes(part.spawn(n_attributes), n_rows, n_attributes), copy=False)
+
+
+def write_part(path: Path, frame: pd.DataFrame) -> Path:
     """Write one Parquet file atomically (temporary name, then rename)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -322,7 +388,7 @@ def generate_census(
     workers: int = 1,
 ) -> tuple[list[Path], Domain]:
     """Write ``out_dir/part-XXXXX.parquet`` + ``domain.json`` + ``schema.yaml``; return files and domain."""
-    _check_n_attributes(n_attributes)
+    check_n_attributes(n_attributes)
     if isinstance(n_rows, bool) or not isinstance(n_rows, int) or n_rows < 1:
         raise ConfigError(f"n_rows={n_rows!r} must be a positive integer")
     if isinstance(rows_per_file, bool) or not isinstance(rows_per_file, int) or rows_per_file < 1:
@@ -344,7 +410,7 @@ def generate_census(
 
     def one(i: int) -> Path:
         rows = min(rows_per_file, n_rows - i * rows_per_file)
-        return _write_part(out / f"part-{i:05d}.parquet", generate_part(i, rows, seed=seed, n_attributes=n_attributes))
+        return write_part(out / f"part-{i:05d}.parquet", generate_part(i, rows, seed=seed, n_attributes=n_attributes))
 
     if workers == 1:
         files = [one(i) for i in range(n_files)]

@@ -1,5 +1,5 @@
-"""Job kinds of the one driver: single-table (a mechanism answers a workload) and relational (two linked
-tables synthesized). :func:`load_job` reads a config and returns the job of its kind (see :mod:`.kind`)."""
+"""Job kinds of the one driver: single-table (a mechanism answers a workload), relational (linked tables
+synthesized) and census (tables by geographic level, consistent across levels). :func:`load_job` reads a config and returns the job of its kind (see :mod:`.kind`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -28,6 +28,15 @@ def load_job(config: Any, data: Any = None, *, base: str | Path | None = None) -
         raw, folder = dict(config), Path(base or ".").resolve()
     else:
         raw, folder = read_config_file(config)
+    from privcube.census.spec import is_census
+
+    if is_census(raw):  # a geography section: tables by level (privcube.census)
+        from privcube.config import parse_cluster, parse_noise_sampler
+        from privcube.jobs.census import CensusJobKind
+
+        census = CensusJobKind.load(raw, folder, data)
+        census.cluster, census.noise_sampler = parse_cluster(raw, folder), parse_noise_sampler(raw)
+        return census
     if mechanism_name(raw) == "relational":
         from privcube.config import parse_cluster, parse_noise_sampler
         from privcube.relational.job import RelationalJobKind

@@ -60,7 +60,7 @@ def published_marginals(run: RunData) -> str:
             counts = synthetic_marginal(files, attrs, tuple(int(domain[a]) for a in attrs))
             syn = counts[tuple(frame[a].to_numpy(dtype=np.int64) for a in attrs)]
         ci = (frame["ci_low"], frame["ci_high"]) if {"ci_low", "ci_high"} <= set(frame.columns) else None
-        label = group_label({"attributes": attrs, "queries": g.get("queries")})
+        label = group_label({"attributes": attrs, "queries": g.get("queries"), "by": g.get("by")})
         what = "published answers" if col == "published" else "noisy estimates"  # not "published published"
         svg = figures.compare(f"marginal-{i}", f"{label}: {what}" + (" vs synthetic records" if syn is not None
                                                                     else ""),

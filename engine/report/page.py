@@ -30,12 +30,13 @@ def _sections(run: RunData) -> list[tuple[str, str, str]]:
     """(anchor, nav title, html) for each section that has something to show."""
     from privcube.report import marginals, sections, selection
 
-    draw = mechanism_sections(run.mechanism)["draw"]  # a job kind's own sections (relational: the links)
+    draw = mechanism_sections(run.mechanism)["draw"]  # a job kind's own sections (relational: links; census: levels)
     relational: dict[str, str] = draw(run) if draw else {}
     parts = [("warnings", "Warnings", sections.warnings(run)),
              ("overview", "Overview", sections.overview(run)),
              ("expected-error", "Expected error", sections.expected_error(run)),
              ("privacy-split", "Privacy split", relational.get("privacy-split", "")),
+             ("levels", "Levels", relational.get("levels", "")),
              ("budget", "Budget split", sections.budget_split(run)),
              ("dp-error", "DP error", relational.get("dp-error", "")),
              ("iterations", "Link iterations", relational.get("iterations", "")),

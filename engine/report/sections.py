@@ -15,8 +15,11 @@ COLORS_BY_K = {0: figures.PALETTE[7], 1: figures.PALETTE[2], 2: figures.PALETTE[
 
 
 def group_label(g: dict[str, Any]) -> str:
-    """A query group's name: its label or attributes, plus non-identity query types."""
+    """A query group's name: its label or attributes (after its level, ``by``, for tables by geographic unit), plus
+    non-identity query types."""
     label = g.get("label") or ",".join(g.get("attributes") or []) or "(total)"
+    if g.get("by"):
+        label = f"{g['by']}: {label}"
     queries = g.get("queries") if isinstance(g.get("queries"), dict) else {}
     kinds = [f"{a}:{q}" for a, q in queries.items() if q != "identity"]
     return f"{label} [{' '.join(kinds)}]" if kinds else str(label)

@@ -55,7 +55,7 @@ def write_config(path: Path, data: Path | None, dom: Path, **over) -> Path:
 
 
 def test_help_everywhere():
-    for args in ([], ["marginals"], ["plan"], ["run"], ["schema"], ["demo"]):
+    for args in ([], ["marginals"], ["plan"], ["run"], ["schema"], ["generate-census"], ["demo"]):
         r = cli(*args, "--help")
         assert r.returncode == 0, r.stderr
         assert "usage: privcube" in r.stdout

@@ -27,7 +27,7 @@ PAGES = ROOT / "docs" / "pages"
 TUTORIALS = ["getting-started.md", "tutorials/marginals-with-intervals.md", "tutorials/synthetic-records.md",
              "tutorials/people-with-several-rows.md", "tutorials/resume-after-a-crash.md",
              "tutorials/relational-database.md", "tutorials/laptop-to-cluster.md",
-             "tutorials/choosing-a-mechanism.md"]
+             "tutorials/choosing-a-mechanism.md", "tutorials/census-release.md"]
 
 _FENCE = re.compile(r"^```(?P<lang>[\w-]*)(?P<attrs>[^\n]*)\n(?P<body>.*?)^```\s*$", re.M | re.S)
 _MARKER = re.compile(r"<!--\s*test:\s*(run|output)\s*-->\s*$")

@@ -71,8 +71,8 @@ def test_the_pages_list_every_key_and_flag(gen) -> None:
     for path, _, sub in gen._subcommands(build_parser(), "privcube"):
         assert f"## `{path}`" in cli
         assert all(f"<code>{(a.option_strings or [a.metavar or a.dest])[0]}" in cli for a in gen.cli_arguments(sub))
-    for command in ("run", "plan", "demo", "report", "marginals", "schema show", "schema infer", "audit",
-                    "budget init", "budget show"):
+    for command in ("run", "plan", "demo", "generate-census", "report", "marginals", "schema show", "schema infer",
+                    "audit", "budget init", "budget show"):
         assert f"## `privcube {command}`" in cli
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"engine": "privcube", "graphs": "privcube.graphs", "storage": "privcube.storage"}
-EXECUTION_FREE = ("privcube.mechanisms", "privcube.synth", "privcube.postprocess", "privcube.relational")
+EXECUTION_FREE = ("privcube.mechanisms", "privcube.synth", "privcube.postprocess", "privcube.relational",
+                  "privcube.census")
 #: what the graphs layer must not import: the internals of the layers it executes
 MECHANISM_SIDE = EXECUTION_FREE
 
@@ -218,7 +219,7 @@ LAYERS = (
     ("privcube.postprocess",),
     ("privcube.mechanisms",),
     ("privcube.report",),
-    ("privcube.relational", "privcube.graphs"),
+    ("privcube.relational", "privcube.census", "privcube.graphs"),
 )
 
 

@@ -35,6 +35,43 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
+class ProcessPeaks:
+    """Peak RSS of each descendant process (the privcube driver and each dask worker), sampled every 0.2 s."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peaks: dict[int, tuple[int, str]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            for c in psutil.Process().children(recursive=True):
+                try:
+                    rss, role = c.memory_info().rss, ("worker" if "spawn_main" in " ".join(c.cmdline()) else "driver")
+                except psutil.Error:
+                    continue
+                if rss > self.peaks.get(c.pid, (0, ""))[0]:
+                    self.peaks[c.pid] = (rss, role)
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> "ProcessPeaks":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> str:
+        """Largest peak of the driver and of each worker, GiB."""
+        big = sorted(self.peaks.values(), reverse=True)
+        return ", ".join(f"{role} {rss / 2**30:.2f}" for rss, role in big[:4])
+
+
 def job_config(data: Path, attrs: list[str], county_pairs: int, bootstrap: int) -> dict:
     """The release's config (2-way tables by county: every k-th pair, deterministic)."""
     pairs = list(itertools.combinations(attrs, 2))
@@ -78,7 +115,7 @@ def main() -> None:
     (data.parent / (data.name + "-job.yaml")).write_text(yaml.safe_dump(config))
     before = load()
     t0 = time.perf_counter()
-    with MemorySampler() as mem:
+    with MemorySampler() as mem, ProcessPeaks() as procs:
         done = subprocess.run([sys.executable, "-m", "privcube", "run", str(data.parent / (data.name + "-job.yaml")),
                                "--out", str(run), "--seed", "0", "--overwrite"], check=False)
     wall = time.perf_counter() - t0
@@ -89,7 +126,7 @@ def main() -> None:
     print(f"rows {int(args.rows):,}, attributes {len(attrs)}, tables: {len(attrs)} by tract, {args.county_pairs} by "
           f"county, {len(attrs) * (len(attrs) - 1) // 2} by state; bootstrap {args.bootstrap}")
     print(f"wall {wall:.0f} s; peak RSS of driver + workers {mem.peak / 2**30:.2f} GiB; 1-min load {before:.1f} "
-          f"before, {load():.1f} after")
+          f"before, {load():.1f} after; largest processes (GiB): {procs.summary()}")
     print("stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in t.items()))
     post = report.get("postprocess", {})
     print(f"post-processing: converged {post.get('nonnegative', {}).get('converged')}, "

@@ -32,8 +32,8 @@ from privcube.jobs.kind import JobEnv
 
 CHECKPOINT_DIR = "checkpoint"
 #: the bootstrap's replicates run as this many tasks (each returns two moments per published cell, so the
-#: driver holds at most this many of them at once)
-BOOTSTRAP_TASKS = 4
+#: driver holds at most this many of them at once; 2: one per worker of a 2-worker LocalCluster)
+BOOTSTRAP_TASKS = 2
 PUBLIC_FACTS_NOTE = ("invariants are published exactly from the data: they are not protected by the budget and are "
                      "stated here as public facts")
 

@@ -80,9 +80,21 @@ def choose_split(spec: CensusSpec, hierarchy: Any, base: Mapping[str, LevelPlan]
         errs = expected_variances(spec, hierarchy, plans)
         return float(np.mean([np.log(errs[lv]) for lv in levels]))
 
-    best = min(_grid(len(levels), 20), key=score)
+    from contextlib import nullcontext
+
+    from privcube.core.progress import progress
+
+    # a progress line where planning takes more than a few seconds (10^5 units x 500 residuals: about a minute)
+    work = sum(hierarchy.n_units(lv) for lv in spec.levels) * len(residual_levels(spec))
+    def bar(label: str, n: int):  # noqa: ANN202 - a context manager yielding update(n)
+        return progress(label, n, heartbeat=1.0) if work > 2_000_000 else nullcontext(lambda k=1: None)
+
+    coarse = _grid(len(levels), 20)
+    with bar("planning the budget split over levels", len(coarse)) as update:
+        best = min(coarse, key=lambda s: (update(1), score(s))[1])
     near = [s for s in _grid(len(levels), 100) if max(abs(a - b) for a, b in zip(s, best)) <= 0.05 + 1e-9]
-    best = min(near, key=score)
+    with bar("refining the split", len(near)) as update:
+        best = min(near, key=lambda s: (update(1), score(s))[1])
     return dict(zip(levels, best))
 
 

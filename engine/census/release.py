@@ -90,6 +90,7 @@ def release(spec: CensusSpec, hierarchy: Any, residuals: Mapping[str, Mapping[tu
     say("census fit: hierarchical least squares", 0.0)
     est, var = fit_residuals(spec, hierarchy, residuals, plans, invariants)
     linear, variance = build_tables(spec, est, var)
+    del est, var  # the tables hold what they said (bounded memory in the bootstrap's replicates too)
     say("census fit: non-negative, top-down", 0.3)
     zeros = {s: m for s in needed_sets(spec)[TOTAL] if (m := spec.zero_mask(s)) is not None}
     fixed = {lv: np.asarray(v, dtype=float) for lv, v in invariants.items()}

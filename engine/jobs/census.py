@@ -34,6 +34,9 @@ CHECKPOINT_DIR = "checkpoint"
 #: the bootstrap's replicates run as this many tasks (each returns two moments per published cell, so the
 #: driver holds at most this many of them at once; 2: one per worker of a 2-worker LocalCluster)
 BOOTSTRAP_TASKS = 2
+#: answer frames are written once this many rows are waiting (all 455 frames of a 10^8-person release held at
+#: once took 2.2 GB)
+WRITE_BATCH_ROWS = 2_000_000
 PUBLIC_FACTS_NOTE = ("invariants are published exactly from the data: they are not protected by the budget and are "
                      "stated here as public facts")
 
@@ -328,7 +331,8 @@ def write_census_answers(folder: Path, spec: CensusSpec, hierarchy: Any, rel: An
     from privcube.storage.outputs import atomic_write_json, write_parquet_files
 
     folder.mkdir(exist_ok=True, mode=0o700)
-    index, frames = [], []
+    index: list[dict[str, Any]] = []
+    frames: list[tuple[Path, pd.DataFrame]] = []
     for i, g in enumerate(spec.groups):
         frame = census_frame(spec, hierarchy, rel, g, intervals[g])
         name = f"{i:04d}-{g.label()}.parquet"
@@ -336,6 +340,9 @@ def write_census_answers(folder: Path, spec: CensusSpec, hierarchy: Any, rel: An
         index.append({"by": g.level, "attributes": list(g.attributes), "file": name, "rows": int(len(frame)),
                       "units": int(hierarchy.n_units(g.level)), "integer": bool(spec.output["integer"]),
                       "ci": {"level": spec.output["ci_level"], "method": "bootstrap"}})
+        if sum(len(f) for _, f in frames) >= WRITE_BATCH_ROWS:  # written as they come: bounded memory
+            write_parquet_files(frames)
+            frames = []
     write_parquet_files(frames)
     atomic_write_json(folder / "index.json", {"groups": index, "levels": list(spec.levels),
                                               "invariants": [_inv_name(lv) for lv in spec.invariants]})

@@ -118,9 +118,15 @@ def test_one_charge_per_level_within_budget_and_invariants_stated(census_run: tu
     assert not (run / "checkpoint").exists() and (run / ".complete").exists()
 
 
-def test_seeded_runs_repeat_and_the_plan_reads_no_data(census_run: tuple[Path, Path], tmp_path: Path) -> None:
+def test_seeded_runs_repeat_and_the_plan_reads_no_data(census_run: tuple[Path, Path], tmp_path: Path,
+                                                       monkeypatch) -> None:
+    import privcube.jobs.census as census_job
+
     folder, run = census_run
+    monkeypatch.setattr(census_job, "WRITE_BATCH_ROWS", 50)  # the answer files written in small batches: the same
     api.run(folder / "job.json", tmp_path / "again", seed=11, quiet=True)
+    assert sorted(p.name for p in (run / "answers").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "again" / "answers").iterdir())
     for name in sorted((run / "answers").glob("*.parquet")):
         assert pd.read_parquet(name).equals(pd.read_parquet(tmp_path / "again" / "answers" / name.name))
     raw = json.loads((folder / "job.json").read_text())

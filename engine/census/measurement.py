@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from privcube.census.residual_tables import cell_variance, decomp_units, subsets
+from privcube.census.residual_tables import cell_variance, decomp_units
+from privcube.core.residuals import subsets
 from privcube.census.spec import TOTAL, CensusSpec
 from privcube.core.domain import Domain
 from privcube.core.workload import Workload
@@ -119,10 +120,15 @@ def residual_levels(spec: CensusSpec) -> dict[tuple[str, ...], list[str]]:
 
 
 def expected_variances(spec: CensusSpec, hierarchy: Any, plans: Mapping[str, LevelPlan],
-                       fitted: bool = True) -> dict[str, float]:
-    """Mean cell variance of each measured level's published tables: after the hierarchical fit (``fitted``), or
-    from the level's own measurements alone. Needs only the public map (unit counts)."""
-    post = posterior_variances(spec, hierarchy, plans) if fitted else None
+                       fitted: bool = True, post: Mapping[tuple[str, ...], Mapping[str, np.ndarray]] | None = None
+                       ) -> dict[str, float]:
+    """Mean cell variance of each measured level's published tables: after the hierarchical fit (``fitted``; from
+    ``post``, :func:`posterior_variances`, when the caller has it), or from the level's own measurements alone.
+    Needs only the public map (unit counts)."""
+    if fitted and post is None:
+        post = posterior_variances(spec, hierarchy, plans)
+    if not fitted:
+        post = None
     out = {}
     for lv, plan in plans.items():
         vals = []

@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 
 from privcube.census.measurement import LevelPlan, expected_variances, level_plans
-from privcube.census.residual_tables import cell_variance, subsets
+from privcube.census.residual_tables import cell_variance
+from privcube.core.residuals import subsets
 from privcube.census.spec import TOTAL, CensusSpec
 
 
@@ -28,9 +29,9 @@ def plan_census(spec: CensusSpec, hierarchy: Any = None, plans: dict[str, LevelP
 
     hierarchy = hierarchy if hierarchy is not None else read_hierarchy(spec)
     plans = plans if plans is not None else level_plans(spec, hierarchy)
-    fitted = expected_variances(spec, hierarchy, plans)
-    alone = expected_variances(spec, hierarchy, plans, fitted=False)
     post = posterior_variances(spec, hierarchy, plans)
+    fitted = expected_variances(spec, hierarchy, plans, post=post)
+    alone = expected_variances(spec, hierarchy, plans, fitted=False)
     rho = float(spec.budget.rho)
     levels = {lv: {"units": int(hierarchy.n_units(lv)), "share": p.rho / rho, "rho": p.rho,
                    "rmse": float(np.sqrt(fitted[lv])), "rmse_alone": float(np.sqrt(alone[lv])),

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from privcube.census.measurement import LevelPlan, residual_levels
-from privcube.census.residual_tables import cell_variance, subsets, table_from_residuals
+from privcube.census.residual_tables import cell_variance, table_from_residuals
+from privcube.core.residuals import subsets
 from privcube.census.spec import TOTAL, CensusSpec
 
 Tables = dict[str, dict[tuple[str, ...], np.ndarray]]

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from privcube.core.residuals import axis_center, axis_sub
+from privcube.core.residuals import axis_center, axis_sub, subsets, v_coef
 
 
 def decomp_units(table: np.ndarray, tau: Sequence[str]) -> np.ndarray:
@@ -37,15 +37,6 @@ def recon_units(z: np.ndarray, tau: Sequence[str], gamma: Sequence[str], sizes: 
     return np.broadcast_to(out / spread, full)
 
 
-def subsets(gamma: Sequence[str]) -> list[tuple[str, ...]]:
-    """Every subset of ``gamma`` (in its order), the empty one first."""
-    gamma = tuple(gamma)
-    out: list[tuple[str, ...]] = [()]
-    for a in gamma:
-        out += [s + (a,) for s in out]
-    return sorted(out, key=lambda s: (len(s), [gamma.index(x) for x in s]))
-
-
 def table_from_residuals(residuals: Mapping[tuple[str, ...], np.ndarray], gamma: Sequence[str],
                          sizes: Mapping[str, int]) -> np.ndarray:
     """Each unit's marginal on ``gamma`` from its residuals of every subset of ``gamma`` (all must be present)."""
@@ -61,15 +52,11 @@ def table_from_residuals(residuals: Mapping[tuple[str, ...], np.ndarray], gamma:
 def cell_variance(variances: Mapping[tuple[str, ...], np.ndarray | float], gamma: Sequence[str],
                   sizes: Mapping[str, int]) -> np.ndarray | float:
     """Variance of each cell of the reconstructed marginal on ``gamma`` when each residual ``tau`` carries noise
-    ``v_tau · Sub Subᵀ`` (ResidualPlanner's v-coefficient: Σ_τ v_τ Π_{a∈τ} (n_a-1)/n_a Π_{a∈γ∖τ} 1/n_a²)."""
+    ``v_tau · Sub Subᵀ``: Σ_τ v_coef(τ, γ) · v_τ (ResidualPlanner's per-cell variance)."""
     out: np.ndarray | float = 0.0
     for tau in subsets(gamma):
-        coef = 1.0
-        for a in gamma:
-            n = sizes[a]
-            coef *= (n - 1) / n if a in tau else 1.0 / n ** 2
-        out = out + coef * np.asarray(variances[tau], dtype=float)
+        out = out + v_coef(tau, gamma, sizes) * np.asarray(variances[tau], dtype=float)
     return out
 
 
-__all__ = ["cell_variance", "decomp_units", "recon_units", "subsets", "table_from_residuals"]
+__all__ = ["cell_variance", "decomp_units", "recon_units", "table_from_residuals"]

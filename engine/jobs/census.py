@@ -217,7 +217,7 @@ class CensusJobKind:
                 "invariants": {"published_exactly": [_inv_name(lv) for lv in spec.invariants],
                                "note": PUBLIC_FACTS_NOTE},
                 "structural_zeros": summary.details["structural_zeros"], "integer": bool(spec.output["integer"]),
-                "postprocess": {"charged": False, **_jsonable(rel.diagnostics)},
+                "postprocess": {"charged": False, **rel.diagnostics},
                 "intervals": {"method": "parametric bootstrap", "replicates": spec.output["bootstrap"],
                               "level": spec.output["ci_level"]},
                 "noise": env.noise.to_dict(), **({"warnings": warnings} if warnings else {})}
@@ -302,19 +302,6 @@ def _inv_name(level: str) -> str:
     return "total" if level == TOTAL else f"by {level}"
 
 
-def _jsonable(x: Any) -> Any:
-    """Diagnostics as JSON values (numpy scalars and arrays summarised)."""
-    if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return float(np.max(x)) if x.size else None
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
-
-
 def diagnostics_warnings(diag: Mapping[str, Any]) -> list[str]:
     """One line per post-processing stage that stopped at its cap before its tolerance."""
     out = []
@@ -327,23 +314,27 @@ def diagnostics_warnings(diag: Mapping[str, Any]) -> list[str]:
 
 def write_census_answers(folder: Path, spec: CensusSpec, hierarchy: Any, rel: Any,
                          intervals: Mapping[CensusGroup, tuple[np.ndarray, np.ndarray]]) -> list[dict[str, Any]]:
-    """One Parquet file per table family (rows: unit x cell) and ``index.json``; each written atomically."""
+    """One Parquet file per table family (rows: unit x cell) and ``index.json``; each written atomically, the
+    frames in batches of ``WRITE_BATCH_ROWS`` rows as they are built (bounded memory), with a progress line."""
+    from privcube.core.progress import progress
     from privcube.storage.outputs import atomic_write_json, write_parquet_files
 
     folder.mkdir(exist_ok=True, mode=0o700)
     index: list[dict[str, Any]] = []
     frames: list[tuple[Path, pd.DataFrame]] = []
-    for i, g in enumerate(spec.groups):
-        frame = census_frame(spec, hierarchy, rel, g, intervals[g])
-        name = f"{i:04d}-{g.label()}.parquet"
-        frames.append((folder / name, frame))
-        index.append({"by": g.level, "attributes": list(g.attributes), "file": name, "rows": int(len(frame)),
-                      "units": int(hierarchy.n_units(g.level)), "integer": bool(spec.output["integer"]),
-                      "ci": {"level": spec.output["ci_level"], "method": "bootstrap"}})
-        if sum(len(f) for _, f in frames) >= WRITE_BATCH_ROWS:  # written as they come: bounded memory
-            write_parquet_files(frames)
-            frames = []
-    write_parquet_files(frames)
+    with progress("writing the answer tables", len(spec.groups), heartbeat=1.0) as update:
+        for i, g in enumerate(spec.groups):
+            frame = census_frame(spec, hierarchy, rel, g, intervals[g])
+            name = f"{i:04d}-{g.label()}.parquet"
+            frames.append((folder / name, frame))
+            index.append({"by": g.level, "attributes": list(g.attributes), "file": name, "rows": int(len(frame)),
+                          "units": int(hierarchy.n_units(g.level)), "integer": bool(spec.output["integer"]),
+                          "ci": {"level": spec.output["ci_level"], "method": "bootstrap"}})
+            if sum(len(f) for _, f in frames) >= WRITE_BATCH_ROWS:
+                write_parquet_files(frames)
+                frames = []
+            update(1)
+        write_parquet_files(frames)
     atomic_write_json(folder / "index.json", {"groups": index, "levels": list(spec.levels),
                                               "invariants": [_inv_name(lv) for lv in spec.invariants]})
     return index

@@ -87,7 +87,8 @@ def rmse_by_level(spec: Any, published: Any, truth: dict) -> dict[str, float]:
 
 def noise_sd(spec: Any, plan: Any) -> float:
     """A level's typical cell noise sd from its own measurements (the prior the estimator's start uses)."""
-    from privcube.census.residual_tables import cell_variance, subsets
+    from privcube.census.residual_tables import cell_variance
+    from privcube.core.residuals import subsets
 
     v = [float(np.median(np.ravel(cell_variance({t: plan.sigma2[t] for t in subsets(s)}, s, spec.sizes))))
          for s in plan.sets]
@@ -104,7 +105,8 @@ def independent(spec: Any, hierarchy: Any, residuals: dict, plans: dict, invaria
     from privcube.census.hierarchy import Hierarchy
     from privcube.census.release import make_nonnegative
     from privcube.census.release import needed_sets
-    from privcube.census.residual_tables import subsets, table_from_residuals
+    from privcube.census.residual_tables import table_from_residuals
+    from privcube.core.residuals import subsets
 
     out = {}
     for lv, plan in plans.items():
@@ -128,7 +130,8 @@ def top_down(spec: Any, hierarchy: Any, residuals: dict, plans: dict, invariants
     from privcube.census.gls import hierarchical_gls
     from privcube.census.release import make_nonnegative
     from privcube.census.release import needed_sets
-    from privcube.census.residual_tables import decomp_units, subsets, table_from_residuals
+    from privcube.census.residual_tables import decomp_units, table_from_residuals
+    from privcube.core.residuals import subsets
 
     final: dict[str, dict] = {}
     fitted: dict[str, dict] = {}
@@ -176,12 +179,11 @@ def one_seed(spec: Any, hierarchy: Any, persons: pd.DataFrame, truth: dict, seed
 
 
 def _count(spec: Any, hierarchy: Any, persons: pd.DataFrame, level: str, tau: tuple[str, ...]) -> np.ndarray:
-    """Exact per-unit marginal on ``tau`` at ``level`` (numpy bincount)."""
-    tract = hierarchy.index_of("tract", persons["tract"].to_numpy())
-    unit = hierarchy.ancestor("tract", tract, level)
-    shape = (hierarchy.n_units(level), *(spec.sizes[a] for a in tau))
-    key = np.ravel_multi_index((unit, *(persons[a].to_numpy() for a in tau)), shape)
-    return np.bincount(key, minlength=int(np.prod(shape))).reshape(shape).astype(float)
+    """Exact per-unit marginal on ``tau`` at ``level`` (``census_coverage.exact``: one bincount)."""
+    from census_coverage import exact
+
+    cols = {"tract": hierarchy.index_of("tract", persons["tract"].to_numpy()), **{a: persons[a].to_numpy() for a in tau}}
+    return exact(spec, hierarchy, cols, level, tau)
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -163,6 +164,18 @@ def _existing(out: Path) -> list[Path]:
     return [out / f for f in FILES.values() if (out / f).exists()]
 
 
+def _check_replaceable(out: Path) -> None:
+    """``overwrite`` replaces only what the generator writes: a ``persons`` folder holding anything but its
+    ``part-NNNNN.parquet`` files (someone's own data?) is refused, naming one such entry."""
+    persons = out / FILES["persons"]
+    if not persons.is_dir():
+        return
+    foreign = sorted(p.name for p in persons.iterdir() if not re.fullmatch(r"part-\d{5}\.parquet", p.name))
+    if foreign:
+        raise ConfigError(f"output folder {str(persons)!r} holds {foreign[0]!r}, which the generator did not write; "
+                          "not replaced (choose another folder)")
+
+
 def _check_args(n_rows: int, rows_per_file: int, workers: int | None) -> None:
     """Row counts positive, worker count positive (or None)."""
     for name, v in (("n_rows", n_rows), ("rows_per_file", rows_per_file)):
@@ -190,6 +203,7 @@ def generate_census_geo(out: str | Path, n_rows: int, *, seed: int = 0, n_attrib
     old = _existing(target)
     if old and not overwrite:
         raise ConfigError(f"output folder {str(target)!r} already holds {old[0].name!r}; pass overwrite=True")
+    _check_replaceable(target)
     schema = census_geo_schema(n_attributes, tracts)
     geo = geography(seed, states=states, counties=counties, tracts=tracts)
     sizes = census_schema(30).domain.to_dict()

@@ -186,3 +186,13 @@ def test_a_tilt_draws_from_the_reweighted_table() -> None:
         expected = base * accept[g] / (base * accept[g]).sum()
         observed = np.bincount(age[group == g], minlength=16) / (n // 2)
         assert np.abs(observed - expected).max() < 0.006, g
+
+
+def test_overwrite_never_replaces_files_the_generator_did_not_write(tmp_path) -> None:  # noqa: ANN001
+    out = tmp_path / "data"
+    generate_census_geo(out, 1_000, seed=1, rows_per_file=1_000, **SMALL)
+    mine = out / "persons" / "my-own.csv"
+    mine.write_text("a,b\n1,2\n")
+    with pytest.raises(ConfigError, match="'my-own.csv', which the generator did not write"):
+        generate_census_geo(out, 1_000, seed=1, rows_per_file=1_000, overwrite=True, **SMALL)
+    assert mine.read_text() == "a,b\n1,2\n" and len(list((out / "persons").glob("part-*.parquet"))) == 1
